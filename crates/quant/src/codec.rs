@@ -1,0 +1,212 @@
+//! The codec table: for each ggml type synapse can decode, its dequantizer, its quantizer (for
+//! the activation and float formats) and its dot product with the activation type it pairs with.
+//! Block sizes and ids come from [`GgmlType::traits`]; nothing here repeats them.
+
+use bytemuck::Pod;
+use half::{bf16, f16};
+use synapse_gguf::GgmlType;
+
+use crate::blocks::*;
+use crate::reference::{dequant as dq, dot, quantize as qz};
+use crate::QuantError;
+
+/// A block of a ggml format, castable from file bytes.
+pub trait Block: Pod {
+    const TYPE: GgmlType;
+    /// Decode this block's `TYPE.block_len()` values into `y`.
+    fn dequantize(&self, y: &mut [f32]);
+}
+
+/// A format synapse can also encode: the activation formats and the float formats.
+pub trait QuantizeBlock: Block {
+    /// Encode `TYPE.block_len()` values.
+    fn quantize(x: &[f32], y: &mut Self);
+}
+
+/// A weight format with a reference dot product against its activation format.
+pub trait DotBlock: Block {
+    type Act: QuantizeBlock;
+    /// Dot product of a row of weight blocks with a row of activation blocks of equal length.
+    fn vec_dot(x: &[Self], y: &[Self::Act]) -> f32;
+}
+
+macro_rules! impl_blocks {
+    ($( $block:ty: $ty:ident, $deq:path $(, quantize $q:path)? $(, dot $act:ty => $dot:path)?; )*) => {
+        $(
+            impl Block for $block {
+                const TYPE: GgmlType = GgmlType::$ty;
+                #[inline]
+                fn dequantize(&self, y: &mut [f32]) {
+                    $deq(self, y)
+                }
+            }
+            $(impl QuantizeBlock for $block {
+                #[inline]
+                fn quantize(x: &[f32], y: &mut Self) {
+                    $q(x, y)
+                }
+            })?
+            $(impl DotBlock for $block {
+                type Act = $act;
+                #[inline]
+                fn vec_dot(x: &[Self], y: &[$act]) -> f32 {
+                    $dot(x, y)
+                }
+            })?
+        )*
+
+        /// Every type with a codec, with its entry points.
+        static CODECS: &[Codec] = &[$( Codec::of::<$block>(
+            impl_blocks!(@quantize $block $(, $q)?),
+            impl_blocks!(@dot $block $(, $act)?),
+        ), )*];
+    };
+    (@quantize $block:ty) => { None };
+    (@quantize $block:ty, $q:path) => { Some(quantize_erased::<$block>) };
+    (@dot $block:ty) => { None };
+    (@dot $block:ty, $act:ty) => { Some(VecDot { act: <$act as Block>::TYPE, f: vec_dot_erased::<$block> }) };
+}
+
+impl_blocks! {
+    f32: F32, dq::dequantize_f32, quantize qz::quantize_f32, dot f32 => dot::vec_dot_f32_f32;
+    f16: F16, dq::dequantize_f16, quantize qz::quantize_f16, dot f32 => dot::vec_dot_f16_f32;
+    bf16: BF16, dq::dequantize_bf16, quantize qz::quantize_bf16, dot f32 => dot::vec_dot_bf16_f32;
+    BlockQ4_0: Q4_0, dq::dequantize_q4_0, dot BlockQ8_0 => dot::vec_dot_q4_0_q8_0;
+    BlockQ4_1: Q4_1, dq::dequantize_q4_1, dot BlockQ8_1 => dot::vec_dot_q4_1_q8_1;
+    BlockQ5_0: Q5_0, dq::dequantize_q5_0, dot BlockQ8_0 => dot::vec_dot_q5_0_q8_0;
+    BlockQ5_1: Q5_1, dq::dequantize_q5_1, dot BlockQ8_1 => dot::vec_dot_q5_1_q8_1;
+    BlockQ8_0: Q8_0, dq::dequantize_q8_0, quantize qz::quantize_q8_0, dot BlockQ8_0 => dot::vec_dot_q8_0_q8_0;
+    BlockQ8_1: Q8_1, dq::dequantize_q8_1, quantize qz::quantize_q8_1;
+    BlockQ2K: Q2_K, dq::dequantize_q2_k, dot BlockQ8K => dot::vec_dot_q2_k_q8_k;
+    BlockQ3K: Q3_K, dq::dequantize_q3_k, dot BlockQ8K => dot::vec_dot_q3_k_q8_k;
+    BlockQ4K: Q4_K, dq::dequantize_q4_k, dot BlockQ8K => dot::vec_dot_q4_k_q8_k;
+    BlockQ5K: Q5_K, dq::dequantize_q5_k, dot BlockQ8K => dot::vec_dot_q5_k_q8_k;
+    BlockQ6K: Q6_K, dq::dequantize_q6_k, dot BlockQ8K => dot::vec_dot_q6_k_q8_k;
+    BlockQ8K: Q8_K, dq::dequantize_q8_k, quantize qz::quantize_q8_k;
+    BlockIQ4NL: IQ4_NL, dq::dequantize_iq4_nl, dot BlockQ8_0 => dot::vec_dot_iq4_nl_q8_0;
+    BlockIQ4XS: IQ4_XS, dq::dequantize_iq4_xs, dot BlockQ8K => dot::vec_dot_iq4_xs_q8_k;
+}
+
+/// A type-erased dot product: weight row bytes, activation row bytes.
+#[derive(Clone, Copy)]
+pub struct VecDot {
+    /// The activation type the weights pair with.
+    pub act: GgmlType,
+    pub f: fn(&[u8], &[u8]) -> Result<f32, QuantError>,
+}
+
+/// The entry points for one type, on raw bytes (length and alignment checked).
+#[derive(Clone, Copy)]
+pub struct Codec {
+    pub ty: GgmlType,
+    pub dequantize: fn(&[u8], &mut [f32]) -> Result<(), QuantError>,
+    pub quantize: Option<fn(&[f32], &mut [u8]) -> Result<(), QuantError>>,
+    pub vec_dot: Option<VecDot>,
+}
+
+impl Codec {
+    const fn of<B: Block>(
+        quantize: Option<fn(&[f32], &mut [u8]) -> Result<(), QuantError>>,
+        vec_dot: Option<VecDot>,
+    ) -> Codec {
+        Codec {
+            ty: B::TYPE,
+            dequantize: dequantize_erased::<B>,
+            quantize,
+            vec_dot,
+        }
+    }
+}
+
+/// The codec of a type, or an error saying synapse has none for it.
+pub fn codec(ty: GgmlType) -> Result<&'static Codec, QuantError> {
+    CODECS
+        .iter()
+        .find(|c| c.ty == ty)
+        .ok_or(QuantError::Unsupported { ty, what: "codec" })
+}
+
+/// Every type synapse can decode.
+pub fn supported_types() -> impl Iterator<Item = GgmlType> {
+    CODECS.iter().map(|c| c.ty)
+}
+
+/// View bytes as blocks of `B`, checking the length and the alignment.
+pub fn cast_blocks<B: Block>(bytes: &[u8]) -> Result<&[B], QuantError> {
+    bytemuck::try_cast_slice(bytes).map_err(|_| bad_cast::<B>(bytes.len(), bytes.as_ptr() as usize))
+}
+
+/// Mutable counterpart of [`cast_blocks`].
+pub fn cast_blocks_mut<B: Block>(bytes: &mut [u8]) -> Result<&mut [B], QuantError> {
+    let (len, addr) = (bytes.len(), bytes.as_ptr() as usize);
+    bytemuck::try_cast_slice_mut(bytes).map_err(|_| bad_cast::<B>(len, addr))
+}
+
+fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
+    if len % size_of::<B>() != 0 {
+        QuantError::ByteLength {
+            ty: B::TYPE,
+            bytes: len,
+        }
+    } else {
+        QuantError::Misaligned {
+            ty: B::TYPE,
+            addr,
+            align: align_of::<B>(),
+        }
+    }
+}
+
+/// Check that `n_values` values of `B` are exactly `n_bytes` bytes.
+fn check_sizes<B: Block>(n_values: usize, n_bytes: usize) -> Result<usize, QuantError> {
+    let len = B::TYPE.block_len();
+    if n_values % len != 0 {
+        return Err(QuantError::NotBlockMultiple {
+            ty: B::TYPE,
+            values: n_values,
+        });
+    }
+    let blocks = n_values / len;
+    if blocks * size_of::<B>() != n_bytes {
+        return Err(QuantError::SizeMismatch {
+            ty: B::TYPE,
+            values: n_values,
+            bytes: n_bytes,
+            expected: blocks * size_of::<B>(),
+        });
+    }
+    Ok(blocks)
+}
+
+fn dequantize_erased<B: Block>(src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    check_sizes::<B>(dst.len(), src.len())?;
+    let blocks = cast_blocks::<B>(src)?;
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(B::TYPE.block_len())) {
+        b.dequantize(y);
+    }
+    Ok(())
+}
+
+fn quantize_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check_sizes::<B>(src.len(), dst.len())?;
+    let blocks = cast_blocks_mut::<B>(dst)?;
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(B::TYPE.block_len())) {
+        B::quantize(x, b);
+    }
+    Ok(())
+}
+
+fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let n = x.len() * B::TYPE.block_len();
+    if y.len() * B::Act::TYPE.block_len() != n {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: n,
+            activations: y.len() * B::Act::TYPE.block_len(),
+        });
+    }
+    Ok(B::vec_dot(x, y))
+}

@@ -1,0 +1,104 @@
+//! The ggml block formats: how quantized weights are laid out, what they mean, and how to take
+//! dot products with them.
+//!
+//! - [`blocks`]: each format's byte layout as a `#[repr(C)]` struct, cast in place from file
+//!   bytes (length and alignment checked).
+//! - [`reference`]: plain scalar dequantizers, activation quantizers (Q8_0, Q8_1, Q8_K, matching
+//!   ggml's reference quantizers bit for bit) and dot products of every weight format with its
+//!   activation format. They are the oracle for the fast kernels and their fallback.
+//! - [`codec`]: one table from [`GgmlType`] to those entry points, on raw bytes.
+//!
+//! This crate knows nothing of models: it turns bytes into numbers and rows into dot products.
+
+pub mod blocks;
+pub mod codec;
+pub mod reference;
+
+pub use codec::{codec, supported_types, Block, Codec, DotBlock, QuantizeBlock, VecDot};
+pub use synapse_gguf::GgmlType;
+
+/// What can go wrong when decoding or encoding blocks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum QuantError {
+    #[error("{ty}: synapse has no {what} for this type")]
+    Unsupported { ty: GgmlType, what: &'static str },
+    #[error("{ty}: {values} values are not a whole number of {}-value blocks", ty.block_len())]
+    NotBlockMultiple { ty: GgmlType, values: usize },
+    #[error("{ty}: {values} values take {expected} bytes, got {bytes}")]
+    SizeMismatch {
+        ty: GgmlType,
+        values: usize,
+        bytes: usize,
+        expected: usize,
+    },
+    #[error("{ty}: {bytes} bytes are not a whole number of {}-byte blocks", ty.block_bytes())]
+    ByteLength { ty: GgmlType, bytes: usize },
+    #[error("{ty}: data at address {addr:#x} is not {align}-byte aligned")]
+    Misaligned {
+        ty: GgmlType,
+        addr: usize,
+        align: usize,
+    },
+    #[error("{ty} dot {act}: {weights} weights against {activations} activations")]
+    DotLength {
+        ty: GgmlType,
+        act: GgmlType,
+        weights: usize,
+        activations: usize,
+    },
+}
+
+/// Decode `dst.len()` values of type `ty` from `src`.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    (codec(ty)?.dequantize)(src, dst)
+}
+
+/// Decode a whole tensor's bytes into a new vector.
+pub fn dequantize(ty: GgmlType, src: &[u8]) -> Result<Vec<f32>, QuantError> {
+    let blocks = src.len() / ty.block_bytes();
+    if blocks * ty.block_bytes() != src.len() {
+        return Err(QuantError::ByteLength {
+            ty,
+            bytes: src.len(),
+        });
+    }
+    let mut out = vec![0.0; blocks * ty.block_len()];
+    dequantize_row(ty, src, &mut out)?;
+    Ok(out)
+}
+
+/// Encode `src` as type `ty` into `dst`, for the types synapse can encode.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let q = codec(ty)?.quantize.ok_or(QuantError::Unsupported {
+        ty,
+        what: "quantizer",
+    })?;
+    q(src, dst)
+}
+
+/// Encode `src` as type `ty` into a new vector.
+pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
+    let blocks = src.len() / ty.block_len();
+    let mut out = vec![0u8; blocks * ty.block_bytes()];
+    quantize_row(ty, src, &mut out)?;
+    Ok(out)
+}
+
+/// The activation type weights of type `ty` are dotted with.
+pub fn vec_dot_type(ty: GgmlType) -> Result<GgmlType, QuantError> {
+    Ok(dot_of(ty)?.act)
+}
+
+/// Reference dot product of a weight row of type `ty` with an activation row of its
+/// [`vec_dot_type`].
+pub fn vec_dot(ty: GgmlType, weights: &[u8], activations: &[u8]) -> Result<f32, QuantError> {
+    (dot_of(ty)?.f)(weights, activations)
+}
+
+fn dot_of(ty: GgmlType) -> Result<VecDot, QuantError> {
+    codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
+        ty,
+        what: "dot product",
+    })
+}

@@ -1,0 +1,82 @@
+//! Reference quantizers for the activation formats (Q8_0, Q8_1, Q8_K) and the float formats.
+//! They reproduce ggml's `quantize_row_*_ref` bit for bit: the same scale, the same rounding
+//! (`roundf`, half away from zero, for Q8_0/Q8_1; round half to even for Q8_K) and the same
+//! conversion to f16 (round to nearest even).
+
+use half::{bf16, f16};
+
+use crate::blocks::*;
+
+pub fn quantize_f32(x: &[f32], y: &mut f32) {
+    *y = x[0];
+}
+
+pub fn quantize_f16(x: &[f32], y: &mut f16) {
+    *y = f16::from_f32(x[0]);
+}
+
+/// ggml's `ggml_compute_fp32_to_bf16`: round to nearest even, NaN kept quiet (not truncated to
+/// infinity).
+pub fn quantize_bf16(x: &[f32], y: &mut bf16) {
+    let bits = x[0].to_bits();
+    let out = if bits & 0x7fff_ffff > 0x7f80_0000 {
+        ((bits >> 16) | 64) as u16
+    } else {
+        ((bits + (0x7fff + ((bits >> 16) & 1))) >> 16) as u16
+    };
+    *y = bf16::from_bits(out);
+}
+
+fn abs_max(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// Scale and reciprocal of a Q8_0/Q8_1 block: `d = amax / 127`.
+fn q8_scale(x: &[f32]) -> (f32, f32) {
+    let d = abs_max(x) / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    (d, id)
+}
+
+pub fn quantize_q8_0(x: &[f32], y: &mut BlockQ8_0) {
+    let (d, id) = q8_scale(x);
+    y.d = f16::from_f32(d);
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        *q = (v * id).round() as i8;
+    }
+}
+
+pub fn quantize_q8_1(x: &[f32], y: &mut BlockQ8_1) {
+    let (d, id) = q8_scale(x);
+    y.d = f16::from_f32(d);
+    let mut sum = 0i32;
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        *q = (v * id).round() as i8;
+        sum += *q as i32;
+    }
+    y.s = f16::from_f32(sum as f32 * d);
+}
+
+/// Q8_K: the scale is set by the value of largest magnitude, which maps to -127 exactly
+/// (`iscale = -127 / max`); values are rounded half to even and clamped at 127.
+pub fn quantize_q8_k(x: &[f32], y: &mut BlockQ8K) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x.iter().take(QK_K) {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        *y = bytemuck::Zeroable::zeroed();
+        return;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+    }
+    for (s, g) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
+        *s = g.iter().map(|&q| q as i16).sum();
+    }
+    y.d = 1.0 / iscale;
+}

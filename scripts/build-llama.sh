@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Build the reference llama.cpp (vendored in the llama-cpp-python sdist) into third_party/.
+#
+# synapse is checked against llama.cpp: golden tokens and logits, files of every block format made
+# by llama-quantize, and side-by-side benchmarks. Nothing in the normal test suite needs this build
+# (the golden data it produced is committed); tools under scripts/ and bench/ do.
+#
+#   scripts/build-llama.sh     # idempotent; prints the bin directory on its last line
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dest="$root/third_party"
+src="$dest/llama.cpp"
+build="$src/build"
+targets=(llama-quantize llama-tokenize llama-completion llama-bench llama-perplexity)
+
+mkdir -p "$dest"
+if [[ ! -f "$src/CMakeLists.txt" ]]; then
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    echo "downloading the llama-cpp-python sdist" >&2
+    python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
+        -d "$tmp" llama-cpp-python
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
+    rm -rf "$src"
+    mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$src"
+    basename "$tmp"/llama_cpp_python-*.tar.gz > "$src/SDIST_VERSION"
+fi
+
+if ! command -v cmake >/dev/null; then
+    echo "cmake is missing: apt-get install -y cmake" >&2
+    exit 1
+fi
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+echo "$build/bin"
