@@ -1,1 +1,72 @@
-fn main() {}
+//! `synapse`: run, inspect and convert GGUF models.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "synapse",
+    version,
+    about = "LLM inference for GGUF models, bit-reproducible"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print a GGUF file's metadata and a table of its tensors.
+    Info {
+        /// The GGUF file.
+        model: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// With --json, include the full contents of arrays (the tokenizer's vocabulary, say)
+        /// rather than their type and length.
+        #[arg(long, requires = "json")]
+        json_array: bool,
+    },
+    /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
+    Dequantize {
+        /// The GGUF file to read.
+        input: PathBuf,
+        /// The GGUF file to write.
+        output: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        // A closed pipe (`synapse info x.gguf | head`) is the reader saying it has enough.
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Info {
+            model,
+            json,
+            json_array,
+        } => cmd::info::run(&model, json, json_array),
+        Command::Dequantize { input, output } => cmd::dequantize::run(&input, &output),
+    }
+}

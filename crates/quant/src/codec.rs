@@ -87,6 +87,11 @@ impl_blocks! {
     BlockIQ4XS: IQ4_XS, dq::dequantize_iq4_xs, dot BlockQ8K => dot::vec_dot_iq4_xs_q8_k;
 }
 
+/// Decode a row: bytes in, floats out (lengths must agree).
+pub type DequantizeFn = fn(&[u8], &mut [f32]) -> Result<(), QuantError>;
+/// Encode a row: floats in, bytes out (lengths must agree).
+pub type QuantizeFn = fn(&[f32], &mut [u8]) -> Result<(), QuantError>;
+
 /// A type-erased dot product: weight row bytes, activation row bytes.
 #[derive(Clone, Copy)]
 pub struct VecDot {
@@ -99,16 +104,13 @@ pub struct VecDot {
 #[derive(Clone, Copy)]
 pub struct Codec {
     pub ty: GgmlType,
-    pub dequantize: fn(&[u8], &mut [f32]) -> Result<(), QuantError>,
-    pub quantize: Option<fn(&[f32], &mut [u8]) -> Result<(), QuantError>>,
+    pub dequantize: DequantizeFn,
+    pub quantize: Option<QuantizeFn>,
     pub vec_dot: Option<VecDot>,
 }
 
 impl Codec {
-    const fn of<B: Block>(
-        quantize: Option<fn(&[f32], &mut [u8]) -> Result<(), QuantError>>,
-        vec_dot: Option<VecDot>,
-    ) -> Codec {
+    const fn of<B: Block>(quantize: Option<QuantizeFn>, vec_dot: Option<VecDot>) -> Codec {
         Codec {
             ty: B::TYPE,
             dequantize: dequantize_erased::<B>,

@@ -1,0 +1,221 @@
+//! `synapse info MODEL.gguf`: the header, the metadata and a table of tensors.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value as Json};
+use synapse_gguf::{Array, GgufFile, Value};
+
+pub fn run(path: &Path, as_json: bool, full_arrays: bool) -> Result<()> {
+    let file = GgufFile::open(path).with_context(|| path.display().to_string())?;
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    if as_json {
+        serde_json::to_writer_pretty(&mut out, &to_json(&file, full_arrays))?;
+        writeln!(out)?;
+    } else {
+        print_text(&mut out, &file)?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Long strings (chat templates) are cut in the text listing; `--json` has them whole.
+fn short(v: &Value) -> String {
+    const MAX: usize = 100;
+    match v {
+        Value::String(s) if s.len() > MAX => {
+            let cut = s
+                .char_indices()
+                .take_while(|(i, _)| *i < MAX)
+                .last()
+                .map_or(0, |(i, c)| i + c.len_utf8());
+            format!("{:?}... ({} bytes)", &s[..cut], s.len())
+        }
+        _ => v.to_string(),
+    }
+}
+
+fn print_text(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
+    let h = file.header();
+    let md = file.metadata();
+    writeln!(
+        out,
+        "file:        {}",
+        file.path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    )?;
+    writeln!(
+        out,
+        "size:        {} bytes ({})",
+        file.file_len(),
+        human_bytes(file.file_len())
+    )?;
+    writeln!(
+        out,
+        "gguf:        version {}, alignment {}, data at byte {}",
+        h.version, h.alignment, h.data_start
+    )?;
+    if let Ok(arch) = md.str("general.architecture") {
+        writeln!(out, "architecture: {arch}")?;
+    }
+    if let Ok(name) = md.str("general.name") {
+        writeln!(out, "name:        {name}")?;
+    }
+
+    writeln!(out, "\nmetadata ({} keys):", md.len())?;
+    let width = md.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in md.iter() {
+        writeln!(
+            out,
+            "  {k:<width$}  {:<6}  {}",
+            v.value_type().name(),
+            short(v)
+        )?;
+    }
+
+    let tensors = file.tensor_infos();
+    writeln!(out, "\ntensors ({}):", tensors.len())?;
+    let name_w = tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    writeln!(
+        out,
+        "  {:<name_w$}  {:<7}  {:<22}  {:>12}  {:>12}",
+        "name", "type", "shape", "bytes", "offset"
+    )?;
+    for t in tensors {
+        let shape = t
+            .shape
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(" x ");
+        writeln!(
+            out,
+            "  {:<name_w$}  {:<7}  {:<22}  {:>12}  {:>12}",
+            t.name,
+            t.ggml_type.name(),
+            shape,
+            t.size,
+            h.data_start + t.offset
+        )?;
+    }
+
+    // Totals per type: what the file is made of.
+    let mut by_type: BTreeMap<_, (u64, u64, u64)> = BTreeMap::new();
+    for t in tensors {
+        let e = by_type.entry(t.ggml_type).or_default();
+        e.0 += 1;
+        e.1 += t.n_elements();
+        e.2 += t.size;
+    }
+    let total: u64 = tensors.iter().map(|t| t.n_elements()).sum();
+    writeln!(out, "\nby type:")?;
+    for (ty, (n, elems, bytes)) in by_type {
+        let bpw = if elems > 0 {
+            bytes as f64 * 8.0 / elems as f64
+        } else {
+            0.0
+        };
+        writeln!(
+            out,
+            "  {:<7} {n:>4} tensors  {elems:>12} weights  {:>10}  {bpw:.2} bits/weight",
+            ty.name(),
+            human_bytes(bytes)
+        )?;
+    }
+    writeln!(out, "  total        {total:>12} weights")?;
+    Ok(())
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn to_json(file: &GgufFile, full_arrays: bool) -> Json {
+    let h = file.header();
+    let metadata: serde_json::Map<String, Json> = file
+        .metadata()
+        .iter()
+        .map(|(k, v)| (k.to_string(), value_json(v, full_arrays)))
+        .collect();
+    let tensors: Vec<Json> = file
+        .tensor_infos()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "type": t.ggml_type.name(),
+                "shape": t.shape,
+                "bytes": t.size,
+                "offset": h.data_start + t.offset,
+            })
+        })
+        .collect();
+    json!({
+        "path": file.path().map(|p| p.display().to_string()),
+        "file_size": file.file_len(),
+        "version": h.version,
+        "alignment": h.alignment,
+        "data_offset": h.data_start,
+        "architecture": file.metadata().str("general.architecture").ok(),
+        "metadata": metadata,
+        "tensors": tensors,
+    })
+}
+
+fn value_json(v: &Value, full_arrays: bool) -> Json {
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::F32(x) => json!(x),
+        Value::Bool(x) => json!(x),
+        Value::String(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F64(x) => json!(x),
+        Value::Array(a) if full_arrays => array_json(a),
+        Value::Array(a) => {
+            json!({ "type": "array", "elem_type": a.elem_type().name(), "len": a.len() })
+        }
+    }
+}
+
+fn array_json(a: &Array) -> Json {
+    match a {
+        Array::U8(v) => json!(v),
+        Array::I8(v) => json!(v),
+        Array::U16(v) => json!(v),
+        Array::I16(v) => json!(v),
+        Array::U32(v) => json!(v),
+        Array::I32(v) => json!(v),
+        Array::F32(v) => json!(v),
+        Array::Bool(v) => json!(v),
+        Array::String(v) => json!(v),
+        Array::U64(v) => json!(v),
+        Array::I64(v) => json!(v),
+        Array::F64(v) => json!(v),
+        Array::Array(v) => Json::Array(v.iter().map(array_json).collect()),
+    }
+}

@@ -1,0 +1,2 @@
+pub mod dequantize;
+pub mod info;

@@ -1,0 +1,155 @@
+//! The `synapse` binary from the outside: `info` and `dequantize` on the golden fixtures, and
+//! clear errors on bad files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use synapse_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+
+fn synapse(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_synapse"))
+        .args(args)
+        .output()
+        .expect("run synapse")
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../quant/tests/data")
+}
+
+fn fixture_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let stem = name.strip_suffix(".f32.gguf")?;
+            Some(stem.to_string())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn dequantize_gives_the_python_reference_floats_for_every_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = fixture_names();
+    assert!(names.len() >= 18, "{names:?}");
+    for name in names {
+        let input = fixtures().join(format!("{name}.gguf"));
+        let out = dir.path().join(format!("{name}.out.gguf"));
+        let r = synapse(&["dequantize".as_ref(), input.as_os_str(), out.as_os_str()]);
+        assert!(
+            r.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        let got = GgufFile::open(&out).unwrap();
+        let src = GgufFile::open(&input).unwrap();
+        let golden = GgufFile::open(fixtures().join(format!("{name}.f32.gguf"))).unwrap();
+        // Metadata is kept.
+        for (k, v) in src.metadata().iter() {
+            assert_eq!(got.metadata().get(k), Some(v), "{name}: {k}");
+        }
+        assert_eq!(got.tensor_infos().len(), src.tensor_infos().len());
+        for t in got.tensors() {
+            assert_eq!(t.info.ggml_type, GgmlType::F32);
+            let want = golden.tensor(&t.info.name).unwrap();
+            assert_eq!(t.info.shape, src.tensor(&t.info.name).unwrap().info.shape);
+            assert!(
+                t.data == want.data,
+                "{name}: {} differs from the reference",
+                t.info.name
+            );
+        }
+    }
+}
+
+#[test]
+fn info_lists_tensors_as_text_and_json() {
+    let input = fixtures().join("real_gemma3.gguf");
+    let r = synapse(&["info".as_ref(), input.as_os_str()]);
+    assert!(r.status.success());
+    let text = String::from_utf8(r.stdout).unwrap();
+    let f = GgufFile::open(&input).unwrap();
+    for t in f.tensor_infos() {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(&t.name))
+            .unwrap();
+        assert!(
+            line.contains(t.ggml_type.name()) && line.contains(&t.size.to_string()),
+            "{line}"
+        );
+    }
+
+    let r = synapse(&["info".as_ref(), "--json".as_ref(), input.as_os_str()]);
+    assert!(r.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let tensors = j["tensors"].as_array().unwrap();
+    assert_eq!(tensors.len(), f.tensor_infos().len());
+    for (jt, t) in tensors.iter().zip(f.tensor_infos()) {
+        assert_eq!(jt["name"], t.name.as_str());
+        assert_eq!(jt["type"], t.ggml_type.name());
+        assert_eq!(jt["bytes"], t.size);
+        assert_eq!(jt["offset"], f.header().data_start + t.offset);
+        assert_eq!(jt["shape"], serde_json::json!(t.shape));
+    }
+    assert_eq!(j["metadata"]["fixture.source"], "gemma-3-270m-q4_k_m.gguf");
+}
+
+#[test]
+fn bad_files_get_clear_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("not.gguf");
+    std::fs::write(&text, "hello, world").unwrap();
+    let truncated = dir.path().join("truncated.gguf");
+    let whole = std::fs::read(fixtures().join("fmt_Q4_K.gguf")).unwrap();
+    std::fs::write(&truncated, &whole[..whole.len() - 700]).unwrap();
+    let missing = dir.path().join("missing.gguf");
+    for (path, says) in [
+        (&text, "not a GGUF file"),
+        (&truncated, "lies outside"),
+        (&missing, "No such file"),
+    ] {
+        for cmd in ["info", "dequantize"] {
+            let out = dir.path().join("out.gguf");
+            let r = synapse(
+                &[cmd.as_ref(), path.as_os_str(), out.as_os_str()]
+                    [..if cmd == "info" { 2 } else { 3 }],
+            );
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(1), "{cmd} {}: {err}", path.display());
+            assert!(
+                err.contains(says) && err.contains(&*path.to_string_lossy()),
+                "{cmd}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn dequantize_names_a_tensor_it_cannot_decode() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("iq2.gguf");
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.add_tensor(
+        "blk.0.attn_q.weight",
+        GgmlType::IQ2_XXS,
+        &[256],
+        vec![0u8; 66],
+    )
+    .unwrap();
+    w.write_file(&input).unwrap();
+    let out = dir.path().join("out.gguf");
+    let r = synapse(&["dequantize".as_ref(), input.as_os_str(), out.as_os_str()]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(
+        err.contains("blk.0.attn_q.weight") && err.contains("IQ2_XXS"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a partial output was left behind");
+}

@@ -1,0 +1,236 @@
+//! Properties of the reference codecs on random blocks of every format: the dot product agrees
+//! with the dot of the decoded values, the activation quantizers round to within half a step,
+//! and bad lengths or alignment are errors, not panics.
+
+use half::f16;
+use rand::{rngs::StdRng, Rng, RngCore, SeedableRng};
+use synapse_quant::blocks::*;
+use synapse_quant::{dequantize, quantize, vec_dot, vec_dot_type, Block, GgmlType, QuantError};
+
+/// A finite f16 scale of modest size, either sign.
+fn scale(rng: &mut StdRng) -> f16 {
+    f16::from_f32(rng.gen_range(-2.0f32..2.0) * 10f32.powi(rng.gen_range(-4..1)))
+}
+
+/// `n` blocks of random bits, with their float fields replaced by sane values.
+fn random_blocks<B: Block>(
+    rng: &mut StdRng,
+    n: usize,
+    fix: impl Fn(&mut StdRng, &mut B),
+) -> Vec<u8> {
+    let mut blocks = vec![B::zeroed(); n];
+    for b in &mut blocks {
+        rng.fill_bytes(bytemuck::bytes_of_mut(b));
+        fix(rng, b);
+    }
+    bytemuck::cast_slice(&blocks).to_vec()
+}
+
+fn random_weights(rng: &mut StdRng, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
+    match ty {
+        GgmlType::F32 => {
+            let v: Vec<f32> = (0..n_blocks).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            bytemuck::cast_slice(&v).to_vec()
+        }
+        GgmlType::F16 | GgmlType::BF16 => {
+            let v: Vec<f32> = (0..n_blocks).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            quantize(ty, &v).unwrap()
+        }
+        GgmlType::Q4_0 => random_blocks::<BlockQ4_0>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::Q4_1 => random_blocks::<BlockQ4_1>(rng, n_blocks, |r, b| {
+            b.d = scale(r);
+            b.m = scale(r);
+        }),
+        GgmlType::Q5_0 => random_blocks::<BlockQ5_0>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::Q5_1 => random_blocks::<BlockQ5_1>(rng, n_blocks, |r, b| {
+            b.d = scale(r);
+            b.m = scale(r);
+        }),
+        GgmlType::Q8_0 => random_blocks::<BlockQ8_0>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::Q2_K => random_blocks::<BlockQ2K>(rng, n_blocks, |r, b| {
+            b.d = scale(r);
+            b.dmin = scale(r);
+        }),
+        GgmlType::Q3_K => random_blocks::<BlockQ3K>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::Q4_K => random_blocks::<BlockQ4K>(rng, n_blocks, |r, b| {
+            b.d = scale(r);
+            b.dmin = scale(r);
+        }),
+        GgmlType::Q5_K => random_blocks::<BlockQ5K>(rng, n_blocks, |r, b| {
+            b.d = scale(r);
+            b.dmin = scale(r);
+        }),
+        GgmlType::Q6_K => random_blocks::<BlockQ6K>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::IQ4_NL => random_blocks::<BlockIQ4NL>(rng, n_blocks, |r, b| b.d = scale(r)),
+        GgmlType::IQ4_XS => random_blocks::<BlockIQ4XS>(rng, n_blocks, |r, b| b.d = scale(r)),
+        _ => unreachable!("{ty}"),
+    }
+}
+
+const WEIGHT_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+#[test]
+fn dot_agrees_with_dot_of_decoded_values() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for &ty in WEIGHT_TYPES {
+        let act = vec_dot_type(ty).unwrap();
+        let block = ty.block_len().max(act.block_len());
+        for n_blocks in [1, 2, 3, 7] {
+            let n = n_blocks * block;
+            for _ in 0..50 {
+                let w = random_weights(&mut rng, ty, n / ty.block_len());
+                let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let got = vec_dot(ty, &w, &a).unwrap() as f64;
+                let wd = dequantize(ty, &w).unwrap();
+                let ad = dequantize(act, &a).unwrap();
+                let want: f64 = wd.iter().zip(&ad).map(|(p, q)| *p as f64 * *q as f64).sum();
+                let mag: f64 = wd
+                    .iter()
+                    .zip(&ad)
+                    .map(|(p, q)| (*p as f64 * *q as f64).abs())
+                    .sum();
+                // Q4_1/Q5_1 carry the min term through Q8_1's f16 sum `s`, which rounds.
+                let rel = match ty {
+                    GgmlType::Q4_1 | GgmlType::Q5_1 => 2e-3,
+                    _ => 1e-5,
+                };
+                assert!(
+                    (got - want).abs() <= rel * mag + 1e-12,
+                    "{ty} x {n}: dot {got:e}, decoded dot {want:e} (magnitude {mag:e})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_quantizers_round_to_half_a_step() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
+        for _ in 0..200 {
+            let n = ty.block_len() * rng.gen_range(1..4);
+            // Q8_0/Q8_1 keep d in f16: below ~1e-2 it goes subnormal and loses precision, as in
+            // ggml; the half-step bound is checked where the format can keep it.
+            let low = if ty == GgmlType::Q8_K { -20 } else { -2 };
+            let mag = 10f32.powi(rng.gen_range(low..6));
+            let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-mag..mag)).collect();
+            let q = quantize(ty, &x).unwrap();
+            let y = dequantize(ty, &q).unwrap();
+            for (blk, (xb, yb)) in x
+                .chunks(ty.block_len())
+                .zip(y.chunks(ty.block_len()))
+                .enumerate()
+            {
+                let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                // Q8_0/Q8_1 store d as f16, which adds its own relative error to each value.
+                let step = amax / 127.0;
+                let slack = match ty {
+                    GgmlType::Q8_K => 1e-6 * amax,
+                    _ => 1e-3 * amax,
+                };
+                for (a, b) in xb.iter().zip(yb) {
+                    assert!(
+                        (a - b).abs() <= step / 2.0 + slack,
+                        "{ty} block {blk}: {a} -> {b}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_k_block_sums_and_q8_1_sum_are_consistent() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let x: Vec<f32> = (0..1024).map(|_| rng.gen_range(-1.0..1.0)).collect();
+    let q = quantize(GgmlType::Q8_K, &x).unwrap();
+    for b in bytemuck::cast_slice::<u8, BlockQ8K>(&q) {
+        for (g, s) in b.bsums.iter().enumerate() {
+            let sum: i16 = b.qs[16 * g..16 * g + 16].iter().map(|&v| v as i16).sum();
+            assert_eq!(*s, sum);
+        }
+        assert!(b.qs.iter().all(|&v| v >= -127));
+    }
+    let q = quantize(GgmlType::Q8_1, &x).unwrap();
+    for b in bytemuck::cast_slice::<u8, BlockQ8_1>(&q) {
+        let sum: i32 = b.qs.iter().map(|&v| v as i32).sum();
+        assert!(
+            (b.s.to_f32() - sum as f32 * b.d.to_f32()).abs() <= 1e-3 * b.s.to_f32().abs() + 1e-7
+        );
+    }
+}
+
+#[test]
+fn bad_lengths_and_alignment_are_errors() {
+    let ty = GgmlType::Q4_K;
+    let bytes = vec![0u8; 2 * 144 + 1];
+    assert!(matches!(
+        dequantize(ty, &bytes),
+        Err(QuantError::ByteLength { .. })
+    ));
+    let mut out = vec![0f32; 100];
+    assert!(matches!(
+        synapse_quant::dequantize_row(ty, &bytes[..144], &mut out),
+        Err(QuantError::NotBlockMultiple { .. })
+    ));
+    let mut out = vec![0f32; 512];
+    assert!(matches!(
+        synapse_quant::dequantize_row(ty, &bytes[..144], &mut out),
+        Err(QuantError::SizeMismatch { .. })
+    ));
+    // An odd address cannot hold f16 fields.
+    let r = synapse_quant::dequantize_row(ty, &bytes[1..145], &mut out[..256]);
+    assert!(matches!(r, Err(QuantError::Misaligned { .. })), "{r:?}");
+    // Mismatched dot lengths, and types without a codec.
+    let a = quantize(GgmlType::Q8_K, &[0.5; 512]).unwrap();
+    assert!(matches!(
+        vec_dot(ty, &bytes[..144], &a),
+        Err(QuantError::DotLength { .. })
+    ));
+    assert!(matches!(
+        dequantize(GgmlType::IQ2_XXS, &[0; 66]),
+        Err(QuantError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        quantize(GgmlType::Q4_K, &[0.0; 256]),
+        Err(QuantError::Unsupported { .. })
+    ));
+    assert!(matches!(
+        vec_dot(GgmlType::Q8_K, &a, &a),
+        Err(QuantError::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
+    let cases: [(f32, u16); 5] = [
+        (1.0, 0x3F80),
+        (f32::from_bits(0x3F80_8000), 0x3F80), // tie, even stays
+        (f32::from_bits(0x3F81_8000), 0x3F82), // tie, odd rounds up
+        (f32::from_bits(0x3F80_8001), 0x3F81),
+        (f32::INFINITY, 0x7F80),
+    ];
+    for (x, want) in cases {
+        let q = quantize(GgmlType::BF16, &[x]).unwrap();
+        assert_eq!(u16::from_le_bytes([q[0], q[1]]), want, "{x:e}");
+    }
+    let q = quantize(GgmlType::BF16, &[f32::NAN]).unwrap();
+    assert!(dequantize(GgmlType::BF16, &q).unwrap()[0].is_nan());
+}
