@@ -238,7 +238,7 @@ fn cases() -> Vec<(&'static str, Vec<u8>, Check)> {
         ),
         (
             "tensor_name_utf8",
-            Raw::header(3, 1, 0).u64(1).u8(0x80).0,
+            Raw::header(3, 1, 0).u64(1).u8(0x80).bytes(&[0; 32]).0,
             |e| matches!(e, GgufError::BadUtf8 { .. }),
         ),
     ]
