@@ -4,4 +4,89 @@
 //! It reads weights from a [`synapse_gguf::GgufFile`] in place and does its arithmetic through
 //! `synapse-quant`; it knows nothing of the command line or of HTTP.
 
+pub mod attention;
+pub mod chat;
+pub mod kv;
+pub mod matmul;
+pub mod model;
+pub mod ops;
+pub mod sampler;
 pub mod tokenizer;
+
+pub use matmul::Threads;
+pub use model::{load, supported_architectures, Logits, Model, ModelInfo, State};
+
+/// Why a model cannot be loaded or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] synapse_gguf::GgufError),
+    #[error("architecture `{arch}` is not supported (supported: {supported})")]
+    UnsupportedArchitecture { arch: String, supported: String },
+    #[error("tensor `{tensor}` is missing")]
+    MissingTensor { tensor: String },
+    #[error("tensor `{tensor}` has shape {shape:?}, expected {expected}")]
+    Shape {
+        tensor: String,
+        shape: Vec<u64>,
+        expected: String,
+    },
+    #[error("tensor `{tensor}`: {source}")]
+    Tensor {
+        tensor: String,
+        #[source]
+        source: synapse_quant::QuantError,
+    },
+    #[error("bad hyperparameters: {0}")]
+    Hparams(String),
+    #[error(
+        "the context is full: {pos} tokens in it and {n} more do not fit in {n_ctx} \
+         (use a larger context, -c, or a shorter prompt)"
+    )]
+    ContextFull { pos: usize, n: usize, n_ctx: usize },
+    #[error("{n} tokens in one batch, but the state was made for batches of {n_batch}")]
+    BatchTooLarge { n: usize, n_batch: usize },
+    #[error("token id {id} is out of range (vocabulary of {n_vocab})")]
+    BadToken { id: u32, n_vocab: usize },
+    #[error("logits buffer holds {have} values, {need} needed")]
+    LogitsBuffer { have: usize, need: usize },
+}
+
+/// The checks every architecture's forward pass makes before it touches anything.
+pub(crate) fn check_forward(
+    info: &ModelInfo,
+    st: &State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &[f32],
+) -> Result<(), ModelError> {
+    let n = tokens.len();
+    if n > st.n_batch {
+        return Err(ModelError::BatchTooLarge {
+            n,
+            n_batch: st.n_batch,
+        });
+    }
+    if st.pos + n > st.n_ctx() {
+        return Err(ModelError::ContextFull {
+            pos: st.pos,
+            n,
+            n_ctx: st.n_ctx(),
+        });
+    }
+    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= info.n_vocab) {
+        return Err(ModelError::BadToken {
+            id,
+            n_vocab: info.n_vocab,
+        });
+    }
+    let need = logits.rows(n) * info.n_vocab;
+    if out.len() < need {
+        return Err(ModelError::LogitsBuffer {
+            have: out.len(),
+            need,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+//! Quantized matrix products, `out = W x` for a batch of tokens, with the weights read in place.
+//!
+//! Activations are quantized once per token to the weight format's activation type (Q8_0, Q8_1,
+//! Q8_K or F32, as llama.cpp does); then every (row, token) pair is one dot product of a weight
+//! row with a token's activation row. Every output element is computed by the same function on
+//! the same bytes whatever the batch size (G1) and whatever thread computes it (D1): threads split
+//! the output rows, never the reduction.
+
+use std::ops::Range;
+
+use synapse_gguf::{GgmlType, TensorView};
+use synapse_quant::{codec, QuantError};
+
+use crate::ModelError;
+
+/// A 2-D weight matrix of `rows` outputs by `cols` inputs, in its file format.
+#[derive(Clone, Copy)]
+pub struct Matrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    data: &'a [u8],
+    row_bytes: usize,
+    act: GgmlType,
+    dot: fn(&[u8], &[u8]) -> Result<f32, QuantError>,
+}
+
+impl<'a> Matrix<'a> {
+    /// A matrix view of a tensor, checked to be 2-D with `cols` inputs and a dot product.
+    pub fn new(
+        t: TensorView<'a>,
+        cols: usize,
+        rows: Option<usize>,
+    ) -> Result<Matrix<'a>, ModelError> {
+        let info = t.info;
+        let shape_ok = info.shape.len() == 2
+            && info.shape[0] as usize == cols
+            && rows.is_none_or(|r| info.shape[1] as usize == r);
+        if !shape_ok {
+            return Err(ModelError::Shape {
+                tensor: info.name.clone(),
+                shape: info.shape.clone(),
+                expected: format!("[{cols}, {}]", rows.map_or("n".into(), |r| r.to_string())),
+            });
+        }
+        let c = codec(info.ggml_type).map_err(|e| ModelError::Tensor {
+            tensor: info.name.clone(),
+            source: e,
+        })?;
+        let vd = c.vec_dot.ok_or_else(|| ModelError::Tensor {
+            tensor: info.name.clone(),
+            source: QuantError::Unsupported {
+                ty: info.ggml_type,
+                what: "dot product",
+            },
+        })?;
+        Ok(Matrix {
+            ty: info.ggml_type,
+            rows: info.shape[1] as usize,
+            cols,
+            data: t.data,
+            row_bytes: t.data.len() / info.shape[1].max(1) as usize,
+            act: vd.act,
+            dot: vd.f,
+        })
+    }
+
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// The activation format this matrix's dot product takes.
+    pub fn act_type(&self) -> GgmlType {
+        self.act
+    }
+}
+
+/// Activations of a batch of tokens, quantized for one activation type.
+pub struct Acts {
+    ty: GgmlType,
+    row_bytes: usize,
+    n: usize,
+    buf: Vec<u8>,
+}
+
+impl Acts {
+    /// Room for `max_tokens` rows of up to `max_cols` values in any activation type.
+    pub fn with_capacity(max_tokens: usize, max_cols: usize) -> Acts {
+        // F32 is the widest activation type (4 bytes a value; Q8_K is 292/256).
+        Acts {
+            ty: GgmlType::F32,
+            row_bytes: 0,
+            n: 0,
+            buf: vec![0; max_tokens * max_cols * 4],
+        }
+    }
+
+    /// Quantize `n` rows of `cols` values (`x` is `(n, cols)`) to `ty`.
+    pub fn quantize(&mut self, ty: GgmlType, x: &[f32], cols: usize) {
+        let n = x.len() / cols;
+        let row_bytes = ty.bytes_for(cols as u64).expect("cols checked at load") as usize;
+        self.ty = ty;
+        self.row_bytes = row_bytes;
+        self.n = n;
+        let q = codec(ty)
+            .ok()
+            .and_then(|c| c.quantize)
+            .expect("activation types encode");
+        for (xr, out) in x
+            .chunks_exact(cols)
+            .zip(self.buf.chunks_exact_mut(row_bytes))
+        {
+            q(xr, out).expect("sizes agree by construction");
+        }
+    }
+
+    fn row(&self, t: usize) -> &[u8] {
+        &self.buf[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+/// How many threads the matrix products use. Results do not depend on it (D1).
+#[derive(Debug, Clone, Copy)]
+pub struct Threads(pub usize);
+
+impl Threads {
+    /// Run `f` over `0..n` split into contiguous ranges, one per thread.
+    fn split(&self, n: usize, f: impl Fn(Range<usize>) + Sync) {
+        let t = self.0.clamp(1, n.max(1));
+        if t == 1 {
+            return f(0..n);
+        }
+        let chunk = n.div_ceil(t);
+        std::thread::scope(|s| {
+            for i in 1..t {
+                let f = &f;
+                s.spawn(move || f((i * chunk).min(n)..((i + 1) * chunk).min(n)));
+            }
+            f(0..chunk.min(n));
+        });
+    }
+}
+
+/// A pointer to an output buffer that threads write disjoint elements of.
+struct SharedOut(*mut f32, usize);
+// SAFETY: `matmul` hands each thread a disjoint set of rows; no element is written twice, and
+// the buffer outlives the scoped threads.
+unsafe impl Sync for SharedOut {}
+
+/// `out[t * rows + r] = dot(W row r, token t)` for every row and token: `out` is
+/// `(n_tokens, rows)`, `acts` holds the tokens quantized to `w.act_type()`.
+pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: Threads) {
+    assert_eq!(acts.ty, w.act, "activations quantized for another type");
+    let n = acts.n;
+    assert!(out.len() >= n * w.rows);
+    let shared = SharedOut(out.as_mut_ptr(), out.len());
+    threads.split(w.rows, |rows| {
+        let shared = &shared;
+        for r in rows {
+            let wr = w.row(r);
+            for t in 0..n {
+                let v = (w.dot)(wr, acts.row(t)).expect("sizes agree by construction");
+                let i = t * w.rows + r;
+                debug_assert!(i < shared.1);
+                // SAFETY: i < out.len() (asserted above), and row r belongs to this thread only.
+                unsafe { *shared.0.add(i) = v };
+            }
+        }
+    });
+}
+
+/// Split `0..n` over threads: for per-head attention and other independent rows.
+pub fn parallel_for(threads: Threads, n: usize, f: impl Fn(Range<usize>) + Sync) {
+    threads.split(n, f)
+}

@@ -1,0 +1,271 @@
+//! `llama`: Llama 2/3.x, SmolLM2, Mistral-style models.
+//!
+//! ```text
+//! x = token_embd[token]
+//! per layer:  x += Wo · attn(rope(Wq · norm(x)), rope(Wk · norm(x)), Wv · norm(x))
+//!             x += Wdown · (silu(Wgate · norm(x)) * (Wup · norm(x)))
+//! logits = Woutput · norm(x)          (Woutput = token_embd when the file has no output.weight)
+//! ```
+//! RMSNorm, adjacent-pair RoPE (with Llama 3's per-frequency factors from `rope_freqs.weight`, or
+//! linear scaling), grouped-query attention over an F16 cache, SwiGLU.
+
+use synapse_gguf::GgufFile;
+
+use super::{attn_shape, vector, HParams, Logits, Model, ModelInfo, Scratch, ScratchDims, State};
+use crate::attention::{attend, AttnShape};
+use crate::kv::KvCache;
+use crate::matmul::{matmul, Acts, Matrix, Threads};
+use crate::ops::{add_inplace, rms_norm, swiglu, Rope, RopeStyle};
+use crate::ModelError;
+
+struct Layer<'a> {
+    attn_norm: Vec<f32>,
+    wq: Matrix<'a>,
+    wk: Matrix<'a>,
+    wv: Matrix<'a>,
+    wo: Matrix<'a>,
+    ffn_norm: Vec<f32>,
+    gate: Matrix<'a>,
+    up: Matrix<'a>,
+    down: Matrix<'a>,
+}
+
+pub struct Llama<'a> {
+    info: ModelInfo,
+    n_ff: usize,
+    eps: f32,
+    attn: AttnShape,
+    rope: Rope,
+    tok_embd: Matrix<'a>,
+    layers: Vec<Layer<'a>>,
+    output_norm: Vec<f32>,
+    output: Matrix<'a>,
+}
+
+impl<'a> Llama<'a> {
+    pub fn load(file: &'a GgufFile) -> Result<Llama<'a>, ModelError> {
+        let md = file.metadata();
+        let hp = HParams { md, arch: "llama" };
+        let n_embd = hp.usize("embedding_length")?;
+        let n_layer = hp.usize("block_count")?;
+        let n_ff = hp.usize("feed_forward_length")?;
+        let n_head = hp.usize("attention.head_count")?;
+        let n_head_kv = hp.usize_or("attention.head_count_kv", n_head)?;
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::Hparams(format!(
+                "{n_head} query heads cannot share {n_head_kv} KV heads"
+            )));
+        }
+        let head_dim = hp.usize_or("attention.key_length", n_embd / n_head)?;
+        let n_rot = hp.usize_or("rope.dimension_count", head_dim)?;
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(ModelError::Hparams(format!(
+                "RoPE over {n_rot} of {head_dim} dims"
+            )));
+        }
+        let eps = hp.f32_or("attention.layer_norm_rms_epsilon", 1e-5)?;
+        let base = hp.f32_or("rope.freq_base", 10000.0)?;
+        let mut freq_factors = match file.tensor("rope_freqs.weight") {
+            Ok(_) => Some(vector(file, "rope_freqs.weight", n_rot / 2)?),
+            Err(_) => None,
+        };
+        match md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
+            "none" => {}
+            // Linear scaling divides every angle by the factor (ggml's freq_scale = 1 / factor).
+            "linear" => {
+                let factor = hp.f32_or("rope.scaling.factor", 1.0)?;
+                if factor > 0.0 && factor != 1.0 {
+                    let ff = freq_factors.get_or_insert_with(|| vec![1.0; n_rot / 2]);
+                    ff.iter_mut().for_each(|f| *f *= factor);
+                }
+            }
+            other => {
+                return Err(ModelError::Hparams(format!(
+                    "RoPE scaling `{other}` is not supported (none, linear)"
+                )))
+            }
+        }
+
+        let mat = |name: &str, cols: usize, rows: Option<usize>| {
+            let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
+                tensor: name.into(),
+            })?;
+            Matrix::new(t, cols, rows)
+        };
+        let tok_embd = mat("token_embd.weight", n_embd, None)?;
+        let n_vocab = tok_embd.rows;
+        let q_dim = n_head * head_dim;
+        let kv_dim = n_head_kv * head_dim;
+        let mut layers = Vec::with_capacity(n_layer);
+        for i in 0..n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: vector(file, &p("attn_norm"), n_embd)?,
+                wq: mat(&p("attn_q"), n_embd, Some(q_dim))?,
+                wk: mat(&p("attn_k"), n_embd, Some(kv_dim))?,
+                wv: mat(&p("attn_v"), n_embd, Some(kv_dim))?,
+                wo: mat(&p("attn_output"), q_dim, Some(n_embd))?,
+                ffn_norm: vector(file, &p("ffn_norm"), n_embd)?,
+                gate: mat(&p("ffn_gate"), n_embd, Some(n_ff))?,
+                up: mat(&p("ffn_up"), n_embd, Some(n_ff))?,
+                down: mat(&p("ffn_down"), n_ff, Some(n_embd))?,
+            });
+        }
+        let output = match file.tensor("output.weight") {
+            Ok(_) => mat("output.weight", n_embd, Some(n_vocab))?,
+            Err(_) => tok_embd,
+        };
+        Ok(Llama {
+            info: ModelInfo {
+                arch: "llama".into(),
+                n_vocab,
+                n_ctx_train: hp.usize_or("context_length", 2048)?,
+                n_embd,
+                n_layer,
+            },
+            n_ff,
+            eps,
+            attn: attn_shape(n_head, n_head_kv, head_dim),
+            rope: Rope {
+                style: RopeStyle::Adjacent,
+                n_rot,
+                base,
+                freq_factors,
+            },
+            tok_embd,
+            layers,
+            output_norm: vector(file, "output_norm.weight", n_embd)?,
+            output,
+        })
+    }
+}
+
+/// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
+fn mm(w: &Matrix, x: &[f32], n: usize, acts: &mut Acts, out: &mut [f32], threads: Threads) {
+    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
+    matmul(w, acts, &mut out[..n * w.rows], threads);
+}
+
+impl Model for Llama<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+        let a = &self.attn;
+        State {
+            pos: 0,
+            n_batch,
+            kv: KvCache::new(self.info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
+            s: Scratch::new(&ScratchDims {
+                n_batch,
+                n_ctx,
+                n_embd: self.info.n_embd,
+                q_dim: a.n_head * a.head_dim,
+                kv_dim: a.n_head_kv * a.head_dim,
+                n_ff: self.n_ff,
+                head_dim: a.head_dim,
+            }),
+        }
+    }
+
+    fn forward(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: Threads,
+    ) -> Result<(), ModelError> {
+        let n = tokens.len();
+        crate::check_forward(&self.info, st, tokens, logits, out)?;
+        let d = self.info.n_embd;
+        let a = &self.attn;
+        let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        let s = &mut st.s;
+
+        for (t, &id) in tokens.iter().enumerate() {
+            let row = self.tok_embd.row(id as usize);
+            synapse_quant::dequantize_row(self.tok_embd.ty, row, &mut s.x[t * d..(t + 1) * d])
+                .map_err(|e| ModelError::Tensor {
+                    tensor: "token_embd.weight".into(),
+                    source: e,
+                })?;
+        }
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Attention block.
+            for t in 0..n {
+                rms_norm(
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.attn_norm,
+                    self.eps,
+                    &mut s.h[t * d..(t + 1) * d],
+                );
+            }
+            mm(&layer.wq, &s.h, n, &mut s.acts, &mut s.q, threads);
+            mm(&layer.wk, &s.h, n, &mut s.acts, &mut s.k, threads);
+            mm(&layer.wv, &s.h, n, &mut s.acts, &mut s.v, threads);
+            for t in 0..n {
+                let pos = st.pos + t;
+                self.rope.angles(pos, &mut s.rope);
+                self.rope
+                    .apply(&mut s.q[t * q_dim..(t + 1) * q_dim], a.head_dim, &s.rope);
+                self.rope
+                    .apply(&mut s.k[t * kv_dim..(t + 1) * kv_dim], a.head_dim, &s.rope);
+                st.kv.store(
+                    l,
+                    pos,
+                    &s.k[t * kv_dim..(t + 1) * kv_dim],
+                    &s.v[t * kv_dim..(t + 1) * kv_dim],
+                );
+            }
+            for t in 0..n {
+                let n_pos = st.pos + t + 1;
+                attend(
+                    a,
+                    &s.q[t * q_dim..(t + 1) * q_dim],
+                    st.kv.keys(l, n_pos),
+                    st.kv.values(l, n_pos),
+                    n_pos,
+                    &mut s.scores,
+                    &mut s.att[t * q_dim..(t + 1) * q_dim],
+                );
+            }
+            mm(&layer.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+
+            // Feed-forward block.
+            for t in 0..n {
+                rms_norm(
+                    &s.x[t * d..(t + 1) * d],
+                    &layer.ffn_norm,
+                    self.eps,
+                    &mut s.h[t * d..(t + 1) * d],
+                );
+            }
+            mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
+            mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
+            swiglu(&mut s.gate[..n * self.n_ff], &s.up[..n * self.n_ff]);
+            mm(&layer.down, &s.gate, n, &mut s.acts, &mut s.o, threads);
+            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        }
+        st.pos += n;
+
+        let rows = logits.rows(n);
+        if rows > 0 {
+            let first = n - rows;
+            for t in 0..rows {
+                let src = &s.x[(first + t) * d..(first + t + 1) * d];
+                rms_norm(
+                    src,
+                    &self.output_norm,
+                    self.eps,
+                    &mut s.h[t * d..(t + 1) * d],
+                );
+            }
+            mm(&self.output, &s.h, rows, &mut s.acts, out, threads);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,250 @@
+//! Architectures, one file each, behind one trait, and the registry that picks one from a file's
+//! `general.architecture`.
+
+use synapse_gguf::{GgmlType, GgufFile, Metadata};
+
+use crate::attention::AttnShape;
+use crate::kv::KvCache;
+use crate::matmul::{Acts, Threads};
+use crate::ModelError;
+
+pub mod llama;
+
+/// The architectures synapse runs, and how to load each.
+const REGISTRY: &[(
+    &str,
+    for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>,
+)] = &[("llama", |f| Ok(Box::new(llama::Llama::load(f)?)))];
+
+/// Names of the supported architectures.
+pub fn supported_architectures() -> Vec<&'static str> {
+    REGISTRY.iter().map(|(name, _)| *name).collect()
+}
+
+/// Load the model a GGUF file holds, reading its weights in place.
+pub fn load(file: &GgufFile) -> Result<Box<dyn Model + '_>, ModelError> {
+    let arch = file.metadata().str("general.architecture")?;
+    let (_, load) = REGISTRY
+        .iter()
+        .find(|(name, _)| *name == arch)
+        .ok_or_else(|| ModelError::UnsupportedArchitecture {
+            arch: arch.to_string(),
+            supported: supported_architectures().join(", "),
+        })?;
+    load(file)
+}
+
+/// What every architecture tells about itself.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub arch: String,
+    pub n_vocab: usize,
+    pub n_ctx_train: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+}
+
+/// Which positions of a forward pass need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// None: only fill the cache (all but the last batch of a prompt).
+    None,
+    /// The last token's: generation.
+    Last,
+    /// Every token's: evaluation, perplexity.
+    All,
+}
+
+impl Logits {
+    pub fn rows(self, n_tokens: usize) -> usize {
+        match self {
+            Logits::None => 0,
+            Logits::Last => 1,
+            Logits::All => n_tokens,
+        }
+    }
+}
+
+pub trait Model: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+
+    /// A fresh sequence state: its KV cache for `n_ctx` positions and scratch for batches of up
+    /// to `n_batch` tokens. All memory the forward pass needs is allocated here, once.
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State;
+
+    /// Run `tokens` at positions `state.pos..`, appending them to the cache, and write the
+    /// requested logits (`(logits.rows(n), n_vocab)`) into `out`.
+    fn forward(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: Threads,
+    ) -> Result<(), ModelError>;
+
+    /// Feed a whole prompt in batches of `n_batch` and return the logits asked for:
+    /// every position's (`All`) or the last one's (`Last`).
+    fn prefill(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        n_batch: usize,
+        logits: Logits,
+        threads: Threads,
+    ) -> Result<Vec<f32>, ModelError> {
+        let n_vocab = self.info().n_vocab;
+        let mut out = vec![0.0; logits.rows(tokens.len()) * n_vocab];
+        let n_batch = n_batch.clamp(1, state.n_batch);
+        let chunks: Vec<&[u32]> = tokens.chunks(n_batch).collect();
+        let mut written = 0;
+        for (i, chunk) in chunks.iter().enumerate() {
+            let want = match logits {
+                Logits::All => Logits::All,
+                Logits::Last if i + 1 == chunks.len() => Logits::Last,
+                _ => Logits::None,
+            };
+            let rows = want.rows(chunk.len());
+            self.forward(
+                state,
+                chunk,
+                want,
+                &mut out[written..written + rows * n_vocab],
+                threads,
+            )?;
+            written += rows * n_vocab;
+        }
+        Ok(out)
+    }
+}
+
+/// The state of one sequence: its position, its KV cache and the scratch of the forward pass.
+pub struct State {
+    /// Tokens in the cache so far: the position of the next token.
+    pub pos: usize,
+    pub(crate) n_batch: usize,
+    pub(crate) kv: KvCache,
+    pub(crate) s: Scratch,
+}
+
+impl State {
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx()
+    }
+
+    /// Forget the sequence (keep the memory).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+    }
+}
+
+/// Per-batch buffers, sized once for the largest batch. Shapes in comments use `n = n_batch`.
+pub(crate) struct Scratch {
+    pub x: Vec<f32>,           // (n, n_embd) residual stream
+    pub h: Vec<f32>,           // (n, n_embd) normed input of a block
+    pub q: Vec<f32>,           // (n, n_head * head_dim)
+    pub k: Vec<f32>,           // (n, n_head_kv * head_dim)
+    pub v: Vec<f32>,           // (n, n_head_kv * head_dim)
+    pub att: Vec<f32>,         // (n, n_head * head_dim)
+    pub o: Vec<f32>,           // (n, n_embd) a block's output before the residual add
+    pub gate: Vec<f32>,        // (n, n_ff)
+    pub up: Vec<f32>,          // (n, n_ff)
+    pub scores: Vec<f32>,      // (n_ctx) one head's attention weights
+    pub rope: Vec<(f32, f32)>, // (head_dim / 2) one position's angles
+    pub acts: Acts,            // quantized input of the current matmul
+}
+
+/// The sizes a [`Scratch`] is allocated for.
+pub(crate) struct ScratchDims {
+    pub n_batch: usize,
+    pub n_ctx: usize,
+    pub n_embd: usize,
+    pub q_dim: usize,
+    pub kv_dim: usize,
+    pub n_ff: usize,
+    pub head_dim: usize,
+}
+
+impl Scratch {
+    pub fn new(d: &ScratchDims) -> Scratch {
+        let n = d.n_batch;
+        let widest = d.n_embd.max(d.q_dim).max(d.n_ff);
+        Scratch {
+            x: vec![0.0; n * d.n_embd],
+            h: vec![0.0; n * d.n_embd],
+            q: vec![0.0; n * d.q_dim],
+            k: vec![0.0; n * d.kv_dim],
+            v: vec![0.0; n * d.kv_dim],
+            att: vec![0.0; n * d.q_dim],
+            o: vec![0.0; n * d.n_embd],
+            gate: vec![0.0; n * d.n_ff],
+            up: vec![0.0; n * d.n_ff],
+            scores: vec![0.0; d.n_ctx],
+            rope: vec![(0.0, 0.0); d.head_dim / 2],
+            acts: Acts::with_capacity(n, widest),
+        }
+    }
+}
+
+/// Hyperparameters of `{arch}.*` keys, with errors that name the key.
+pub(crate) struct HParams<'a> {
+    pub md: &'a Metadata,
+    pub arch: &'a str,
+}
+
+impl HParams<'_> {
+    pub fn key(&self, suffix: &str) -> String {
+        format!("{}.{suffix}", self.arch)
+    }
+
+    pub fn usize(&self, suffix: &str) -> Result<usize, ModelError> {
+        Ok(self.md.u64(&self.key(suffix))? as usize)
+    }
+
+    pub fn usize_or(&self, suffix: &str, default: usize) -> Result<usize, ModelError> {
+        match self.md.get(&self.key(suffix)) {
+            None => Ok(default),
+            Some(_) => self.usize(suffix),
+        }
+    }
+
+    pub fn f32_or(&self, suffix: &str, default: f32) -> Result<f32, ModelError> {
+        match self.md.get(&self.key(suffix)) {
+            None => Ok(default),
+            Some(_) => Ok(self.md.f64(&self.key(suffix))? as f32),
+        }
+    }
+}
+
+/// A 1-D F32 (or F16/BF16) tensor of `n` values, decoded: norm weights, RoPE factors.
+pub(crate) fn vector(file: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
+    let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
+        tensor: name.into(),
+    })?;
+    if t.info.n_elements() as usize != n
+        || !matches!(
+            t.info.ggml_type,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
+        )
+    {
+        return Err(ModelError::Shape {
+            tensor: name.into(),
+            shape: t.info.shape.clone(),
+            expected: format!("[{n}] of F32"),
+        });
+    }
+    synapse_quant::dequantize(t.info.ggml_type, t.data).map_err(|e| ModelError::Tensor {
+        tensor: name.into(),
+        source: e,
+    })
+}
+
+/// Attention shape of a layer.
+pub(crate) fn attn_shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttnShape {
+    AttnShape {
+        n_head,
+        n_head_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    }
+}
