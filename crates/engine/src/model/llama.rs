@@ -58,6 +58,9 @@ impl<'a> Llama<'a> {
         }
         let head_dim = hp.usize_or("attention.key_length", n_embd / n_head)?;
         let n_rot = hp.usize_or("rope.dimension_count", head_dim)?;
+        if head_dim > crate::attention::MAX_HEAD_DIM {
+            return Err(ModelError::Hparams(format!("head dimension {head_dim} is too large")));
+        }
         if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(ModelError::Hparams(format!(
                 "RoPE over {n_rot} of {head_dim} dims"
@@ -159,7 +162,6 @@ impl Model for Llama<'_> {
             kv: KvCache::new(self.info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
             s: Scratch::new(&ScratchDims {
                 n_batch,
-                n_ctx,
                 n_embd: self.info.n_embd,
                 q_dim: a.n_head * a.head_dim,
                 kv_dim: a.n_head_kv * a.head_dim,
@@ -228,7 +230,6 @@ impl Model for Llama<'_> {
                     st.kv.keys(l, n_pos),
                     st.kv.values(l, n_pos),
                     n_pos,
-                    &mut s.scores,
                     &mut s.att[t * q_dim..(t + 1) * q_dim],
                 );
             }

@@ -149,7 +149,6 @@ pub(crate) struct Scratch {
     pub o: Vec<f32>,           // (n, n_embd) a block's output before the residual add
     pub gate: Vec<f32>,        // (n, n_ff)
     pub up: Vec<f32>,          // (n, n_ff)
-    pub scores: Vec<f32>,      // (n_ctx) one head's attention weights
     pub rope: Vec<(f32, f32)>, // (head_dim / 2) one position's angles
     pub acts: Acts,            // quantized input of the current matmul
 }
@@ -157,7 +156,6 @@ pub(crate) struct Scratch {
 /// The sizes a [`Scratch`] is allocated for.
 pub(crate) struct ScratchDims {
     pub n_batch: usize,
-    pub n_ctx: usize,
     pub n_embd: usize,
     pub q_dim: usize,
     pub kv_dim: usize,
@@ -179,7 +177,6 @@ impl Scratch {
             o: vec![0.0; n * d.n_embd],
             gate: vec![0.0; n * d.n_ff],
             up: vec![0.0; n * d.n_ff],
-            scores: vec![0.0; d.n_ctx],
             rope: vec![(0.0, 0.0); d.head_dim / 2],
             acts: Acts::with_capacity(n, widest),
         }

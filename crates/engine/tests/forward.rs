@@ -1,0 +1,222 @@
+//! The forward pass against llama.cpp, and the batch (G1) and thread (D1) invariance contracts.
+//! Golden data: `scripts/golden/forward.py` (llama.cpp run token by token, one thread).
+
+use std::path::PathBuf;
+
+use synapse_engine::{load, Logits, Model, ModelError, Threads};
+use synapse_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/forward").join(name)
+}
+
+fn model_path(name: &str) -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models").join(name);
+    assert!(p.exists(), "{} is missing: run scripts/fetch-models.sh", p.display());
+    p
+}
+
+fn ints(f: &GgufFile, name: &str) -> Vec<u32> {
+    let t = f.tensor(name).unwrap();
+    assert_eq!(t.info.ggml_type, GgmlType::I32);
+    t.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32).collect()
+}
+
+fn floats(f: &GgufFile, name: &str) -> Vec<f32> {
+    let t = f.tensor(name).unwrap();
+    assert_eq!(t.info.ggml_type, GgmlType::F32);
+    t.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let lse = x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+    x.iter().map(|&v| v as f64 - lse).collect()
+}
+
+fn argmax(x: &[f32]) -> usize {
+    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
+}
+
+/// Logits of every position, feeding `ids` in batches of `batch`.
+fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
+    let mut st = model.new_state(ids.len(), batch);
+    model.prefill(&mut st, ids, batch, Logits::All, Threads(threads)).unwrap()
+}
+
+/// Mean and max KL(reference || synapse) and top-1 agreement.
+struct Agreement {
+    mean_kl: f64,
+    max_kl: f64,
+    top1: f64,
+}
+
+#[test]
+fn smollm2_matches_llama_cpp_token_by_token() {
+    let file = GgufFile::open(model_path("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let model = load(&file).unwrap();
+    let golden = GgufFile::open(data("smollm2.logits.gguf")).unwrap();
+    let ids = ints(&golden, "ids");
+    let top_ids = ints(&golden, "top_ids");
+    let top_logp = floats(&golden, "top_logp");
+    let k = top_ids.len() / ids.len();
+    let n_vocab = model.info().n_vocab;
+    assert!(ids.len() >= 500);
+
+    let logits = run(model.as_ref(), &ids, 1, 2);
+    let (mut kl_sum, mut max_kl, mut agree) = (0.0, 0.0f64, 0);
+    for (p, row) in logits.chunks(n_vocab).enumerate() {
+        let ours = log_softmax(row);
+        let tid = &top_ids[p * k..(p + 1) * k];
+        let tlp = &top_logp[p * k..(p + 1) * k];
+        // KL over the reference's top K tokens plus one bucket for the rest.
+        let mut kl = 0.0;
+        let (mut ref_top, mut our_top) = (0.0, 0.0);
+        for (&id, &lp) in tid.iter().zip(tlp) {
+            let lp = lp as f64;
+            kl += lp.exp() * (lp - ours[id as usize]);
+            ref_top += lp.exp();
+            our_top += ours[id as usize].exp();
+        }
+        let (ref_tail, our_tail) = ((1.0 - ref_top).max(1e-12), (1.0 - our_top).max(1e-12));
+        kl += ref_tail * (ref_tail / our_tail).ln();
+        kl_sum += kl;
+        max_kl = max_kl.max(kl);
+        agree += (argmax(row) == tid[0] as usize) as usize;
+    }
+    let a = Agreement {
+        mean_kl: kl_sum / ids.len() as f64,
+        max_kl,
+        top1: agree as f64 / ids.len() as f64,
+    };
+    eprintln!(
+        "smollm2 vs llama.cpp over {} positions: mean KL {:.2e}, max KL {:.2e}, top-1 {:.2}%",
+        ids.len(),
+        a.mean_kl,
+        a.max_kl,
+        100.0 * a.top1
+    );
+    assert!(a.top1 >= 0.99, "top-1 agreement {:.4}", a.top1);
+    assert!(a.mean_kl <= 1e-3, "mean KL {:.3e}", a.mean_kl);
+
+    // G1 on the real model: batched prefill gives the same bits as token by token.
+    let prefix = &ids[..160];
+    let one = &logits[..prefix.len() * n_vocab];
+    for batch in [7, 64, 93] {
+        let b = run(model.as_ref(), prefix, batch, 2);
+        assert!(b == one, "batch {batch}: logits differ from token-by-token");
+    }
+}
+
+#[test]
+fn smollm2_greedy_continuations_match_llama_cpp() {
+    let file = GgufFile::open(model_path("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let model = load(&file).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("smollm2.greedy.json")).unwrap()).unwrap();
+    let cases = cases.as_array().unwrap();
+    let mut equal = 0;
+    for case in cases {
+        let ids: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = case["greedy"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let mut st = model.new_state(ids.len() + want.len() + 1, 64);
+        let mut logits = model.prefill(&mut st, &ids, 64, Logits::Last, Threads(2)).unwrap();
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            let next = argmax(&logits) as u32;
+            got.push(next);
+            if got.len() == want.len() {
+                break;
+            }
+            model.forward(&mut st, &[next], Logits::Last, &mut logits, Threads(2)).unwrap();
+        }
+        if got == want {
+            equal += 1;
+        } else {
+            let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len());
+            eprintln!("prompt {:?}: diverges at generated token {first}", case["prompt"].as_str().unwrap());
+        }
+    }
+    eprintln!("greedy: {equal} of {} continuations equal llama.cpp's", cases.len());
+    assert!(cases.len() >= 10 && equal >= 9, "{equal} of {} equal", cases.len());
+}
+
+const TINY: &[&str] = &[
+    "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+];
+
+#[test]
+fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
+    for name in TINY {
+        let file = GgufFile::open(data(&format!("tiny-{name}.gguf"))).unwrap();
+        let ty = file.tensor("blk.0.attn_q.weight").unwrap().info.ggml_type;
+        assert_eq!(ty.name(), *name);
+        let model = load(&file).unwrap();
+        let golden = GgufFile::open(data(&format!("tiny-{name}.logits.gguf"))).unwrap();
+        let ids = ints(&golden, "ids");
+        let want = floats(&golden, "logits");
+        let n_vocab = model.info().n_vocab;
+
+        let got = run(model.as_ref(), &ids, 1, 1);
+        let mut kl_sum = 0.0;
+        let mut agree = 0;
+        for (g, w) in got.chunks(n_vocab).zip(want.chunks(n_vocab)) {
+            let (lg, lw) = (log_softmax(g), log_softmax(w));
+            kl_sum += lw.iter().zip(&lg).map(|(a, b)| a.exp() * (a - b)).sum::<f64>();
+            agree += (argmax(g) == argmax(w)) as usize;
+        }
+        let mean_kl = kl_sum / ids.len() as f64;
+        eprintln!("tiny {name}: mean KL {mean_kl:.2e}, top-1 {agree}/{}", ids.len());
+        assert!(mean_kl <= 1e-3, "{name}: mean KL {mean_kl:.3e}");
+
+        // G1: any batch size gives the bits of token by token.
+        for batch in [7, 64, 93] {
+            assert!(run(model.as_ref(), &ids, batch, 1) == got, "{name}: batch {batch} differs");
+        }
+        // D1: any thread count gives the same bits.
+        for threads in [2, 3, 4] {
+            assert!(run(model.as_ref(), &ids, 64, threads) == got, "{name}: {threads} threads differ");
+        }
+    }
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_an_error() {
+    let file = GgufFile::open(data("tiny-Q8_0.gguf")).unwrap();
+    let model = load(&file).unwrap();
+    let mut st = model.new_state(16, 8);
+    let ids: Vec<u32> = (0..20).collect();
+    let e = model.prefill(&mut st, &ids, 8, Logits::Last, Threads(1)).unwrap_err();
+    assert!(matches!(e, ModelError::ContextFull { n_ctx: 16, .. }), "{e}");
+    assert!(e.to_string().contains("context is full"), "{e}");
+    let mut st = model.new_state(16, 8);
+    let e = model.prefill(&mut st, &[5, 300, 7], 8, Logits::Last, Threads(1)).unwrap_err();
+    assert!(matches!(e, ModelError::BadToken { id: 300, .. }), "{e}");
+}
+
+/// A copy of the tiny model with one metadata value replaced or one tensor dropped.
+fn altered(set: Option<(&str, Value)>, drop: Option<&str>) -> GgufFile {
+    let src = GgufFile::open(data("tiny-Q8_0.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    if let Some((k, v)) = set {
+        w.set(k, v);
+    }
+    for t in src.tensors().filter(|t| Some(t.info.name.as_str()) != drop) {
+        w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data).unwrap();
+    }
+    GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+}
+
+#[test]
+fn unknown_architectures_and_missing_tensors_are_named() {
+    let f = altered(Some(("general.architecture", Value::String("mamba9".into()))), None);
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("mamba9") && e.contains("llama"), "{e}");
+    let f = altered(None, Some("blk.1.ffn_up.weight"));
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("blk.1.ffn_up.weight") && e.contains("missing"), "{e}");
+    let f = altered(Some(("llama.embedding_length", Value::U32(320))), None);
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("token_embd.weight"), "{e}");
+}
