@@ -1,0 +1,480 @@
+//! Pre-tokenizers: the regex splits a byte-level BPE vocabulary runs before its merges, one set
+//! per `tokenizer.ggml.pre` family, with llama.cpp's semantics (`src/unicode.cpp`).
+//!
+//! llama.cpp applies a list of regexes in turn; each splits every piece the previous ones left,
+//! and the text between matches stays a piece of its own. The common regexes it runs through
+//! hand-written matchers (GPT-2's, Llama 3's, Qwen 2's), the others through `std::regex` on a
+//! "collapsed" text where each non-ASCII code point stands for its category. Both are written
+//! here as plain scanners over code points, which keeps the exact behaviour (including the
+//! places where the hand-written matchers differ from the regex they replace) and needs no regex
+//! engine.
+
+use super::unicode::Flags;
+
+/// A pre-tokenizer regex set, named after the `tokenizer.ggml.pre` value that introduced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PreTokenizer {
+    /// `default` (and a missing key): `[\p{P}\$\+<=>\^~\|]+`, then GPT-2's, then `\p{N}+`, then
+    /// `[0-9][0-9][0-9]`.
+    Default,
+    /// `gpt-2` and kin: `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)`.
+    Gpt2,
+    /// `llama3`, `llama-bpe` and kin:
+    /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`.
+    Llama3,
+    /// `qwen2` and kin: Llama 3's with single digits (`\p{N}` for `\p{N}{1,3}`).
+    Qwen2,
+    /// `smollm`, `starcoder` and kin: every `\p{N}` on its own, then GPT-2's.
+    StarCoder,
+}
+
+/// What a `tokenizer.ggml.pre` value selects, with the flags llama.cpp sets alongside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreConfig {
+    pub kind: PreTokenizer,
+    /// Detokenization tidies spaces before punctuation (`clean_up_tokenization_spaces`).
+    pub clean_spaces: bool,
+    /// A pre-token that is itself in the vocabulary is taken whole, without merges.
+    pub ignore_merges: bool,
+    /// The default for `tokenizer.ggml.add_bos_token` when the key is absent.
+    pub add_bos: bool,
+}
+
+/// `tokenizer.ggml.pre` values this crate implements, with llama.cpp's settings for each
+/// (`llama_vocab::impl::load`). Several names share one regex set.
+const PRE_TABLE: &[(&str, PreTokenizer, bool, bool, bool)] = {
+    use PreTokenizer::*;
+    // (name, regex set, clean_spaces, ignore_merges, add_bos)
+    &[
+        ("default", Default, true, false, false),
+        ("llama3", Llama3, true, true, true),
+        ("llama-v3", Llama3, true, true, true),
+        ("llama-bpe", Llama3, true, true, true),
+        ("falcon3", Llama3, true, true, true),
+        ("falcon-h1", Llama3, true, true, true),
+        ("pixtral", Llama3, true, true, true),
+        ("midm-2.0", Llama3, true, true, true),
+        ("lfm2", Llama3, true, true, true),
+        ("jina-v5-nano", Llama3, true, true, true),
+        ("dbrx", Llama3, true, false, false),
+        ("smaug-bpe", Llama3, true, false, false),
+        ("qwen2", Qwen2, false, false, false),
+        ("deepseek-r1-qwen", Qwen2, false, false, false),
+        ("kormo", Qwen2, false, false, false),
+        ("f2llmv2", Qwen2, false, false, false),
+        ("hunyuan", Qwen2, false, false, false),
+        ("solar-open", Qwen2, false, false, false),
+        ("stablelm2", Qwen2, true, false, false),
+        ("megrez", Qwen2, true, false, false),
+        ("gpt-2", Gpt2, true, false, false),
+        ("phi-2", Gpt2, true, false, false),
+        ("jina-es", Gpt2, true, false, false),
+        ("jina-de", Gpt2, true, false, false),
+        ("gigachat", Gpt2, true, false, false),
+        ("jina-v2-es", Gpt2, true, false, false),
+        ("jina-v2-de", Gpt2, true, false, false),
+        ("a.x-4.0", Gpt2, true, false, false),
+        ("mellum", Gpt2, true, false, false),
+        ("modern-bert", Gpt2, true, false, false),
+        ("jina-v1-en", Gpt2, true, false, false),
+        ("jina-v2-code", Gpt2, true, false, false),
+        ("roberta-bpe", Gpt2, true, false, false),
+        ("mpt", Gpt2, true, false, false),
+        ("olmo", Gpt2, true, false, false),
+        ("jais", Gpt2, true, false, false),
+        ("exaone4", Gpt2, true, false, false),
+        ("trillion", Gpt2, false, false, false),
+        ("granite-docling", Gpt2, false, false, false),
+        ("smollm", StarCoder, false, false, false),
+        ("command-r", StarCoder, false, false, false),
+        ("starcoder", StarCoder, true, false, false),
+        ("refact", StarCoder, true, false, false),
+        ("codeshell", StarCoder, true, false, false),
+        ("exaone", StarCoder, true, false, false),
+        ("minerva-7b", StarCoder, true, false, false),
+        ("mellum2", StarCoder, true, false, false),
+    ]
+};
+
+impl PreConfig {
+    /// The settings for a `tokenizer.ggml.pre` value, or `None` if it is not implemented here.
+    pub fn from_name(name: &str) -> Option<PreConfig> {
+        PRE_TABLE.iter().find(|e| e.0 == name).map(
+            |&(_, kind, clean_spaces, ignore_merges, add_bos)| PreConfig {
+                kind,
+                clean_spaces,
+                ignore_merges,
+                add_bos,
+            },
+        )
+    }
+
+    /// Every `tokenizer.ggml.pre` value [`PreConfig::from_name`] accepts.
+    pub fn supported_names() -> impl Iterator<Item = &'static str> {
+        PRE_TABLE.iter().map(|e| e.0)
+    }
+}
+
+/// One regex of a set; see [`PreTokenizer`].
+#[derive(Clone, Copy)]
+enum Stage {
+    /// `[\p{P}\$\+<=>\^~\|]+`
+    PunctuationRuns,
+    /// The GPT-2 regex, llama.cpp's hand-written matcher.
+    Gpt2,
+    /// The Llama 3 (`max_digits` 3) or Qwen 2 (`max_digits` 1) regex, hand-written matcher.
+    Llama3 { max_digits: usize },
+    /// `\p{N}`
+    EachNumber,
+    /// `\p{N}+`
+    NumberRuns,
+    /// `[0-9][0-9][0-9]`
+    AsciiDigitTriples,
+}
+
+impl PreTokenizer {
+    fn stages(self) -> &'static [Stage] {
+        match self {
+            PreTokenizer::Default => &[
+                Stage::PunctuationRuns,
+                Stage::Gpt2,
+                Stage::NumberRuns,
+                Stage::AsciiDigitTriples,
+            ],
+            PreTokenizer::Gpt2 => &[Stage::Gpt2],
+            PreTokenizer::Llama3 => &[Stage::Llama3 { max_digits: 3 }],
+            PreTokenizer::Qwen2 => &[Stage::Llama3 { max_digits: 1 }],
+            PreTokenizer::StarCoder => &[Stage::EachNumber, Stage::Gpt2],
+        }
+    }
+
+    /// Split `text` into pre-tokens (never empty ones); their concatenation is `text`.
+    pub fn split(self, text: &str) -> Vec<&str> {
+        let mut cps = Vec::with_capacity(text.len());
+        let mut offsets = Vec::with_capacity(text.len() + 1);
+        for (i, c) in text.char_indices() {
+            cps.push(c as u32);
+            offsets.push(i);
+        }
+        offsets.push(text.len());
+        if cps.is_empty() {
+            return Vec::new();
+        }
+        let text_cps = Cps { cps: &cps };
+        let mut pieces = vec![(0, cps.len())];
+        let mut next = Vec::with_capacity(cps.len() / 2);
+        for &stage in self.stages() {
+            next.clear();
+            for &(start, end) in &pieces {
+                let mut out = Out {
+                    pieces: &mut next,
+                    prev_end: start,
+                };
+                match stage {
+                    Stage::Gpt2 => text_cps.gpt2(start, end, &mut out),
+                    Stage::Llama3 { max_digits } => {
+                        text_cps.llama3(start, end, max_digits, &mut out)
+                    }
+                    Stage::PunctuationRuns => {
+                        text_cps.isolate_runs(start, end, is_default_punctuation, &mut out)
+                    }
+                    Stage::NumberRuns => text_cps.isolate_runs(start, end, is_number, &mut out),
+                    Stage::EachNumber => text_cps.isolate_each(start, end, is_number, &mut out),
+                    Stage::AsciiDigitTriples => {
+                        text_cps.isolate_digit_triples(start, end, &mut out)
+                    }
+                }
+                out.emit(end);
+            }
+            std::mem::swap(&mut pieces, &mut next);
+        }
+        pieces
+            .iter()
+            .map(|&(s, e)| &text[offsets[s]..offsets[e]])
+            .collect()
+    }
+}
+
+/// `\p{N}` as llama.cpp's collapsed `std::regex` sees it: ASCII digits, and non-ASCII code
+/// points whose category is a number.
+fn is_number(cp: u32) -> bool {
+    Flags::of(cp).category() == Flags::NUMBER
+}
+
+/// `[\p{P}\$\+<=>\^~\|]` on the collapsed text: every ASCII punctuation or symbol but the
+/// backtick, and non-ASCII punctuation (non-ASCII symbols do not count).
+fn is_default_punctuation(cp: u32) -> bool {
+    if cp < 0x80 {
+        return b"!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}~".contains(&(cp as u8));
+    }
+    Flags::of(cp).category() == Flags::PUNCTUATION
+}
+
+/// Collects pieces: each `emit(end)` closes the piece that runs from the previous end.
+struct Out<'a> {
+    pieces: &'a mut Vec<(usize, usize)>,
+    prev_end: usize,
+}
+
+impl Out<'_> {
+    /// Close the current piece at `end` (nothing if it would be empty); returns its length.
+    fn emit(&mut self, end: usize) -> usize {
+        let len = end - self.prev_end;
+        if len > 0 {
+            self.pieces.push((self.prev_end, end));
+        }
+        self.prev_end = end;
+        len
+    }
+}
+
+struct Cps<'a> {
+    cps: &'a [u32],
+}
+
+/// A code point that can never be in the text: what the matchers read past a piece's end.
+const OUT_OF_RANGE: u32 = u32::MAX;
+
+impl Cps<'_> {
+    fn isolate_each(&self, start: usize, end: usize, class: fn(u32) -> bool, out: &mut Out) {
+        for pos in start..end {
+            if class(self.cps[pos]) {
+                out.emit(pos);
+                out.emit(pos + 1);
+            }
+        }
+    }
+
+    fn isolate_runs(&self, start: usize, end: usize, class: fn(u32) -> bool, out: &mut Out) {
+        let mut pos = start;
+        while pos < end {
+            if class(self.cps[pos]) {
+                out.emit(pos);
+                while pos < end && class(self.cps[pos]) {
+                    pos += 1;
+                }
+                out.emit(pos);
+            } else {
+                pos += 1;
+            }
+        }
+    }
+
+    fn isolate_digit_triples(&self, start: usize, end: usize, out: &mut Out) {
+        let digit = |p: usize| p < end && (b'0' as u32..=b'9' as u32).contains(&self.cps[p]);
+        let mut pos = start;
+        while pos < end {
+            if digit(pos) && digit(pos + 1) && digit(pos + 2) {
+                out.emit(pos);
+                out.emit(pos + 3);
+                pos += 3;
+            } else {
+                pos += 1;
+            }
+        }
+    }
+
+    /// The GPT-2 regex over `[start, end)`, as llama.cpp's `unicode_regex_split_custom_gpt2`
+    /// scans it.
+    fn gpt2(&self, start: usize, end: usize, out: &mut Out) {
+        let cp = |p: usize| {
+            if p < end {
+                self.cps[p]
+            } else {
+                OUT_OF_RANGE
+            }
+        };
+        let flags = |p: usize| {
+            if p < end {
+                Flags::of(self.cps[p])
+            } else {
+                Flags::NONE
+            }
+        };
+        let mut pos = start;
+        while pos < end {
+            let c = cp(pos);
+            let f = flags(pos);
+
+            // 's|'t|'re|'ve|'m|'ll|'d
+            if c == '\'' as u32 && pos + 1 < end {
+                let n = cp(pos + 1);
+                if [b's', b't', b'm', b'd'].iter().any(|&x| n == x as u32) {
+                    pos += out.emit(pos + 2);
+                    continue;
+                }
+                if pos + 2 < end {
+                    let nn = cp(pos + 2);
+                    if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
+                        .iter()
+                        .any(|&(a, b)| n == a as u32 && nn == b as u32)
+                    {
+                        pos += out.emit(pos + 3);
+                        continue;
+                    }
+                }
+            }
+
+            let space = c == ' ' as u32;
+            let mut f2 = if space { flags(pos + 1) } else { f };
+            // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+'
+            let classes: [fn(Flags) -> bool; 3] = [
+                |f| f.is_letter(),
+                |f| f.is_number(),
+                |f| !(f.is_whitespace() || f.is_letter() || f.is_number() || f.is_none()),
+            ];
+            if let Some(class) = classes.into_iter().find(|class| class(f2)) {
+                pos += usize::from(space);
+                while class(f2) {
+                    pos += 1;
+                    f2 = flags(pos);
+                }
+                out.emit(pos);
+                continue;
+            }
+
+            let mut n_ws = 0;
+            while flags(pos + n_ws).is_whitespace() {
+                n_ws += 1;
+            }
+            // \s+(?!\S): leave the last white space to prefix what follows
+            if n_ws > 1 && cp(pos + n_ws) != OUT_OF_RANGE {
+                pos += n_ws - 1;
+                out.emit(pos);
+                continue;
+            }
+            // \s+
+            if n_ws > 0 {
+                pos += n_ws;
+                out.emit(pos);
+                continue;
+            }
+            pos += 1;
+            out.emit(pos);
+        }
+    }
+
+    /// The Llama 3 regex (or Qwen 2's with `max_digits` 1) over `[start, end)`, as llama.cpp's
+    /// `unicode_regex_split_custom_llama3` / `_qwen2` scan it.
+    fn llama3(&self, start: usize, end: usize, max_digits: usize, out: &mut Out) {
+        let cp = |p: usize| {
+            if p < end {
+                self.cps[p]
+            } else {
+                OUT_OF_RANGE
+            }
+        };
+        let flags = |p: usize| {
+            if p < end {
+                Flags::of(self.cps[p])
+            } else {
+                Flags::NONE
+            }
+        };
+        // Only ASCII letters lower-case onto the letters the contractions test (checked when
+        // the Unicode table is generated), so ASCII lower-casing is exact here.
+        let lower = |c: u32| {
+            if (b'A' as u32..=b'Z' as u32).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        };
+        let is_rn = |c: u32| c == '\r' as u32 || c == '\n' as u32;
+        let mut pos = start;
+        while pos < end {
+            let c = cp(pos);
+            let f = flags(pos);
+
+            // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+            if c == '\'' as u32 && pos + 1 < end {
+                let n = lower(cp(pos + 1));
+                if [b's', b't', b'm', b'd'].iter().any(|&x| n == x as u32) {
+                    pos += out.emit(pos + 2);
+                    continue;
+                }
+                if pos + 2 < end {
+                    let nn = lower(cp(pos + 2));
+                    if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
+                        .iter()
+                        .any(|&(a, b)| n == a as u32 && nn == b as u32)
+                    {
+                        pos += out.emit(pos + 3);
+                        continue;
+                    }
+                }
+            }
+
+            // [^\r\n\p{L}\p{N}]?\p{L}+
+            if !(is_rn(c) || f.is_number()) && (f.is_letter() || flags(pos + 1).is_letter()) {
+                pos += 1;
+                while flags(pos).is_letter() {
+                    pos += 1;
+                }
+                out.emit(pos);
+                continue;
+            }
+
+            // \p{N}{1,3} (Llama 3) or \p{N} (Qwen 2)
+            if f.is_number() {
+                let mut run_start = pos;
+                while flags(pos).is_number() {
+                    pos += 1;
+                    if pos - run_start >= max_digits {
+                        out.emit(pos);
+                        run_start = pos;
+                    }
+                }
+                out.emit(pos);
+                continue;
+            }
+
+            // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (the matcher tests the first code point's flags for
+            // "is a code point", not the second's: a lone trailing space lands here)
+            let space = c == ' ' as u32;
+            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number());
+            let mut f2 = if space { flags(pos + 1) } else { f };
+            if other(f2) && !f.is_none() {
+                pos += usize::from(space);
+                while other(f2) && !f2.is_none() {
+                    pos += 1;
+                    f2 = flags(pos);
+                }
+                while is_rn(cp(pos)) {
+                    pos += 1;
+                }
+                out.emit(pos);
+                continue;
+            }
+
+            let mut n_ws = 0;
+            let mut last_rn_end = None;
+            while flags(pos + n_ws).is_whitespace() {
+                if is_rn(cp(pos + n_ws)) {
+                    last_rn_end = Some(pos + n_ws + 1);
+                }
+                n_ws += 1;
+            }
+            // \s*[\r\n]+
+            if let Some(e) = last_rn_end {
+                pos = e;
+                out.emit(pos);
+                continue;
+            }
+            // \s+(?!\S)
+            if n_ws > 1 && cp(pos + n_ws) != OUT_OF_RANGE {
+                pos += n_ws - 1;
+                out.emit(pos);
+                continue;
+            }
+            // \s+
+            if n_ws > 0 {
+                pos += n_ws;
+                out.emit(pos);
+                continue;
+            }
+            pos += 1;
+            out.emit(pos);
+        }
+    }
+}
