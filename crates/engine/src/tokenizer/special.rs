@@ -102,8 +102,8 @@ impl SpecialMatcher {
                 .get_or_insert(m.specials.len() as u32 - 1);
         }
         // A node is made after its parent, so one pass in id order sees every parent first.
-        for node in 1..m.nodes.len() {
-            let p = parent[node] as usize;
+        for (node, &p) in parent.iter().enumerate().skip(1) {
+            let p = p as usize;
             m.nodes[node].up = if m.nodes[p].terminal.is_some() {
                 Some(p as u32)
             } else {
