@@ -500,9 +500,9 @@ fn tiny_spm() -> Metadata {
     let bytes: Vec<String> = (0..=255u8).map(|b| format!("<0x{b:02X}>")).collect();
     tokens.extend(bytes.iter().map(String::as_str));
     let mut types = vec![2, 3, 3, 1, 1, 1, 1, 1];
-    types.extend(std::iter::repeat(6).take(256));
+    types.extend([6; 256]);
     let mut scores = vec![0.0, 0.0, 0.0, -1.0, -2.0, -2.0, -0.5, -0.1];
-    scores.extend(std::iter::repeat(0.0).take(256));
+    scores.extend([0.0; 256]);
     md.insert("tokenizer.ggml.tokens", strings(&tokens));
     md.insert("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
     md.insert("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
