@@ -220,9 +220,12 @@ def unicode_table() -> None:
         "];",
         "",
         "/// Code points that match `\\s`, sorted.",
+        "#[rustfmt::skip]",
         "pub(super) static WHITESPACE: &[u32] = &[",
     ]
-    lines += [f"    0x{c:04X}," for c in sorted(spaces)]
+    spaces = sorted(spaces)
+    for i in range(0, len(spaces), 8):
+        lines.append("    " + " ".join(f"0x{c:04X}," for c in spaces[i:i + 8]))
     lines += ["];", ""]
     UNICODE_OUT.write_text("\n".join(lines))
     print(f"{UNICODE_OUT}: {len(merged)} ranges, {len(spaces)} white-space code points",
