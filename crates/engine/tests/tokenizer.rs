@@ -235,7 +235,8 @@ fn decode_round_trips_where_llama_cpp_does() {
         assert_eq!(streamed, g.text, "{}/{} streamed", g.set, g.name);
         checked += 1;
     }
-    assert!(checked >= 40, "only {checked} round trips checked");
+    // llama.cpp round-trips all 88 real-model cases (22 texts x 2 modes x 2 models).
+    assert!(checked >= 88, "only {checked} round trips checked");
 }
 
 #[test]
