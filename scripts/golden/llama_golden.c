@@ -7,12 +7,16 @@
 //                                                    logits of every position (n x n_vocab little-endian f32)
 //   llama_golden MODEL greedy IDS_FILE N             prefill the ids in one batch, then pick the argmax N times
 //                                                    (what llama-completion --temp 0 does); prints the new ids
+//   llama_golden MODEL dump IDS_FILE DIR NAME...     token by token; every F32 intermediate whose graph name is
+//                                                    one of NAME (e.g. Qcur-0) is written to DIR/NAME.POS.K.f32,
+//                                                    K counting the tensors of that name in one step (debugging)
 //
 // IDS_FILE holds whitespace-separated token ids. Single-threaded, so runs are reproducible.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml.h"
 #include "llama.h"
 
 static void die(const char *msg) {
@@ -53,6 +57,33 @@ static struct llama_context *make_context(struct llama_model *model, int n_ctx, 
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) die("cannot create context");
     return ctx;
+}
+
+struct dump_state {
+    const char *dir;
+    char **names;
+    int n_names;
+    int pos;
+    int seen[64];
+};
+
+static bool dump_cb(struct ggml_tensor *t, bool ask, void *user) {
+    struct dump_state *d = user;
+    for (int i = 0; i < d->n_names && i < 64; i++) {
+        if (strcmp(t->name, d->names[i]) != 0) continue;
+        if (ask) return true;
+        if (t->type == GGML_TYPE_F32 && ggml_is_contiguous(t)) {
+            char path[1024];
+            snprintf(path, sizeof path, "%s/%s.%d.%d.f32", d->dir, t->name, d->pos, d->seen[i]++);
+            FILE *f = fopen(path, "wb");
+            if (f) {
+                fwrite(t->data, 1, ggml_nbytes(t), f);
+                fclose(f);
+            }
+        }
+        return true;
+    }
+    return ask ? false : true;
 }
 
 static int argmax(const float *x, int n) {
@@ -107,6 +138,24 @@ int main(int argc, char **argv) {
             if (llama_decode(ctx, llama_batch_get_one(&t, 1)) != 0) die("decode failed");
         }
         printf("\n");
+        llama_free(ctx);
+    } else if (strcmp(mode, "dump") == 0 && argc >= 6) {
+        int n;
+        llama_token *ids = read_ids(argv[3], &n);
+        struct dump_state d = {.dir = argv[4], .names = argv + 5, .n_names = argc - 5};
+        struct llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = n + 8;
+        cp.n_batch = cp.n_ubatch = 1;
+        cp.n_threads = cp.n_threads_batch = 1;
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = &d;
+        struct llama_context *ctx = llama_init_from_model(model, cp);
+        if (!ctx) die("cannot create context");
+        for (int i = 0; i < n; i++) {
+            d.pos = i;
+            memset(d.seen, 0, sizeof d.seen);
+            if (llama_decode(ctx, llama_batch_get_one(&ids[i], 1)) != 0) die("decode failed");
+        }
         llama_free(ctx);
     } else {
         die("unknown mode or wrong arguments");

@@ -241,6 +241,17 @@ class Ggml:
             f(x[r].ctypes.data, out[r].ctypes.data, n)
         return out
 
+    def quantize_cpu(self, ty, x):
+        """ggml-cpu's quantizer for the type (`ggml_get_type_traits_cpu(type)->from_float`)."""
+        x = np.ascontiguousarray(x, np.float32)
+        rows, n = x.shape
+        size = self.base.ggml_type_size(ty.value)
+        out = np.zeros((rows, n // type_size(ty)[0] * size), np.uint8)
+        f = self.FROM_FLOAT(self.cpu.ggml_get_type_traits_cpu(ty.value).contents.from_float)
+        for r in range(rows):
+            f(x[r].ctypes.data, out[r].ctypes.data, n)
+        return out
+
     def to_float(self, ty, q, shape):
         """ggml's `dequantize_row_<type>`."""
         out = np.zeros(shape, np.float32)
@@ -273,7 +284,9 @@ def activation_fixture(lib):
     tensors = [("x", x, None)]
     for ty in (T.Q8_0, T.Q8_1, T.Q8_K):
         tensors.append((f"x.{ty.name}", lib.quantize_ref(ty, x), ty))
-    write(OUT / "act.gguf", tensors, [("fixture.source", "ggml quantize_row_*_ref")])
+        # What llama.cpp uses at inference: ggml-cpu's quantizer (vectorised on x86).
+        tensors.append((f"x.{ty.name}.cpu", lib.quantize_cpu(ty, x), ty))
+    write(OUT / "act.gguf", tensors, [("fixture.source", "ggml quantize_row_*_ref and ggml-cpu from_float")])
     print("  act: Q8_0 Q8_1 Q8_K")
 
 

@@ -8,7 +8,9 @@ use std::process::Command;
 use synapse_gguf::{GgmlType, GgufFile};
 
 fn model(name: &str) -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models")
+        .join(name);
     assert!(
         path.exists(),
         "{} is missing: run scripts/fetch-models.sh (scripts/test.sh does)",
@@ -42,7 +44,11 @@ fn check(name: &str, arch: &str, n_tensors: usize, types: &[GgmlType]) {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains(&format!("architecture: {arch}")), "{text}");
 }
@@ -50,11 +56,21 @@ fn check(name: &str, arch: &str, n_tensors: usize, types: &[GgmlType]) {
 #[test]
 fn smollm2_135m_q4_1() {
     use GgmlType::*;
-    check("SmolLM2-135M-Instruct.Q4_1.gguf", "llama", 272, &[F32, Q4_1, Q8_0]);
+    check(
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "llama",
+        272,
+        &[F32, Q4_1, Q8_0],
+    );
 }
 
 #[test]
 fn gemma3_270m_q4_k_m() {
     use GgmlType::*;
-    check("gemma-3-270m-q4_k_m.gguf", "gemma3", 236, &[F32, Q5_0, Q8_0, Q4_K, Q6_K]);
+    check(
+        "gemma-3-270m-q4_k_m.gguf",
+        "gemma3",
+        236,
+        &[F32, Q5_0, Q8_0, Q4_K, Q6_K],
+    );
 }

@@ -26,7 +26,14 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// values is accumulated in an F16 vector, rescaled whenever the maximum grows. Matching that
 /// rounding halves the KL divergence to llama.cpp against an all-f32 attention (measured on
 /// SmolLM2: see the forward tests).
-pub fn attend(s: &AttnShape, q: &[f32], keys: &[f16], values: &[f16], n_pos: usize, out: &mut [f32]) {
+pub fn attend(
+    s: &AttnShape,
+    q: &[f32],
+    keys: &[f16],
+    values: &[f16],
+    n_pos: usize,
+    out: &mut [f32],
+) {
     let hd = s.head_dim;
     let kv_dim = s.n_head_kv * hd;
     let group = s.n_head / s.n_head_kv;
@@ -43,8 +50,7 @@ pub fn attend(s: &AttnShape, q: &[f32], keys: &[f16], values: &[f16], n_pos: usi
         let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
         for j in 0..n_pos {
             let k = &keys[j * kv_dim + off..j * kv_dim + off + hd];
-            let dot: f32 = qh.iter().zip(k).map(|(a, b)| a.to_f32() * b.to_f32()).sum();
-            let sc = dot * s.scale;
+            let sc = dot_f16(qh, k) * s.scale;
             let (mut ms, mut vs) = (1.0f32, 1.0f32);
             if sc > m {
                 let m_old = m;
@@ -58,18 +64,46 @@ pub fn attend(s: &AttnShape, q: &[f32], keys: &[f16], values: &[f16], n_pos: usi
             }
             let v = &values[j * kv_dim + off..j * kv_dim + off + hd];
             for (a, x) in acc.iter_mut().zip(v) {
-                // One rounding of a * vs + acc, as ggml's fused multiply-add does (the f64
-                // product is exact).
-                let y = x.to_f32() as f64 * vs as f64 + a.to_f32() as f64;
-                *a = f16::from_f32(y as f32);
+                // A fused multiply-add in f32, then rounded to F16, as ggml's does.
+                *a = f16::from_f32(x.to_f32().mul_add(vs, a.to_f32()));
             }
-            sum = sum * ms + vs;
+            // ggml's C is compiled with contraction: this is one fused multiply-add there.
+            sum = sum.mul_add(ms, vs);
         }
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         for (o, a) in out[h * hd..(h + 1) * hd].iter_mut().zip(acc.iter()) {
             *o = a.to_f32() * inv;
         }
     }
+}
+
+/// `q . k` of F16 vectors in the order of ggml's AVX-512 `ggml_vec_dot_f16` (the build the
+/// golden data comes from): four 16-lane accumulators over 64-value steps, fused multiply-adds,
+/// the accumulators added pairwise, the lanes reduced by halves, the tail added in f64.
+/// Products of two F16 values are exact in f32, so only this order decides the rounding.
+fn dot_f16(q: &[f16], k: &[f16]) -> f32 {
+    let n = q.len();
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = q[e].to_f32().mul_add(k[e].to_f32(), *a);
+            }
+        }
+    }
+    let mut v = [0.0f32; 16];
+    for l in 0..16 {
+        v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
+    let mut sum = ((t6[0] + t6[2]) + (t6[1] + t6[3])) as f64;
+    for e in np..n {
+        sum += (q[e].to_f32() * k[e].to_f32()) as f64;
+    }
+    sum as f32
 }
 
 /// In-place softmax; the normalising sum is taken in f64, as ggml does.

@@ -16,6 +16,31 @@ pub mod tokenizer;
 pub use matmul::Threads;
 pub use model::{load, supported_architectures, Logits, Model, ModelInfo, State};
 
+/// Dumps named intermediates (`attn_norm-3`, `l_out-3`, ...) per position as raw f32 files into
+/// the directory `SYNAPSE_DUMP_DIR` names, with llama.cpp's graph names, so that a layer's
+/// activations can be diffed against the reference (`scripts/golden/llama_golden.c dump`).
+/// Off, it costs one branch per layer.
+#[derive(Debug, Clone, Default)]
+pub struct Tap(Option<std::path::PathBuf>);
+
+impl Tap {
+    pub fn from_env() -> Tap {
+        Tap(std::env::var_os("SYNAPSE_DUMP_DIR").map(Into::into))
+    }
+
+    /// Write each of the `n` rows of `x` as `{name}-{layer}.{pos}.f32`, positions from `pos0`.
+    pub fn rows(&self, name: &str, layer: usize, pos0: usize, x: &[f32], n: usize) {
+        let Some(dir) = &self.0 else { return };
+        for (t, row) in x.chunks(x.len() / n.max(1)).enumerate() {
+            let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let path = dir.join(format!("{name}-{layer}.{}.f32", pos0 + t));
+            if let Err(e) = std::fs::write(&path, bytes) {
+                eprintln!("SYNAPSE_DUMP_DIR: {}: {e}", path.display());
+            }
+        }
+    }
+}
+
 /// Why a model cannot be loaded or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

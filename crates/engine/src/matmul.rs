@@ -104,7 +104,7 @@ impl Acts {
         self.n = n;
         let q = codec(ty)
             .ok()
-            .and_then(|c| c.quantize)
+            .and_then(|c| c.quantize_act)
             .expect("activation types encode");
         for (xr, out) in x
             .chunks_exact(cols)

@@ -1,14 +1,22 @@
 //! Element-wise and per-row operations of the forward pass. Each works on one token's row, so a
 //! token's result never depends on the batch it was computed in (contract G1).
 //!
-//! Numerics follow ggml's CPU ops where that costs nothing: RMSNorm sums squares in f64, SiLU is
-//! `x / (1 + e^-x)`, RoPE advances its angle by repeated multiplication as `ggml_rope` does.
+//! Numerics follow ggml's CPU ops to the bit where that costs nothing (RMSNorm's f64 sum of f32
+//! squares, RoPE's angle advanced by repeated multiplication and its contracted rotations, SiLU's
+//! vectorised exponential): a last-bit difference upstream can flip the rounding of a quantized
+//! activation downstream, and those flips are what separate two engines' logits.
+
+/// `1 / sqrt(mean(x^2) + eps)` as ggml's `rms_norm` computes it: each square rounded to f32,
+/// summed in f64 in order.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
 
 /// `y = x / sqrt(mean(x^2) + eps) * w`, over one row.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
         *y = (x * scale) * w;
     }
@@ -16,9 +24,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 
 /// In-place [`rms_norm`].
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let sum: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let scale = rms_scale(x, eps);
     for (x, &w) in x.iter_mut().zip(w) {
         *x = (*x * scale) * w;
     }
@@ -29,9 +35,36 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// `gate = silu(gate) * up`, the SwiGLU of the llama FFN.
+/// `e^x` as ggml's vectorised `ggml_v_expf` (AVX-512 variant) computes it: a degree-5
+/// polynomial on the reduced argument, then a scaling by `2^n`; within 1.5 ulp of `e^x`.
+/// ggml's SiLU uses it, and a last-bit difference in an FFN activation can flip the rounding of
+/// its quantized copy, so synapse computes the same function to stay bit-close to llama.cpp.
+#[inline]
+pub fn expf_ggml(x: f32) -> f32 {
+    const R: f32 = 12582912.0; // 0x1.8p23: adding it rounds to an integer
+    let z = x.mul_add(f32::from_bits(0x3fb8aa3b), R); // x * log2(e) + R
+    let n = z - R;
+    let b = (-n).mul_add(f32::from_bits(0x35bfbe8e), (-n).mul_add(f32::from_bits(0x3f317200), x));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    let u = b * b;
+    let p = f32::from_bits(0x3c072010).mul_add(b, f32::from_bits(0x3d2b9f17));
+    let q = f32::from_bits(0x3e2aaf33).mul_add(b, f32::from_bits(0x3efffedb));
+    let r = f32::from_bits(0x3f7ffff6).mul_add(b, 1.0);
+    let j = p.mul_add(u, q).mul_add(u, r);
+    // scalef: j * 2^n, rounded once (the f64 product is exact).
+    (j as f64 * 2f64.powi(n as i32)) as f32
+}
+
+/// `gate = silu(gate) * up`, the SwiGLU of the llama FFN, computed as ggml's AVX-512
+/// `ggml_vec_swiglu_f32` does: [`expf_ggml`] on whole groups of 16, libm's `expf` on the tail.
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
+    let body = gate.len() / 16 * 16;
+    for (g, &u) in gate[..body].iter_mut().zip(up) {
+        *g = (*g / (1.0 + expf_ggml(-*g))) * u;
+    }
+    for (g, &u) in gate[body..].iter_mut().zip(&up[body..]) {
         *g = silu(*g) * u;
     }
 }
@@ -85,8 +118,10 @@ impl Rope {
                     RopeStyle::Neox => (i, i + half),
                 };
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
+                // ggml's `x0*cos - x1*sin` and `x0*sin + x1*cos`, as its compiler contracts them
+                // (the first product fused, the second rounded).
+                head[a] = x0.mul_add(c, -(x1 * s));
+                head[b] = x0.mul_add(s, x1 * c);
             }
         }
     }
@@ -106,6 +141,18 @@ pub fn argmax(x: &[f32]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expf_ggml_is_within_two_ulp_of_exp() {
+        for i in -2000..2000 {
+            let x = i as f32 * 0.043;
+            let (a, b) = (expf_ggml(x), x.exp());
+            let ulp = f32::from_bits(b.to_bits() + 1) - b;
+            assert!((a - b).abs() <= 2.0 * ulp, "{x}: {a} vs {b}");
+        }
+        assert_eq!(expf_ggml(-200.0), 0.0);
+        assert_eq!(expf_ggml(200.0), f32::INFINITY);
+    }
 
     #[test]
     fn rms_norm_matches_definition() {

@@ -326,7 +326,10 @@ fn every_single_byte_corruption_is_handled() {
 fn fuzzer_corpus_and_findings_replay_cleanly() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut n = 0;
-    for dir in [root.join("tests/corpus"), root.join("../../fuzz/corpus/parse_gguf")] {
+    for dir in [
+        root.join("tests/corpus"),
+        root.join("../../fuzz/corpus/parse_gguf"),
+    ] {
         for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "md") {

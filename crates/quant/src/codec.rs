@@ -19,8 +19,13 @@ pub trait Block: Pod {
 
 /// A format synapse can also encode: the activation formats and the float formats.
 pub trait QuantizeBlock: Block {
-    /// Encode `TYPE.block_len()` values.
+    /// Encode `TYPE.block_len()` values as ggml's reference quantizer does.
     fn quantize(x: &[f32], y: &mut Self);
+    /// Encode activations for a dot product as llama.cpp does at inference (see
+    /// [`crate::reference::quantize`]); the reference quantizer unless that differs.
+    fn quantize_act(x: &[f32], y: &mut Self) {
+        Self::quantize(x, y)
+    }
 }
 
 /// A weight format with a reference dot product against its activation format.
@@ -31,7 +36,7 @@ pub trait DotBlock: Block {
 }
 
 macro_rules! impl_blocks {
-    ($( $block:ty: $ty:ident, $deq:path $(, quantize $q:path)? $(, dot $act:ty => $dot:path)?; )*) => {
+    ($( $block:ty: $ty:ident, $deq:path $(, quantize $q:path $(| $qa:path)?)? $(, dot $act:ty => $dot:path)?; )*) => {
         $(
             impl Block for $block {
                 const TYPE: GgmlType = GgmlType::$ty;
@@ -45,6 +50,10 @@ macro_rules! impl_blocks {
                 fn quantize(x: &[f32], y: &mut Self) {
                     $q(x, y)
                 }
+                $(#[inline]
+                fn quantize_act(x: &[f32], y: &mut Self) {
+                    $qa(x, y)
+                })?
             })?
             $(impl DotBlock for $block {
                 type Act = $act;
@@ -57,12 +66,14 @@ macro_rules! impl_blocks {
 
         /// Every type with a codec, with its entry points.
         static CODECS: &[Codec] = &[$( Codec::of::<$block>(
-            impl_blocks!(@quantize $block $(, $q)?),
+            impl_blocks!(@quantize $block $(, $q $(| $qa)?)?),
             impl_blocks!(@dot $block $(, $act)?),
         ), )*];
     };
     (@quantize $block:ty) => { None };
-    (@quantize $block:ty, $q:path) => { Some(quantize_erased::<$block>) };
+    (@quantize $block:ty, $q:path $(| $qa:path)?) => {
+        Some((quantize_erased::<$block>, quantize_act_erased::<$block>))
+    };
     (@dot $block:ty) => { None };
     (@dot $block:ty, $act:ty) => { Some(VecDot { act: <$act as Block>::TYPE, f: vec_dot_erased::<$block> }) };
 }
@@ -75,8 +86,8 @@ impl_blocks! {
     BlockQ4_1: Q4_1, dq::dequantize_q4_1, dot BlockQ8_1 => dot::vec_dot_q4_1_q8_1;
     BlockQ5_0: Q5_0, dq::dequantize_q5_0, dot BlockQ8_0 => dot::vec_dot_q5_0_q8_0;
     BlockQ5_1: Q5_1, dq::dequantize_q5_1, dot BlockQ8_1 => dot::vec_dot_q5_1_q8_1;
-    BlockQ8_0: Q8_0, dq::dequantize_q8_0, quantize qz::quantize_q8_0, dot BlockQ8_0 => dot::vec_dot_q8_0_q8_0;
-    BlockQ8_1: Q8_1, dq::dequantize_q8_1, quantize qz::quantize_q8_1;
+    BlockQ8_0: Q8_0, dq::dequantize_q8_0, quantize qz::quantize_q8_0 | qz::quantize_q8_0_act, dot BlockQ8_0 => dot::vec_dot_q8_0_q8_0;
+    BlockQ8_1: Q8_1, dq::dequantize_q8_1, quantize qz::quantize_q8_1 | qz::quantize_q8_1_act;
     BlockQ2K: Q2_K, dq::dequantize_q2_k, dot BlockQ8K => dot::vec_dot_q2_k_q8_k;
     BlockQ3K: Q3_K, dq::dequantize_q3_k, dot BlockQ8K => dot::vec_dot_q3_k_q8_k;
     BlockQ4K: Q4_K, dq::dequantize_q4_k, dot BlockQ8K => dot::vec_dot_q4_k_q8_k;
@@ -106,15 +117,22 @@ pub struct Codec {
     pub ty: GgmlType,
     pub dequantize: DequantizeFn,
     pub quantize: Option<QuantizeFn>,
+    /// Encoding of activations at inference: see [`QuantizeBlock::quantize_act`].
+    pub quantize_act: Option<QuantizeFn>,
     pub vec_dot: Option<VecDot>,
 }
 
 impl Codec {
-    const fn of<B: Block>(quantize: Option<QuantizeFn>, vec_dot: Option<VecDot>) -> Codec {
+    const fn of<B: Block>(quantize: Option<(QuantizeFn, QuantizeFn)>, vec_dot: Option<VecDot>) -> Codec {
+        let (quantize, quantize_act) = match quantize {
+            Some((q, qa)) => (Some(q), Some(qa)),
+            None => (None, None),
+        };
         Codec {
             ty: B::TYPE,
             dequantize: dequantize_erased::<B>,
             quantize,
+            quantize_act,
             vec_dot,
         }
     }
@@ -194,6 +212,15 @@ fn quantize_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), 
     let blocks = cast_blocks_mut::<B>(dst)?;
     for (b, x) in blocks.iter_mut().zip(src.chunks_exact(B::TYPE.block_len())) {
         B::quantize(x, b);
+    }
+    Ok(())
+}
+
+fn quantize_act_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check_sizes::<B>(src.len(), dst.len())?;
+    let blocks = cast_blocks_mut::<B>(dst)?;
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(B::TYPE.block_len())) {
+        B::quantize_act(x, b);
     }
     Ok(())
 }

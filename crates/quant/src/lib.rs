@@ -77,6 +77,16 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
     q(src, dst)
 }
 
+/// Encode activations `src` as type `ty` the way llama.cpp does at inference (for Q8_0 and
+/// Q8_1 that is ggml-cpu's rounding, not the reference quantizer's).
+pub fn quantize_act_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let q = codec(ty)?.quantize_act.ok_or(QuantError::Unsupported {
+        ty,
+        what: "quantizer",
+    })?;
+    q(src, dst)
+}
+
 /// Encode `src` as type `ty` into a new vector.
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     let blocks = src.len() / ty.block_len();

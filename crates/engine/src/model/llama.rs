@@ -40,6 +40,7 @@ pub struct Llama<'a> {
     layers: Vec<Layer<'a>>,
     output_norm: Vec<f32>,
     output: Matrix<'a>,
+    tap: crate::Tap,
 }
 
 impl<'a> Llama<'a> {
@@ -139,6 +140,7 @@ impl<'a> Llama<'a> {
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output,
+            tap: crate::Tap::from_env(),
         })
     }
 }
@@ -222,6 +224,8 @@ impl Model for Llama<'_> {
                     &s.v[t * kv_dim..(t + 1) * kv_dim],
                 );
             }
+            self.tap.rows("Qcur", l, st.pos, &s.q[..n * q_dim], n);
+            self.tap.rows("Kcur", l, st.pos, &s.k[..n * kv_dim], n);
             for t in 0..n {
                 let n_pos = st.pos + t + 1;
                 attend(
@@ -233,7 +237,10 @@ impl Model for Llama<'_> {
                     &mut s.att[t * q_dim..(t + 1) * q_dim],
                 );
             }
+            self.tap.rows("attn_norm", l, st.pos, &s.h[..n * d], n);
+            self.tap.rows("kqv_out", l, st.pos, &s.att[..n * q_dim], n);
             mm(&layer.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+            self.tap.rows("attn_out", l, st.pos, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
 
             // Feed-forward block.
@@ -247,9 +254,14 @@ impl Model for Llama<'_> {
             }
             mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
             mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
+            self.tap.rows("ffn_gate", l, st.pos, &s.gate[..n * self.n_ff], n);
+            self.tap.rows("ffn_up", l, st.pos, &s.up[..n * self.n_ff], n);
             swiglu(&mut s.gate[..n * self.n_ff], &s.up[..n * self.n_ff]);
+            self.tap.rows("ffn_swiglu", l, st.pos, &s.gate[..n * self.n_ff], n);
             mm(&layer.down, &s.gate, n, &mut s.acts, &mut s.o, threads);
+            self.tap.rows("ffn_out", l, st.pos, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            self.tap.rows("l_out", l, st.pos, &s.x[..n * d], n);
         }
         st.pos += n;
 
@@ -266,6 +278,8 @@ impl Model for Llama<'_> {
                 );
             }
             mm(&self.output, &s.h, rows, &mut s.acts, out, threads);
+            self.tap.rows("result_norm", 0, st.pos - rows, &s.h[..rows * d], rows);
+            self.tap.rows("result_output", 0, st.pos - rows, &out[..rows * self.info.n_vocab], rows);
         }
         Ok(())
     }

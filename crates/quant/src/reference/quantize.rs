@@ -2,6 +2,12 @@
 //! They reproduce ggml's `quantize_row_*_ref` bit for bit: the same scale, the same rounding
 //! (`roundf`, half away from zero, for Q8_0/Q8_1; round half to even for Q8_K) and the same
 //! conversion to f16 (round to nearest even).
+//!
+//! At inference llama.cpp does not call the `_ref` quantizers for Q8_0 and Q8_1 but ggml-cpu's
+//! vectorised ones, which compute the reciprocal scale as `127 / amax` rather than `1 / d` and
+//! round half to even; the two disagree on a value now and then, and each disagreement moves an
+//! activation by a whole quantization step. [`quantize_q8_0_act`] and [`quantize_q8_1_act`] are
+//! those runtime quantizers, so that a model's matmuls see the activations llama.cpp's see.
 
 use half::{bf16, f16};
 
@@ -36,6 +42,34 @@ fn q8_scale(x: &[f32]) -> (f32, f32) {
     let d = abs_max(x) / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     (d, id)
+}
+
+/// Scale and reciprocal as ggml-cpu's vectorised quantizers compute them.
+fn q8_scale_act(x: &[f32]) -> (f32, f32) {
+    let amax = abs_max(x);
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    (amax / 127.0, id)
+}
+
+/// Q8_0 as llama.cpp quantizes activations at inference (ggml-cpu's `quantize_row_q8_0`).
+pub fn quantize_q8_0_act(x: &[f32], y: &mut BlockQ8_0) {
+    let (d, id) = q8_scale_act(x);
+    y.d = f16::from_f32(d);
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+    }
+}
+
+/// Q8_1 as llama.cpp quantizes activations at inference (ggml-cpu's `quantize_row_q8_1`).
+pub fn quantize_q8_1_act(x: &[f32], y: &mut BlockQ8_1) {
+    let (d, id) = q8_scale_act(x);
+    y.d = f16::from_f32(d);
+    let mut sum = 0i32;
+    for (q, &v) in y.qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+        sum += *q as i32;
+    }
+    y.s = f16::from_f32(d * sum as f32);
 }
 
 pub fn quantize_q8_0(x: &[f32], y: &mut BlockQ8_0) {
