@@ -32,6 +32,14 @@ enum Command {
         #[arg(long, requires = "json")]
         json_array: bool,
     },
+    /// Generate text from a prompt (streamed to stdout; speeds on stderr).
+    Run(cmd::run::RunArgs),
+    /// Talk to the model through its chat template.
+    Chat(cmd::chat::ChatArgs),
+    /// Print the token ids of a text as a JSON array.
+    Tokenize(cmd::tokenize::TokenizeArgs),
+    /// Write the logits of every position of a prompt (n_tokens x n_vocab f32) for comparisons.
+    Eval(cmd::eval::EvalArgs),
     /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
     Dequantize {
         /// The GGUF file to read.
@@ -68,5 +76,9 @@ fn run(cli: Cli) -> Result<()> {
             json_array,
         } => cmd::info::run(&model, json, json_array),
         Command::Dequantize { input, output } => cmd::dequantize::run(&input, &output),
+        Command::Run(args) => cmd::run::run(&args),
+        Command::Chat(args) => cmd::chat::run(&args),
+        Command::Tokenize(args) => cmd::tokenize::run(&args),
+        Command::Eval(args) => cmd::eval::run(&args),
     }
 }

@@ -43,16 +43,9 @@ impl<'a> Matrix<'a> {
                 expected: format!("[{cols}, {}]", rows.map_or("n".into(), |r| r.to_string())),
             });
         }
-        let c = codec(info.ggml_type).map_err(|e| ModelError::Tensor {
+        let vd = synapse_quant::vec_dot_kernel(info.ggml_type).map_err(|e| ModelError::Tensor {
             tensor: info.name.clone(),
             source: e,
-        })?;
-        let vd = c.vec_dot.ok_or_else(|| ModelError::Tensor {
-            tensor: info.name.clone(),
-            source: QuantError::Unsupported {
-                ty: info.ggml_type,
-                what: "dot product",
-            },
         })?;
         Ok(Matrix {
             ty: info.ggml_type,

@@ -44,7 +44,10 @@ pub fn expf_ggml(x: f32) -> f32 {
     const R: f32 = 12582912.0; // 0x1.8p23: adding it rounds to an integer
     let z = x.mul_add(f32::from_bits(0x3fb8aa3b), R); // x * log2(e) + R
     let n = z - R;
-    let b = (-n).mul_add(f32::from_bits(0x35bfbe8e), (-n).mul_add(f32::from_bits(0x3f317200), x));
+    let b = (-n).mul_add(
+        f32::from_bits(0x35bfbe8e),
+        (-n).mul_add(f32::from_bits(0x3f317200), x),
+    );
     if n.abs() > 192.0 {
         return if n <= 0.0 { 0.0 } else { f32::INFINITY };
     }

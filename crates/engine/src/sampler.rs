@@ -51,8 +51,9 @@ pub struct Sampler {
     cfg: SamplerConfig,
     rng: StdRng,
     recent: VecDeque<u32>,
-    /// (token, logit) candidates, allocated once for the vocabulary.
+    /// (token, logit) candidates and their probabilities, allocated once for the vocabulary.
     cand: Vec<(u32, f32)>,
+    probs: Vec<f64>,
 }
 
 impl Sampler {
@@ -61,6 +62,7 @@ impl Sampler {
             rng: StdRng::seed_from_u64(cfg.seed),
             recent: VecDeque::with_capacity(cfg.repeat_last_n + 1),
             cand: Vec::with_capacity(n_vocab),
+            probs: Vec::with_capacity(n_vocab),
             cfg,
         }
     }
@@ -107,10 +109,10 @@ impl Sampler {
         }
         self.cand.sort_unstable_by(by_logit);
         if self.cfg.top_p < 1.0 {
-            let probs = softmax(&self.cand);
+            softmax(&self.cand, &mut self.probs);
             let mut cum = 0.0;
             let mut keep = self.cand.len();
-            for (i, p) in probs.iter().enumerate() {
+            for (i, p) in self.probs.iter().enumerate() {
                 cum += p;
                 if cum >= self.cfg.top_p as f64 {
                     keep = i + 1;
@@ -127,10 +129,10 @@ impl Sampler {
         for c in &mut self.cand {
             c.1 /= self.cfg.temp;
         }
-        let probs = softmax(&self.cand);
+        softmax(&self.cand, &mut self.probs);
         let r: f64 = self.rng.gen();
         let mut cum = 0.0;
-        for (c, p) in self.cand.iter().zip(&probs) {
+        for (c, p) in self.cand.iter().zip(&self.probs) {
             cum += p;
             if r < cum {
                 return c.0;
@@ -150,11 +152,13 @@ fn greedy(cand: &[(u32, f32)]) -> u32 {
     cand.get(best).map_or(0, |c| c.0)
 }
 
-fn softmax(cand: &[(u32, f32)]) -> Vec<f64> {
+/// Probabilities of the candidates, into `probs` (reused: no allocation per token).
+fn softmax(cand: &[(u32, f32)], probs: &mut Vec<f64>) {
     let max = cand.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.1));
-    let e: Vec<f64> = cand.iter().map(|c| ((c.1 - max) as f64).exp()).collect();
-    let sum: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / sum).collect()
+    probs.clear();
+    probs.extend(cand.iter().map(|c| ((c.1 - max) as f64).exp()));
+    let sum: f64 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= sum);
 }
 
 #[cfg(test)]

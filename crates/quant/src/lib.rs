@@ -14,7 +14,9 @@ pub mod blocks;
 pub mod codec;
 pub mod reference;
 
-pub use codec::{codec, supported_types, Block, Codec, DotBlock, QuantizeBlock, VecDot};
+pub use codec::{
+    codec, supported_types, vec_dot_kernel, Block, Codec, DotBlock, QuantizeBlock, VecDot,
+};
 pub use synapse_gguf::GgmlType;
 
 /// What can go wrong when decoding or encoding blocks.

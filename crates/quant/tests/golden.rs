@@ -192,7 +192,10 @@ fn runtime_activation_quantizers_match_ggml_cpu_bit_for_bit() {
         f.tensor(&format!("x.{}", ty.name())).unwrap().data
             != f.tensor(&format!("x.{}.cpu", ty.name())).unwrap().data
     });
-    assert!(differ, "the fixture no longer tells the two quantizers apart");
+    assert!(
+        differ,
+        "the fixture no longer tells the two quantizers apart"
+    );
 }
 
 #[test]
@@ -216,7 +219,10 @@ fn dot_products_match_ggml() {
             let row = &deq[r * act_f.len()..(r + 1) * act_f.len()];
             let scale: f32 = row.iter().zip(&act_f).map(|(p, q)| (p * q).abs()).sum();
             // The 32-value formats follow ggml's x86 summation order: equal to the bit.
-            let exact = matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0);
+            let exact = matches!(
+                ty,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+            );
             let tol = if exact { 0.0 } else { 2e-5 * scale + 1e-30 };
             assert!(
                 (got - expected).abs() <= tol,

@@ -234,3 +234,27 @@ fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
     let q = quantize(GgmlType::BF16, &[f32::NAN]).unwrap();
     assert!(dequantize(GgmlType::BF16, &q).unwrap()[0].is_nan());
 }
+
+/// The kernel chosen for this CPU (the reference recompiled for x86-64-v3 where the CPU has it)
+/// gives the reference's bits, on every format and odd block counts.
+#[test]
+fn chosen_kernel_is_bit_identical_to_the_reference() {
+    let mut rng = StdRng::seed_from_u64(4);
+    for &ty in WEIGHT_TYPES {
+        let act = vec_dot_type(ty).unwrap();
+        let block = ty.block_len().max(act.block_len());
+        let kernel = synapse_quant::vec_dot_kernel(ty).unwrap();
+        assert_eq!(kernel.act, act);
+        for n_blocks in [1, 3, 8, 13] {
+            let n = n_blocks * block;
+            for _ in 0..20 {
+                let w = random_weights(&mut rng, ty, n / ty.block_len());
+                let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let want = vec_dot(ty, &w, &a).unwrap();
+                let got = (kernel.f)(&w, &a).unwrap();
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty} x {n}");
+            }
+        }
+    }
+}

@@ -60,7 +60,9 @@ impl<'a> Llama<'a> {
         let head_dim = hp.usize_or("attention.key_length", n_embd / n_head)?;
         let n_rot = hp.usize_or("rope.dimension_count", head_dim)?;
         if head_dim > crate::attention::MAX_HEAD_DIM {
-            return Err(ModelError::Hparams(format!("head dimension {head_dim} is too large")));
+            return Err(ModelError::Hparams(format!(
+                "head dimension {head_dim} is too large"
+            )));
         }
         if n_rot > head_dim || n_rot % 2 != 0 {
             return Err(ModelError::Hparams(format!(
@@ -254,10 +256,13 @@ impl Model for Llama<'_> {
             }
             mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
             mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
-            self.tap.rows("ffn_gate", l, st.pos, &s.gate[..n * self.n_ff], n);
-            self.tap.rows("ffn_up", l, st.pos, &s.up[..n * self.n_ff], n);
+            self.tap
+                .rows("ffn_gate", l, st.pos, &s.gate[..n * self.n_ff], n);
+            self.tap
+                .rows("ffn_up", l, st.pos, &s.up[..n * self.n_ff], n);
             swiglu(&mut s.gate[..n * self.n_ff], &s.up[..n * self.n_ff]);
-            self.tap.rows("ffn_swiglu", l, st.pos, &s.gate[..n * self.n_ff], n);
+            self.tap
+                .rows("ffn_swiglu", l, st.pos, &s.gate[..n * self.n_ff], n);
             mm(&layer.down, &s.gate, n, &mut s.acts, &mut s.o, threads);
             self.tap.rows("ffn_out", l, st.pos, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
@@ -278,8 +283,15 @@ impl Model for Llama<'_> {
                 );
             }
             mm(&self.output, &s.h, rows, &mut s.acts, out, threads);
-            self.tap.rows("result_norm", 0, st.pos - rows, &s.h[..rows * d], rows);
-            self.tap.rows("result_output", 0, st.pos - rows, &out[..rows * self.info.n_vocab], rows);
+            self.tap
+                .rows("result_norm", 0, st.pos - rows, &s.h[..rows * d], rows);
+            self.tap.rows(
+                "result_output",
+                0,
+                st.pos - rows,
+                &out[..rows * self.info.n_vocab],
+                rows,
+            );
         }
         Ok(())
     }

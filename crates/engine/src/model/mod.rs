@@ -10,11 +10,12 @@ use crate::ModelError;
 
 pub mod llama;
 
-/// The architectures synapse runs, and how to load each.
-const REGISTRY: &[(
-    &str,
-    for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>,
-)] = &[("llama", |f| Ok(Box::new(llama::Llama::load(f)?)))];
+/// Loads one architecture from a file, borrowing its weights.
+type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
+
+/// The architectures synapse runs, and how to load each: a new architecture is a file in this
+/// directory and a line here.
+const REGISTRY: &[(&str, Loader)] = &[("llama", |f| Ok(Box::new(llama::Llama::load(f)?)))];
 
 /// Names of the supported architectures.
 pub fn supported_architectures() -> Vec<&'static str> {

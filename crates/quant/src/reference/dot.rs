@@ -16,14 +16,17 @@ use half::{bf16, f16};
 use crate::blocks::*;
 use crate::reference::dequant::{k_2bit, k_4bit, q3k_value, q5k_value, q6k_value};
 
+#[inline]
 pub fn vec_dot_f32_f32(x: &[f32], y: &[f32]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a * b).sum()
 }
 
+#[inline]
 pub fn vec_dot_f16_f32(x: &[f16], y: &[f32]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a.to_f32() * b).sum()
 }
 
+#[inline]
 pub fn vec_dot_bf16_f32(x: &[bf16], y: &[f32]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a.to_f32() * b).sum()
 }
@@ -73,43 +76,56 @@ fn q5_value(qs: &[u8; 16], qh: [u8; 4], j: usize) -> u8 {
     nibble(qs, j) | (((u32::from_le_bytes(qh) >> j) & 1) as u8) << 4
 }
 
+#[inline]
 pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| nibble(&x.qs, j) as i32 - 8);
+        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| {
+            nibble(&x.qs, j) as i32 - 8
+        });
     }
     acc.hsum()
 }
 
+#[inline]
 pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = Lanes8::new();
     // The min terms, in block order (ggml's compiler fuses this multiply-add).
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
         mins = x.m.to_f32().mul_add(y.s.to_f32(), mins);
-        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| nibble(&x.qs, j) as i32);
+        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| {
+            nibble(&x.qs, j) as i32
+        });
     }
     acc.hsum() + mins
 }
 
+#[inline]
 pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| q5_value(&x.qs, x.qh, j) as i32 - 16);
+        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| {
+            q5_value(&x.qs, x.qh, j) as i32 - 16
+        });
     }
     acc.hsum()
 }
 
+#[inline]
 pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = Lanes8::new();
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
         mins = x.m.to_f32().mul_add(y.s.to_f32(), mins);
-        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| q5_value(&x.qs, x.qh, j) as i32);
+        acc.add_block(x.d.to_f32() * y.d.to_f32(), &y.qs, |j| {
+            q5_value(&x.qs, x.qh, j) as i32
+        });
     }
     acc.hsum() + mins
 }
 
+#[inline]
 pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
@@ -118,6 +134,7 @@ pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     acc.hsum()
 }
 
+#[inline]
 pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -135,6 +152,7 @@ fn group_isum(y: &BlockQ8K, g: usize, len: usize, w: impl Fn(usize) -> i32) -> i
         .sum()
 }
 
+#[inline]
 pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -150,6 +168,7 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     sum
 }
 
+#[inline]
 pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -174,6 +193,7 @@ fn k_min_sum(scales: &[u8; 12], y: &BlockQ8K) -> i32 {
         .sum()
 }
 
+#[inline]
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -189,6 +209,7 @@ pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     sum
 }
 
+#[inline]
 pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -204,6 +225,7 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     sum
 }
 
+#[inline]
 pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {
@@ -215,6 +237,7 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     sum
 }
 
+#[inline]
 pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in x.iter().zip(y) {

@@ -1,0 +1,96 @@
+//! What the model-running commands share: finding and loading the model, thread and batch
+//! options, reading prompts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use synapse_engine::tokenizer::Tokenizer;
+use synapse_engine::Threads;
+use synapse_gguf::GgufFile;
+
+/// The model `scripts/fetch-models.sh` brings, used when `-m` is not given.
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q4_1.gguf].
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Threads for the matrix products (results do not depend on it).
+    #[arg(short = 't', long = "threads", default_value_t = default_threads())]
+    pub threads: usize,
+    /// Tokens per batch when feeding a prompt (results do not depend on it).
+    #[arg(short = 'b', long = "batch-size", default_value_t = 64)]
+    pub batch: usize,
+    /// Context size in tokens [default: the model's training context, at most 4096].
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx: Option<usize>,
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+impl ModelArgs {
+    pub fn path(&self) -> Result<PathBuf> {
+        match &self.model {
+            Some(p) => Ok(p.clone()),
+            None => {
+                let p = PathBuf::from(DEFAULT_MODEL);
+                if !p.exists() {
+                    bail!("no model given (-m) and the default {DEFAULT_MODEL} is missing: run scripts/fetch-models.sh");
+                }
+                Ok(p)
+            }
+        }
+    }
+
+    pub fn threads(&self) -> Result<Threads> {
+        if self.threads == 0 || self.threads > 1024 {
+            bail!(
+                "-t {}: the thread count must be between 1 and 1024",
+                self.threads
+            );
+        }
+        Ok(Threads(self.threads))
+    }
+
+    pub fn batch(&self) -> Result<usize> {
+        if self.batch == 0 || self.batch > 65536 {
+            bail!(
+                "-b {}: the batch size must be between 1 and 65536",
+                self.batch
+            );
+        }
+        Ok(self.batch)
+    }
+
+    /// The context size: as asked, else the model's training context capped at 4096.
+    pub fn ctx(&self, n_ctx_train: usize) -> Result<usize> {
+        match self.ctx {
+            Some(0) => bail!("-c 0: the context must hold at least one token"),
+            Some(c) => Ok(c),
+            None => Ok(n_ctx_train.clamp(1, 4096)),
+        }
+    }
+}
+
+pub fn open(path: &Path) -> Result<GgufFile> {
+    GgufFile::open(path).with_context(|| path.display().to_string())
+}
+
+pub fn tokenizer(file: &GgufFile, path: &Path) -> Result<Tokenizer> {
+    Tokenizer::from_metadata(file.metadata())
+        .with_context(|| format!("{}: tokenizer", path.display()))
+}
+
+/// Prompt text from `-p` or `-f`.
+pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
+    match (prompt, file) {
+        (Some(p), None) => Ok(p.clone()),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| f.display().to_string()),
+        (Some(_), Some(_)) => bail!("give the prompt as -p TEXT or -f FILE, not both"),
+        (None, None) => bail!("no prompt: give -p TEXT or -f FILE"),
+    }
+}

@@ -1,0 +1,78 @@
+//! `synapse eval`: run a prompt and write the logits of every position, for comparing engines.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use synapse_engine::Logits;
+
+use super::common::{self, ModelArgs};
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(short = 'p', long = "prompt")]
+    pub prompt: Option<String>,
+    /// Read the text from a file.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Take token ids (whitespace-separated) from a file instead of tokenizing text.
+    #[arg(long, conflicts_with_all = ["prompt", "file"])]
+    pub ids: Option<PathBuf>,
+    /// Do not add the BOS token even if the model asks for one.
+    #[arg(long)]
+    pub no_bos: bool,
+    /// Where to write the logits: n_tokens x n_vocab little-endian f32.
+    #[arg(long)]
+    pub logits: PathBuf,
+}
+
+pub fn run(args: &EvalArgs) -> Result<()> {
+    let path = args.model.path()?;
+    let threads = args.model.threads()?;
+    let batch = args.model.batch()?;
+    let file = common::open(&path)?;
+    let model = synapse_engine::load(&file)?;
+    let n_vocab = model.info().n_vocab;
+    let tokens: Vec<u32> = match &args.ids {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            text.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    s.parse::<u32>()
+                        .with_context(|| format!("{}: `{s}` is not a token id", p.display()))
+                })
+                .collect::<Result<_>>()?
+        }
+        None => {
+            let text = common::prompt_text(&args.prompt, &args.file)?;
+            let tok = common::tokenizer(&file, &path)?;
+            tok.encode(&text, tok.add_bos_token() && !args.no_bos, true)
+        }
+    };
+    if tokens.is_empty() {
+        bail!("nothing to evaluate: no tokens");
+    }
+    let n_ctx = args.model.ctx.unwrap_or(tokens.len());
+    let mut state = model.new_state(n_ctx, batch);
+    let out =
+        std::fs::File::create(&args.logits).with_context(|| args.logits.display().to_string())?;
+    let mut out = BufWriter::new(out);
+    let mut logits = vec![0.0f32; batch * n_vocab];
+    for chunk in tokens.chunks(batch) {
+        let rows = chunk.len() * n_vocab;
+        model.forward(&mut state, chunk, Logits::All, &mut logits[..rows], threads)?;
+        for v in &logits[..rows] {
+            out.write_all(&v.to_le_bytes())?;
+        }
+    }
+    out.flush()?;
+    println!(
+        "{}",
+        serde_json::json!({ "tokens": tokens, "n_vocab": n_vocab })
+    );
+    Ok(())
+}
