@@ -201,9 +201,10 @@ fn chat_answers_through_the_template() {
     );
     let ids = tok.encode(&prompt, false, true);
     let model = synapse_engine::load(&file).unwrap();
+    let threads_1 = Threads::new(1);
     let mut st = model.new_state(ids.len() + 17, 64);
     let mut logits = model
-        .prefill(&mut st, &ids, 64, Logits::Last, Threads(1))
+        .prefill(&mut st, &ids, 64, Logits::Last, &threads_1)
         .unwrap();
     let mut reply = Vec::new();
     for _ in 0..16 {
@@ -214,7 +215,7 @@ fn chat_answers_through_the_template() {
         }
         reply.push(next);
         model
-            .forward(&mut st, &[next], Logits::Last, &mut logits, Threads(1))
+            .forward(&mut st, &[next], Logits::Last, &mut logits, &threads_1)
             .unwrap();
     }
     let want = tok.decode(&reply);

@@ -10,6 +10,7 @@ pub mod kv;
 pub mod matmul;
 pub mod model;
 pub mod ops;
+pub mod pool;
 pub mod sampler;
 pub mod tokenizer;
 

@@ -11,6 +11,7 @@ use std::ops::Range;
 use synapse_gguf::{GgmlType, TensorView};
 use synapse_quant::{codec, QuantError};
 
+use crate::pool::ThreadPool;
 use crate::ModelError;
 
 /// A 2-D weight matrix of `rows` outputs by `cols` inputs, in its file format.
@@ -112,24 +113,36 @@ impl Acts {
     }
 }
 
-/// How many threads the matrix products use. Results do not depend on it (D1).
-#[derive(Debug, Clone, Copy)]
-pub struct Threads(pub usize);
+/// The threads the forward pass runs on: a persistent pool, made once per session. Results do
+/// not depend on how many there are (D1).
+pub struct Threads {
+    pool: ThreadPool,
+}
 
 impl Threads {
-    /// Run `f` over `0..n` split into contiguous ranges, one per thread.
+    /// `n` threads in all (the caller's included).
+    pub fn new(n: usize) -> Threads {
+        Threads {
+            pool: ThreadPool::new(n.max(1)),
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    /// Run `f` over `0..n` split into contiguous ranges, range `i` on pool index `i`.
     fn split(&self, n: usize, f: impl Fn(Range<usize>) + Sync) {
-        let t = self.0.clamp(1, n.max(1));
+        let t = self.n().min(n.max(1));
         if t == 1 {
             return f(0..n);
         }
         let chunk = n.div_ceil(t);
-        std::thread::scope(|s| {
-            for i in 1..t {
-                let f = &f;
-                s.spawn(move || f((i * chunk).min(n)..((i + 1) * chunk).min(n)));
+        self.pool.run(&|i| {
+            let (start, end) = ((i * chunk).min(n), ((i + 1) * chunk).min(n));
+            if start < end {
+                f(start..end);
             }
-            f(0..chunk.min(n));
         });
     }
 }
@@ -142,7 +155,7 @@ unsafe impl Sync for SharedOut {}
 
 /// `out[t * rows + r] = dot(W row r, token t)` for every row and token: `out` is
 /// `(n_tokens, rows)`, `acts` holds the tokens quantized to `w.act_type()`.
-pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: Threads) {
+pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
     assert_eq!(acts.ty, w.act, "activations quantized for another type");
     let n = acts.n;
     assert!(out.len() >= n * w.rows);
@@ -163,6 +176,6 @@ pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: Threads) {
 }
 
 /// Split `0..n` over threads: for per-head attention and other independent rows.
-pub fn parallel_for(threads: Threads, n: usize, f: impl Fn(Range<usize>) + Sync) {
+pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync) {
     threads.split(n, f)
 }

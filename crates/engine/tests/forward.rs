@@ -56,7 +56,7 @@ fn argmax(x: &[f32]) -> usize {
 fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
     let mut st = model.new_state(ids.len(), batch);
     model
-        .prefill(&mut st, ids, batch, Logits::All, Threads(threads))
+        .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
         .unwrap()
 }
 
@@ -141,6 +141,7 @@ fn smollm2_matches_llama_cpp_token_by_token() {
 
 #[test]
 fn smollm2_greedy_continuations_match_llama_cpp() {
+    let threads_2 = Threads::new(2);
     let file = GgufFile::open(model_path("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
     let model = load(&file).unwrap();
     let cases: serde_json::Value =
@@ -163,7 +164,7 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
             .collect();
         let mut st = model.new_state(ids.len() + want.len() + 1, 64);
         let mut logits = model
-            .prefill(&mut st, &ids, 64, Logits::Last, Threads(2))
+            .prefill(&mut st, &ids, 64, Logits::Last, &threads_2)
             .unwrap();
         let mut got = Vec::new();
         for _ in 0..want.len() {
@@ -173,7 +174,7 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
                 break;
             }
             model
-                .forward(&mut st, &[next], Logits::Last, &mut logits, Threads(2))
+                .forward(&mut st, &[next], Logits::Last, &mut logits, &threads_2)
                 .unwrap();
         }
         if got == want {
@@ -256,12 +257,13 @@ fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
 
 #[test]
 fn a_prompt_longer_than_the_context_is_an_error() {
+    let threads_1 = Threads::new(1);
     let file = GgufFile::open(data("tiny-Q8_0.gguf")).unwrap();
     let model = load(&file).unwrap();
     let mut st = model.new_state(16, 8);
     let ids: Vec<u32> = (0..20).collect();
     let e = model
-        .prefill(&mut st, &ids, 8, Logits::Last, Threads(1))
+        .prefill(&mut st, &ids, 8, Logits::Last, &threads_1)
         .unwrap_err();
     assert!(
         matches!(e, ModelError::ContextFull { n_ctx: 16, .. }),
@@ -270,7 +272,7 @@ fn a_prompt_longer_than_the_context_is_an_error() {
     assert!(e.to_string().contains("context is full"), "{e}");
     let mut st = model.new_state(16, 8);
     let e = model
-        .prefill(&mut st, &[5, 300, 7], 8, Logits::Last, Threads(1))
+        .prefill(&mut st, &[5, 300, 7], 8, Logits::Last, &threads_1)
         .unwrap_err();
     assert!(matches!(e, ModelError::BadToken { id: 300, .. }), "{e}");
 }

@@ -243,11 +243,11 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     Ok(B::vec_dot(x, y))
 }
 
-/// The dot product the kernels run for a weight type: the reference, compiled a second time for
-/// x86-64-v3 (AVX2, FMA, F16C) and chosen at run time when the CPU has those. The source and the
-/// order of every float operation are the same, so results are bit-identical to the reference;
-/// only the instructions differ (vectorised integer work, hardware fused multiply-adds instead of
-/// calls to `fmaf`).
+/// The dot product the kernels run for a weight type, chosen at run time from the CPU's
+/// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
+/// formats (`crate::x86::avx2`) and, for the others, the reference compiled a second time for
+/// those features. Either way every float operation and its order are the reference's, so the
+/// results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     let reference = codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
         ty,
@@ -299,11 +299,11 @@ static V3_KERNELS: &[(GgmlType, DotFn)] = &[
     (GgmlType::F32, vec_dot_v3_erased::<f32>),
     (GgmlType::F16, vec_dot_v3_erased::<f16>),
     (GgmlType::BF16, vec_dot_v3_erased::<bf16>),
-    (GgmlType::Q4_0, vec_dot_v3_erased::<BlockQ4_0>),
-    (GgmlType::Q4_1, vec_dot_v3_erased::<BlockQ4_1>),
-    (GgmlType::Q5_0, vec_dot_v3_erased::<BlockQ5_0>),
-    (GgmlType::Q5_1, vec_dot_v3_erased::<BlockQ5_1>),
-    (GgmlType::Q8_0, vec_dot_v3_erased::<BlockQ8_0>),
+    (GgmlType::Q4_0, crate::x86::q4_0),
+    (GgmlType::Q4_1, crate::x86::q4_1),
+    (GgmlType::Q5_0, crate::x86::q5_0),
+    (GgmlType::Q5_1, crate::x86::q5_1),
+    (GgmlType::Q8_0, crate::x86::q8_0),
     (GgmlType::Q2_K, vec_dot_v3_erased::<BlockQ2K>),
     (GgmlType::Q3_K, vec_dot_v3_erased::<BlockQ3K>),
     (GgmlType::Q4_K, vec_dot_v3_erased::<BlockQ4K>),

@@ -13,6 +13,8 @@
 pub mod blocks;
 pub mod codec;
 pub mod reference;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 pub use codec::{
     codec, supported_types, vec_dot_kernel, Block, Codec, DotBlock, QuantizeBlock, VecDot,

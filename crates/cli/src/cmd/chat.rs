@@ -80,7 +80,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         state.pos = keep;
         cached.truncate(keep);
         let mut logits =
-            model.prefill(&mut state, &tokens[keep..], batch, Logits::Last, threads)?;
+            model.prefill(&mut state, &tokens[keep..], batch, Logits::Last, &threads)?;
         cached.extend_from_slice(&tokens[keep..]);
 
         let mut stream = StreamDecoder::new(&tok);
@@ -94,7 +94,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
             write!(stdout, "{}", stream.push(next))?;
             stdout.flush()?;
             reply_ids.push(next);
-            model.forward(&mut state, &[next], Logits::Last, &mut logits, threads)?;
+            model.forward(&mut state, &[next], Logits::Last, &mut logits, &threads)?;
             cached.push(next);
         }
         writeln!(stdout, "{}", stream.finish())?;

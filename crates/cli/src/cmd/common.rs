@@ -53,7 +53,7 @@ impl ModelArgs {
                 self.threads
             );
         }
-        Ok(Threads(self.threads))
+        Ok(Threads::new(self.threads))
     }
 
     pub fn batch(&self) -> Result<usize> {

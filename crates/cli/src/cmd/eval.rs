@@ -64,7 +64,13 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let mut logits = vec![0.0f32; batch * n_vocab];
     for chunk in tokens.chunks(batch) {
         let rows = chunk.len() * n_vocab;
-        model.forward(&mut state, chunk, Logits::All, &mut logits[..rows], threads)?;
+        model.forward(
+            &mut state,
+            chunk,
+            Logits::All,
+            &mut logits[..rows],
+            &threads,
+        )?;
         for v in &logits[..rows] {
             out.write_all(&v.to_le_bytes())?;
         }

@@ -108,7 +108,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     prompt.iter().for_each(|&t| sampler.accept(t));
 
     let t0 = Instant::now();
-    let mut logits = model.prefill(&mut state, &prompt, batch, Logits::Last, threads)?;
+    let mut logits = model.prefill(&mut state, &prompt, batch, Logits::Last, &threads)?;
     let t_prefill = t0.elapsed();
 
     let mut out = std::io::stdout().lock();
@@ -130,7 +130,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
             stop = "context full";
             break;
         }
-        model.forward(&mut state, &[next], Logits::Last, &mut logits, threads)?;
+        model.forward(&mut state, &[next], Logits::Last, &mut logits, &threads)?;
     }
     out.write_all(stream.finish().as_bytes())?;
     writeln!(out)?;
@@ -143,7 +143,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         t_prefill.as_secs_f64(),
         prompt.len() as f64 / t_prefill.as_secs_f64(),
         steps as f64 / t_decode.as_secs_f64(),
-        threads.0,
+        threads.n(),
     );
     Ok(())
 }

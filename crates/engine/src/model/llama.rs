@@ -148,7 +148,7 @@ impl<'a> Llama<'a> {
 }
 
 /// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
-fn mm(w: &Matrix, x: &[f32], n: usize, acts: &mut Acts, out: &mut [f32], threads: Threads) {
+fn mm(w: &Matrix, x: &[f32], n: usize, acts: &mut Acts, out: &mut [f32], threads: &Threads) {
     acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
     matmul(w, acts, &mut out[..n * w.rows], threads);
 }
@@ -181,7 +181,7 @@ impl Model for Llama<'_> {
         tokens: &[u32],
         logits: Logits,
         out: &mut [f32],
-        threads: Threads,
+        threads: &Threads,
     ) -> Result<(), ModelError> {
         let n = tokens.len();
         crate::check_forward(&self.info, st, tokens, logits, out)?;

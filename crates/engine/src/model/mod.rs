@@ -81,7 +81,7 @@ pub trait Model: Send + Sync {
         tokens: &[u32],
         logits: Logits,
         out: &mut [f32],
-        threads: Threads,
+        threads: &Threads,
     ) -> Result<(), ModelError>;
 
     /// Feed a whole prompt in batches of `n_batch` and return the logits asked for:
@@ -92,7 +92,7 @@ pub trait Model: Send + Sync {
         tokens: &[u32],
         n_batch: usize,
         logits: Logits,
-        threads: Threads,
+        threads: &Threads,
     ) -> Result<Vec<f32>, ModelError> {
         let n_vocab = self.info().n_vocab;
         let mut out = vec![0.0; logits.rows(tokens.len()) * n_vocab];

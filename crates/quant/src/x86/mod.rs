@@ -1,0 +1,49 @@
+//! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
+
+pub mod avx2;
+
+use crate::blocks::*;
+use crate::codec::{cast_blocks, Block, DotBlock};
+use crate::QuantError;
+
+/// Blocks of a weight row and of an activation row, checked to hold the same number of values.
+fn operands<'a, B: DotBlock>(
+    w: &'a [u8],
+    a: &'a [u8],
+) -> Result<(&'a [B], &'a [B::Act]), QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let (nw, na) = (
+        x.len() * B::TYPE.block_len(),
+        y.len() * B::Act::TYPE.block_len(),
+    );
+    if nw != na {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: nw,
+            activations: na,
+        });
+    }
+    Ok((x, y))
+}
+
+macro_rules! avx2_entry {
+    ($( $name:ident: $block:ty => $kernel:path; )*) => {$(
+        /// Type-erased entry to the AVX2 kernel.
+        pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+            let (x, y) = operands::<$block>(w, a)?;
+            // SAFETY: `vec_dot_kernel` hands these entries out only after detecting AVX2, FMA
+            // and F16C on this CPU.
+            Ok(unsafe { $kernel(x, y) })
+        }
+    )*};
+}
+
+avx2_entry! {
+    q4_0: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0;
+    q4_1: BlockQ4_1 => avx2::vec_dot_q4_1_q8_1;
+    q5_0: BlockQ5_0 => avx2::vec_dot_q5_0_q8_0;
+    q5_1: BlockQ5_1 => avx2::vec_dot_q5_1_q8_1;
+    q8_0: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
+}
