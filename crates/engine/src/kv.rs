@@ -2,6 +2,7 @@
 //! keeps them. Allocated once for the whole context.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 pub struct KvCache {
     n_ctx: usize,
@@ -33,12 +34,8 @@ impl KvCache {
     /// Store one position's keys and values (rounded to F16).
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let i = self.at(layer, pos);
-        for (dst, &x) in self.k[i..i + self.kv_dim].iter_mut().zip(k) {
-            *dst = f16::from_f32(x);
-        }
-        for (dst, &x) in self.v[i..i + self.kv_dim].iter_mut().zip(v) {
-            *dst = f16::from_f32(x);
-        }
+        self.k[i..i + self.kv_dim].convert_from_f32_slice(&k[..self.kv_dim]);
+        self.v[i..i + self.kv_dim].convert_from_f32_slice(&v[..self.kv_dim]);
     }
 
     /// Keys of positions `0..n` of a layer: `(n, kv_dim)`.

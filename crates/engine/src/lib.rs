@@ -79,6 +79,17 @@ pub enum ModelError {
     LogitsBuffer { have: usize, need: usize },
 }
 
+/// Whether this CPU can run the forward passes compiled for x86-64-v3 (AVX2, FMA, F16C).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_x86_64_v3() -> bool {
+    static V3: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V3.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    })
+}
+
 /// The checks every architecture's forward pass makes before it touches anything.
 pub(crate) fn check_forward(
     info: &ModelInfo,

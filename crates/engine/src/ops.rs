@@ -8,6 +8,7 @@
 
 /// `1 / sqrt(mean(x^2) + eps)` as ggml's `rms_norm` computes it: each square rounded to f32,
 /// summed in f64 in order.
+#[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
     let mean = (sum / x.len() as f64) as f32;
@@ -15,6 +16,7 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
 }
 
 /// `y = x / sqrt(mean(x^2) + eps) * w`, over one row.
+#[inline]
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let scale = rms_scale(x, eps);
     for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
@@ -23,6 +25,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 }
 
 /// In-place [`rms_norm`].
+#[inline]
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let scale = rms_scale(x, eps);
     for (x, &w) in x.iter_mut().zip(w) {
@@ -62,6 +65,7 @@ pub fn expf_ggml(x: f32) -> f32 {
 
 /// `gate = silu(gate) * up`, the SwiGLU of the llama FFN, computed as ggml's AVX-512
 /// `ggml_vec_swiglu_f32` does: [`expf_ggml`] on whole groups of 16, libm's `expf` on the tail.
+#[inline]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     let body = gate.len() / 16 * 16;
     for (g, &u) in gate[..body].iter_mut().zip(up) {
@@ -153,6 +157,7 @@ mod tests {
             let ulp = f32::from_bits(b.to_bits() + 1) - b;
             assert!((a - b).abs() <= 2.0 * ulp, "{x}: {a} vs {b}");
         }
+    #[inline]
         assert_eq!(expf_ggml(-200.0), 0.0);
         assert_eq!(expf_ggml(200.0), f32::INFINITY);
     }
@@ -165,6 +170,7 @@ mod tests {
         rms_norm(&x, &w, 1e-6, &mut y);
         let rms = (x.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-6).sqrt();
         for i in 0..4 {
+    #[inline]
             assert!((y[i] - x[i] / rms * w[i]).abs() < 1e-6);
         }
     }

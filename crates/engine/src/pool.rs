@@ -83,9 +83,10 @@ impl ThreadPool {
         }
         let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
-        // SAFETY (of the lifetime erasure): the pointer is cleared and every worker has finished
-        // with it before this function returns.
+        // Erase the job's lifetime to share it with the workers.
         let ptr: *const Job =
+            // SAFETY: only the lifetime changes; the pointer is cleared, and every worker has
+            // finished with it, before this function returns.
             unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f) };
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(JobPtr(ptr));
         s.remaining.store(self.workers.len(), Ordering::Release);

@@ -75,7 +75,7 @@ macro_rules! impl_blocks {
         Some((quantize_erased::<$block>, quantize_act_erased::<$block>))
     };
     (@dot $block:ty) => { None };
-    (@dot $block:ty, $act:ty) => { Some(VecDot { act: <$act as Block>::TYPE, f: vec_dot_erased::<$block> }) };
+    (@dot $block:ty, $act:ty) => { Some(VecDot { act: <$act as Block>::TYPE, f: vec_dot_erased::<$block>, gemv: gemv_erased::<$block> }) };
 }
 
 impl_blocks! {
@@ -108,7 +108,53 @@ pub type QuantizeFn = fn(&[f32], &mut [u8]) -> Result<(), QuantError>;
 pub struct VecDot {
     /// The activation type the weights pair with.
     pub act: GgmlType,
+    /// One weight row with one activation row.
     pub f: fn(&[u8], &[u8]) -> Result<f32, QuantError>,
+    /// Consecutive weight rows (`out.len()` of them, `row_bytes` each) with one activation row:
+    /// `out[r]` is what `f` gives for row `r`, bit for bit; checks and casts are paid once.
+    pub gemv: GemvFn,
+}
+
+/// See [`VecDot::gemv`]: weight rows, bytes per row, activation row, one output per row.
+pub type GemvFn = fn(&[u8], usize, &[u8], &mut [f32]) -> Result<(), QuantError>;
+
+/// Dot each of the weight rows in `w` with the activation row `a`, through `dot`.
+pub(crate) fn gemv_rows<B: DotBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+    dot: impl Fn(&[B], &[B::Act]) -> f32,
+) -> Result<(), QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let per_row = row_bytes / size_of::<B>();
+    let values = per_row * B::TYPE.block_len();
+    let fits = per_row > 0
+        && per_row * size_of::<B>() == row_bytes
+        && x.len() == per_row * out.len()
+        && values == y.len() * B::Act::TYPE.block_len();
+    if !fits {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: w.len() / size_of::<B>().max(1) * B::TYPE.block_len(),
+            activations: y.len() * B::Act::TYPE.block_len(),
+        });
+    }
+    for (o, row) in out.iter_mut().zip(x.chunks_exact(per_row)) {
+        *o = dot(row, y);
+    }
+    Ok(())
+}
+
+fn gemv_erased<B: DotBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    gemv_rows::<B>(w, row_bytes, a, out, B::vec_dot)
 }
 
 /// The entry points for one type, on raw bytes (length and alignment checked).
@@ -262,6 +308,7 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
             return Ok(VecDot {
                 act: reference.act,
                 f: k.1,
+                gemv: k.2,
             });
         }
     }
@@ -292,23 +339,76 @@ fn vec_dot_v3_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError>
 }
 
 #[cfg(target_arch = "x86_64")]
+fn gemv_v3_erased<B: DotBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    // SAFETY: as in `vec_dot_v3_erased`.
+    gemv_rows::<B>(w, row_bytes, a, out, |x, y| unsafe {
+        v3::vec_dot::<B>(x, y)
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
 #[cfg(target_arch = "x86_64")]
-static V3_KERNELS: &[(GgmlType, DotFn)] = &[
-    (GgmlType::F32, vec_dot_v3_erased::<f32>),
-    (GgmlType::F16, vec_dot_v3_erased::<f16>),
-    (GgmlType::BF16, vec_dot_v3_erased::<bf16>),
-    (GgmlType::Q4_0, crate::x86::q4_0),
-    (GgmlType::Q4_1, crate::x86::q4_1),
-    (GgmlType::Q5_0, crate::x86::q5_0),
-    (GgmlType::Q5_1, crate::x86::q5_1),
-    (GgmlType::Q8_0, crate::x86::q8_0),
-    (GgmlType::Q2_K, vec_dot_v3_erased::<BlockQ2K>),
-    (GgmlType::Q3_K, vec_dot_v3_erased::<BlockQ3K>),
-    (GgmlType::Q4_K, vec_dot_v3_erased::<BlockQ4K>),
-    (GgmlType::Q5_K, vec_dot_v3_erased::<BlockQ5K>),
-    (GgmlType::Q6_K, vec_dot_v3_erased::<BlockQ6K>),
-    (GgmlType::IQ4_NL, vec_dot_v3_erased::<BlockIQ4NL>),
-    (GgmlType::IQ4_XS, vec_dot_v3_erased::<BlockIQ4XS>),
+static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
+    (
+        GgmlType::F32,
+        vec_dot_v3_erased::<f32>,
+        gemv_v3_erased::<f32>,
+    ),
+    (
+        GgmlType::F16,
+        vec_dot_v3_erased::<f16>,
+        gemv_v3_erased::<f16>,
+    ),
+    (
+        GgmlType::BF16,
+        vec_dot_v3_erased::<bf16>,
+        gemv_v3_erased::<bf16>,
+    ),
+    (GgmlType::Q4_0, crate::x86::q4_0, crate::x86::q4_0_gemv),
+    (GgmlType::Q4_1, crate::x86::q4_1, crate::x86::q4_1_gemv),
+    (GgmlType::Q5_0, crate::x86::q5_0, crate::x86::q5_0_gemv),
+    (GgmlType::Q5_1, crate::x86::q5_1, crate::x86::q5_1_gemv),
+    (GgmlType::Q8_0, crate::x86::q8_0, crate::x86::q8_0_gemv),
+    (
+        GgmlType::Q2_K,
+        vec_dot_v3_erased::<BlockQ2K>,
+        gemv_v3_erased::<BlockQ2K>,
+    ),
+    (
+        GgmlType::Q3_K,
+        vec_dot_v3_erased::<BlockQ3K>,
+        gemv_v3_erased::<BlockQ3K>,
+    ),
+    (
+        GgmlType::Q4_K,
+        vec_dot_v3_erased::<BlockQ4K>,
+        gemv_v3_erased::<BlockQ4K>,
+    ),
+    (
+        GgmlType::Q5_K,
+        vec_dot_v3_erased::<BlockQ5K>,
+        gemv_v3_erased::<BlockQ5K>,
+    ),
+    (
+        GgmlType::Q6_K,
+        vec_dot_v3_erased::<BlockQ6K>,
+        gemv_v3_erased::<BlockQ6K>,
+    ),
+    (
+        GgmlType::IQ4_NL,
+        vec_dot_v3_erased::<BlockIQ4NL>,
+        gemv_v3_erased::<BlockIQ4NL>,
+    ),
+    (
+        GgmlType::IQ4_XS,
+        vec_dot_v3_erased::<BlockIQ4XS>,
+        gemv_v3_erased::<BlockIQ4XS>,
+    ),
 ];

@@ -17,7 +17,7 @@ pub mod reference;
 mod x86;
 
 pub use codec::{
-    codec, supported_types, vec_dot_kernel, Block, Codec, DotBlock, QuantizeBlock, VecDot,
+    codec, supported_types, vec_dot_kernel, Block, Codec, DotBlock, GemvFn, QuantizeBlock, VecDot,
 };
 pub use synapse_gguf::GgmlType;
 

@@ -183,8 +183,43 @@ impl Model for Llama<'_> {
         out: &mut [f32],
         threads: &Threads,
     ) -> Result<(), ModelError> {
-        let n = tokens.len();
         crate::check_forward(&self.info, st, tokens, logits, out)?;
+        #[cfg(target_arch = "x86_64")]
+        if crate::has_x86_64_v3() {
+            // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+            return unsafe { self.forward_v3(st, tokens, logits, out, threads) };
+        }
+        self.forward_body(st, tokens, logits, out, threads)
+    }
+}
+
+impl Llama<'_> {
+    /// The forward pass compiled for x86-64-v3: the same source and the same float operations
+    /// in the same order as [`Self::forward_body`] (so the same bits), with hardware fused
+    /// multiply-adds and vector instructions instead of library calls.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn forward_v3(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        self.forward_body(st, tokens, logits, out, threads)
+    }
+
+    #[inline(always)]
+    fn forward_body(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        let n = tokens.len();
         let d = self.info.n_embd;
         let a = &self.attn;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);

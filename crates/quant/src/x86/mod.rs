@@ -3,7 +3,7 @@
 pub mod avx2;
 
 use crate::blocks::*;
-use crate::codec::{cast_blocks, Block, DotBlock};
+use crate::codec::{cast_blocks, gemv_rows, Block, DotBlock};
 use crate::QuantError;
 
 /// Blocks of a weight row and of an activation row, checked to hold the same number of values.
@@ -29,7 +29,7 @@ fn operands<'a, B: DotBlock>(
 }
 
 macro_rules! avx2_entry {
-    ($( $name:ident: $block:ty => $kernel:path; )*) => {$(
+    ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
         /// Type-erased entry to the AVX2 kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
             let (x, y) = operands::<$block>(w, a)?;
@@ -37,13 +37,19 @@ macro_rules! avx2_entry {
             // and F16C on this CPU.
             Ok(unsafe { $kernel(x, y) })
         }
+
+        /// Type-erased entry to the AVX2 kernel, over consecutive rows.
+        pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+            // SAFETY: as above.
+            gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
+        }
     )*};
 }
 
 avx2_entry! {
-    q4_0: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0;
-    q4_1: BlockQ4_1 => avx2::vec_dot_q4_1_q8_1;
-    q5_0: BlockQ5_0 => avx2::vec_dot_q5_0_q8_0;
-    q5_1: BlockQ5_1 => avx2::vec_dot_q5_1_q8_1;
-    q8_0: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
+    q4_0, q4_0_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0;
+    q4_1, q4_1_gemv: BlockQ4_1 => avx2::vec_dot_q4_1_q8_1;
+    q5_0, q5_0_gemv: BlockQ5_0 => avx2::vec_dot_q5_0_q8_0;
+    q5_1, q5_1_gemv: BlockQ5_1 => avx2::vec_dot_q5_1_q8_1;
+    q8_0, q8_0_gemv: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
 }
