@@ -218,10 +218,16 @@ fn dot_products_match_ggml() {
             // relative to the sum of the magnitudes of the terms.
             let row = &deq[r * act_f.len()..(r + 1) * act_f.len()];
             let scale: f32 = row.iter().zip(&act_f).map(|(p, q)| (p * q).abs()).sum();
-            // The 32-value formats follow ggml's x86 summation order: equal to the bit.
+            // These formats follow ggml's x86 summation order: equal to the bit.
             let exact = matches!(
                 ty,
-                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0
+                GgmlType::Q4_0
+                    | GgmlType::Q4_1
+                    | GgmlType::Q5_0
+                    | GgmlType::Q5_1
+                    | GgmlType::Q8_0
+                    | GgmlType::Q6_K
+                    | GgmlType::Q4_K
             );
             let tol = if exact { 0.0 } else { 2e-5 * scale + 1e-30 };
             assert!(

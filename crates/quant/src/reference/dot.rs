@@ -50,9 +50,16 @@ impl Lanes8 {
 
     #[inline]
     fn add_block(&mut self, dd: f32, y: &[i8; QK], w: impl Fn(usize) -> i32) {
-        for (j, acc) in self.0.iter_mut().enumerate() {
-            let s: i32 = (4 * j..4 * j + 4).map(|e| w(e) * y[e] as i32).sum();
-            *acc = dd.mul_add(s as f32, *acc);
+        let lanes: [i32; 8] =
+            std::array::from_fn(|j| (4 * j..4 * j + 4).map(|e| w(e) * y[e] as i32).sum());
+        self.add_lanes(dd, &lanes);
+    }
+
+    /// `acc_j = fma(d, lane_j, acc_j)` for exact integer lane sums.
+    #[inline]
+    fn add_lanes(&mut self, d: f32, lanes: &[i32; 8]) {
+        for (acc, &s) in self.0.iter_mut().zip(lanes) {
+            *acc = d.mul_add(s as f32, *acc);
         }
     }
 
@@ -195,18 +202,31 @@ fn k_min_sum(scales: &[u8; 12], y: &BlockQ8K) -> i32 {
 
 #[inline]
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order. Main term: per super-block eight exact integer lanes (lane `l` takes the
+    // values whose index mod 32 is in 4l..4l+4, each times its sub-block's scale), one fused
+    // multiply-add by d_y * d_x into eight accumulators. Min term: four lanes, lane `p` holding
+    // min[2p] * (bsum[4p] + bsum[4p+1]) + min[2p+1] * (bsum[4p+2] + bsum[4p+3]), fused into four
+    // accumulators by -d_y * dmin_x. Result: hsum8(main) + ((m0 + m2) + (m1 + m3)).
+    let mut acc = Lanes8::new();
+    let mut mins = [0.0f32; 4];
     for (x, y) in x.iter().zip(y) {
-        let isum: i32 = (0..8)
-            .map(|j| {
-                let (sc, _) = k_scale_min(&x.scales, j);
-                sc as i32 * group_isum(y, j, 32, |i| k_4bit(&x.qs, i) as i32)
-            })
-            .sum();
-        let msum = k_min_sum(&x.scales, y);
-        sum += y.d * x.d.to_f32() * isum as f32 - y.d * x.dmin.to_f32() * msum as f32;
+        let (sc, mn): ([i32; 8], [i32; 8]) = {
+            let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+            (pairs.map(|p| p.0 as i32), pairs.map(|p| p.1 as i32))
+        };
+        let dmin = -y.d * x.dmin.to_f32();
+        for (p, m) in mins.iter_mut().enumerate() {
+            let sub = |j: usize| y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32;
+            let prod = mn[2 * p] * sub(2 * p) + mn[2 * p + 1] * sub(2 * p + 1);
+            *m = dmin.mul_add(prod as f32, *m);
+        }
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            lanes[(v % 32) / 4] += sc[v / 32] * k_4bit(&x.qs, v) as i32 * a as i32;
+        }
+        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
-    sum
+    acc.hsum() + ((mins[0] + mins[2]) + (mins[1] + mins[3]))
 }
 
 #[inline]
@@ -227,14 +247,25 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 
 #[inline]
 pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order: per super-block, eight exact integer lanes (lane `l` takes values whose
+    // index mod 32 is in 4l..4l+4, with q unsigned in 0..64, and then subtracts
+    // 32 * (bsum[2l] * scale[2l] + bsum[2l+1] * scale[2l+1])), one fused multiply-add of the lanes
+    // by d_y * d_x into eight float accumulators, one horizontal sum at the end.
+    let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let isum: i32 = (0..16)
-            .map(|g| x.scales[g] as i32 * group_isum(y, g, 16, |i| q6k_value(x, i) as i32))
-            .sum();
-        sum += y.d * x.d.to_f32() * isum as f32;
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            let q = q6k_value(x, v) as i32 + 32;
+            lanes[(v % 32) / 4] += x.scales[v / 16] as i32 * q * a as i32;
+        }
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let s = y.bsums[2 * l] as i32 * x.scales[2 * l] as i32
+                + y.bsums[2 * l + 1] as i32 * x.scales[2 * l + 1] as i32;
+            *lane -= 32 * s;
+        }
+        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
-    sum
+    acc.hsum()
 }
 
 #[inline]
