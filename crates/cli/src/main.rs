@@ -40,6 +40,8 @@ enum Command {
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Write the logits of every position of a prompt (n_tokens x n_vocab f32) for comparisons.
     Eval(cmd::eval::EvalArgs),
+    /// Time the matrix-vector kernels of every format against the measured read bandwidth.
+    BenchKernels(cmd::bench_kernels::BenchKernelsArgs),
     /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
     Dequantize {
         /// The GGUF file to read.
@@ -80,5 +82,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chat(args) => cmd::chat::run(&args),
         Command::Tokenize(args) => cmd::tokenize::run(&args),
         Command::Eval(args) => cmd::eval::run(&args),
+        Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
     }
 }
