@@ -1,4 +1,4 @@
-//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0).
+//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K and Q6_K.
 //!
 //! Each computes exactly the reference's arithmetic ([`crate::reference::dot`]): per block, eight
 //! 32-bit lanes holding the exact integer sums of values `4j..4j+4` (`vpmaddubsw` then
@@ -125,6 +125,108 @@ pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     for (x, y) in x.iter().zip(y) {
         let d = _mm256_set1_ps(f32_of(x.d) * f32_of(y.d));
         acc = _mm256_fmadd_ps(d, lanes_ss(load32(&x.qs), load32(&y.qs)), acc);
+    }
+    hsum(acc)
+}
+
+/// Eight copies of `a` in the low half and eight of `b` in the high half, as i16.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn halves_i16(a: i16, b: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let d = y.d * f32_of(x.d);
+        let dmin = -y.d * f32_of(x.dmin);
+        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+        let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
+        // SAFETY: 16 readable bytes each.
+        let (bs_lo, bs_hi, mins) = unsafe {
+            (
+                _mm_loadu_si128(y.bsums.as_ptr().cast()),
+                _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+                _mm_loadu_si128(mins.as_ptr().cast()),
+            )
+        };
+        // bsum[2k] + bsum[2k+1]: the sums of the eight 32-value sub-blocks.
+        let q8s = _mm_hadd_epi16(bs_lo, bs_hi);
+        let prod = _mm_madd_epi16(mins, q8s);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            // SAFETY: 32 readable bytes each (j < 4).
+            let (q4, q8l, q8h) = unsafe {
+                (
+                    _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()),
+                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()),
+                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()),
+                )
+            };
+            let q4l = _mm256_and_si256(q4, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q4l, q8l));
+            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q4h, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum(acc) + _mm_cvtss_f32(m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    let m15 = _mm256_set1_epi8(15);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let d = y.d * f32_of(x.d);
+        // SAFETY: 32 and 16 readable bytes.
+        let (bsums, sc8) = unsafe {
+            (
+                _mm256_loadu_si256(y.bsums.as_ptr().cast()),
+                _mm_loadu_si128(x.scales.as_ptr().cast()),
+            )
+        };
+        // 32 * (bsum[2l] * sc[2l] + bsum[2l+1] * sc[2l+1]): the -32 offset of every value.
+        let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(sc8)), 5);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..2 {
+            // SAFETY: in bounds for j < 2 (ql: 128 bytes, qh: 64, qs: 256).
+            let (b1, b2, h) = unsafe {
+                (
+                    _mm256_loadu_si256(x.ql.as_ptr().add(64 * j).cast()),
+                    _mm256_loadu_si256(x.ql.as_ptr().add(64 * j + 32).cast()),
+                    _mm256_loadu_si256(x.qh.as_ptr().add(32 * j).cast()),
+                )
+            };
+            let hi0 = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(3)), 4);
+            let hi1 = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(12)), 2);
+            let hi2 = _mm256_and_si256(h, _mm256_set1_epi8(48));
+            let hi3 = _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(-64)), 2);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(b1, m15), hi0),
+                _mm256_or_si256(_mm256_and_si256(b2, m15), hi1),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), hi2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15), hi3),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                // SAFETY: 32 readable bytes (128j + 32k + 32 <= 256).
+                let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * j + 32 * k).cast()) };
+                let g = 8 * j + 2 * k;
+                let s = halves_i16(x.scales[g] as i16, x.scales[g + 1] as i16);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, _mm256_maddubs_epi16(qk, a)));
+            }
+        }
+        sumi = _mm256_sub_epi32(sumi, offset);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
 }
