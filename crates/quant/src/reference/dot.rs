@@ -231,18 +231,23 @@ pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
 
 #[inline]
 pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order: the main term in eight lanes as Q4_K's; the min term reduced to one
+    // integer per super-block and fused into one running float by -d_y * dmin_x.
+    let mut acc = Lanes8::new();
+    let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        let isum: i32 = (0..8)
-            .map(|j| {
-                let (sc, _) = k_scale_min(&x.scales, j);
-                sc as i32 * group_isum(y, j, 32, |i| q5k_value(x, i) as i32)
-            })
+        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+        let total: i32 = (0..8)
+            .map(|j| pairs[j].1 as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
             .sum();
-        let msum = k_min_sum(&x.scales, y);
-        sum += y.d * x.d.to_f32() * isum as f32 - y.d * x.dmin.to_f32() * msum as f32;
+        mins = (-y.d * x.dmin.to_f32()).mul_add(total as f32, mins);
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            lanes[(v % 32) / 4] += pairs[v / 32].0 as i32 * q5k_value(x, v) as i32 * a as i32;
+        }
+        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
-    sum
+    acc.hsum() + mins
 }
 
 #[inline]
