@@ -161,18 +161,24 @@ fn group_isum(y: &BlockQ8K, g: usize, len: usize, w: impl Fn(usize) -> i32) -> i
 
 #[inline]
 pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order: per super-block, first the min term as eight lanes (lane l:
+    // min[2l] * bsum[2l] + min[2l+1] * bsum[2l+1]) fused by -d_y * dmin_x, then the main term in
+    // the eight lanes of the other K-quants fused by d_y * d_x, into the same accumulators.
+    let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let mut isum = 0i32;
-        let mut msum = 0i32;
-        for g in 0..16 {
-            let sc = x.scales[g];
-            isum += (sc & 0xF) as i32 * group_isum(y, g, 16, |i| k_2bit(&x.qs, i) as i32);
-            msum += (sc >> 4) as i32 * y.bsums[g] as i32;
+        let min_lanes: [i32; 8] = std::array::from_fn(|l| {
+            (x.scales[2 * l] >> 4) as i32 * y.bsums[2 * l] as i32
+                + (x.scales[2 * l + 1] >> 4) as i32 * y.bsums[2 * l + 1] as i32
+        });
+        acc.add_lanes(-y.d * x.dmin.to_f32(), &min_lanes);
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            lanes[(v % 32) / 4] +=
+                (x.scales[v / 16] & 0xF) as i32 * k_2bit(&x.qs, v) as i32 * a as i32;
         }
-        sum += y.d * x.d.to_f32() * isum as f32 - y.d * x.dmin.to_f32() * msum as f32;
+        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
-    sum
+    acc.hsum()
 }
 
 #[inline]
