@@ -230,6 +230,7 @@ fn dot_products_match_ggml() {
                     | GgmlType::Q4_K
                     | GgmlType::Q5_K
                     | GgmlType::Q2_K
+                    | GgmlType::Q3_K
             );
             let tol = if exact { 0.0 } else { 2e-5 * scale + 1e-30 };
             assert!(

@@ -183,17 +183,17 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
 
 #[inline]
 pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order: the eight lanes of the other K-quants, fused by d_y * d_x.
+    let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let isum: i32 = (0..16)
-            .map(|g| {
-                let scale = q3k_scale(&x.scales, g) as i32 - 32;
-                scale * group_isum(y, g, 16, |i| q3k_value(x, i) as i32)
-            })
-            .sum();
-        sum += y.d * x.d.to_f32() * isum as f32;
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            let scale = q3k_scale(&x.scales, v / 16) as i32 - 32;
+            lanes[(v % 32) / 4] += scale * q3k_value(x, v) as i32 * a as i32;
+        }
+        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
-    sum
+    acc.hsum()
 }
 
 /// Σ_j min_j * (bsums of the two groups of 16 that make sub-block j).
