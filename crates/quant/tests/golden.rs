@@ -231,6 +231,8 @@ fn dot_products_match_ggml() {
                     | GgmlType::Q5_K
                     | GgmlType::Q2_K
                     | GgmlType::Q3_K
+                    | GgmlType::IQ4_XS
+                    | GgmlType::IQ4_NL
             );
             let tol = if exact { 0.0 } else { 2e-5 * scale + 1e-30 };
             assert!(

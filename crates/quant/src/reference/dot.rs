@@ -143,10 +143,21 @@ pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
 
 #[inline]
 pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    let mut sum = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        let isum = block_isum(&y.qs, |j| KVALUES_IQ4NL[nibble(&x.qs, j) as usize] as i32);
-        sum += x.d.to_f32() * y.d.to_f32() * isum as f32;
+    // ggml's x86 order: blocks in pairs, even blocks into one set of eight lanes and odd into
+    // another, the two added lane by lane before the horizontal sum; a last odd block is fused
+    // onto that sum.
+    let kv = |x: &BlockIQ4NL, j: usize| KVALUES_IQ4NL[nibble(&x.qs, j) as usize] as i32;
+    let (mut even, mut odd) = (Lanes8::new(), Lanes8::new());
+    let pairs = x.len() / 2;
+    for ib in 0..pairs {
+        let (x0, y0, x1, y1) = (&x[2 * ib], &y[2 * ib], &x[2 * ib + 1], &y[2 * ib + 1]);
+        even.add_block(y0.d.to_f32() * x0.d.to_f32(), &y0.qs, |j| kv(x0, j));
+        odd.add_block(y1.d.to_f32() * x1.d.to_f32(), &y1.qs, |j| kv(x1, j));
+    }
+    let mut sum = Lanes8(std::array::from_fn(|l| even.0[l] + odd.0[l])).hsum();
+    if let (Some(x), Some(y)) = (x.get(2 * pairs), y.get(2 * pairs)) {
+        let isum = block_isum(&y.qs, |j| kv(x, j));
+        sum = (y.d.to_f32() * x.d.to_f32()).mul_add(isum as f32, sum);
     }
     sum
 }
@@ -281,20 +292,21 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 
 #[inline]
 pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
-    let mut sum = 0.0f32;
+    // ggml's x86 order: the eight lanes of the K-quants, fused by d_x * d_y.
+    let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let isum: i32 = (0..8)
-            .map(|j| {
-                let ls = iq4xs_scale(x, j) as i32 - 32;
-                let qs = &x.qs[16 * j..16 * j + 16];
-                ls * group_isum(y, j, 32, |i| {
-                    let l = i % 32;
-                    let q = if l < 16 { qs[l] & 0xF } else { qs[l - 16] >> 4 };
-                    KVALUES_IQ4NL[q as usize] as i32
-                })
-            })
-            .sum();
-        sum += y.d * x.d.to_f32() * isum as f32;
+        let mut lanes = [0i32; 8];
+        for (v, &a) in y.qs.iter().enumerate() {
+            let (j, l) = (v / 32, v % 32);
+            let ls = iq4xs_scale(x, j) as i32 - 32;
+            let q = if l < 16 {
+                x.qs[16 * j + l] & 0xF
+            } else {
+                x.qs[16 * j + l - 16] >> 4
+            };
+            lanes[l / 4] += ls * KVALUES_IQ4NL[q as usize] as i32 * a as i32;
+        }
+        acc.add_lanes(x.d.to_f32() * y.d, &lanes);
     }
-    sum
+    acc.hsum()
 }
