@@ -44,9 +44,16 @@ impl<'a> Matrix<'a> {
                 expected: format!("[{cols}, {}]", rows.map_or("n".into(), |r| r.to_string())),
             });
         }
-        let vd = synapse_quant::vec_dot_kernel(info.ggml_type).map_err(|e| ModelError::Tensor {
-            tensor: info.name.clone(),
-            source: e,
+        // llama.cpp keeps the token embedding in its plain layout (it is read by row lookups),
+        // and so multiplies a tied output matrix with `vec_dot`; other weight matrices it may
+        // repack, which changes its summation order: follow it, to keep its logits' bits.
+        let repacked = info.name != "token_embd.weight"
+            && synapse_quant::llama_cpp_repacks(info.ggml_type, info.shape[1] as usize);
+        let vd = synapse_quant::matrix_kernel(info.ggml_type, repacked).map_err(|e| {
+            ModelError::Tensor {
+                tensor: info.name.clone(),
+                source: e,
+            }
         })?;
         Ok(Matrix {
             ty: info.ggml_type,

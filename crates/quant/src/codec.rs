@@ -300,10 +300,7 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
         what: "dot product",
     })?;
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
+    if has_v3() {
         if let Some(k) = V3_KERNELS.iter().find(|k| k.0 == ty) {
             return Ok(VecDot {
                 act: reference.act,
@@ -313,6 +310,14 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
         }
     }
     Ok(reference)
+}
+
+/// Whether the CPU has AVX2, FMA and F16C (x86-64-v3's vector features).
+#[cfg(target_arch = "x86_64")]
+fn has_v3() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -404,3 +409,84 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
         gemv_v3_erased::<BlockIQ4XS>,
     ),
 ];
+
+/// Whether llama.cpp's x86-64 AVX-512 build (the reference synapse's logits are checked against)
+/// stores a weight matrix of type `ty` with `rows` rows in its interleaved ("repacked") layout
+/// and multiplies it with its own gemv, whose float order differs from `vec_dot`'s (see
+/// `reference::dot`, `*_rows8`): Q4_0, IQ4_NL, Q4_K and Q2_K matrices whose row count is a
+/// multiple of 8. A fixed rule, not a property of the host: synapse computes the same bits on
+/// every machine.
+pub fn llama_cpp_repacks(ty: GgmlType, rows: usize) -> bool {
+    rows % 8 == 0
+        && matches!(
+            ty,
+            GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_K | GgmlType::Q2_K
+        )
+}
+
+/// The kernel for a weight matrix: [`vec_dot_kernel`], or, for a matrix llama.cpp repacks
+/// ([`llama_cpp_repacks`]), the dot product in the order of llama.cpp's repacked gemv.
+pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError> {
+    let base = vec_dot_kernel(ty)?;
+    if !repacked {
+        return Ok(base);
+    }
+    Ok(match ty {
+        GgmlType::Q4_0 => VecDot {
+            f: rows8::q4_0,
+            gemv: rows8::q4_0_gemv,
+            ..base
+        },
+        GgmlType::IQ4_NL => VecDot {
+            f: rows8::iq4_nl,
+            gemv: rows8::iq4_nl_gemv,
+            ..base
+        },
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q4_K if has_v3() => VecDot {
+            f: crate::x86::q4_k_rows8,
+            gemv: crate::x86::q4_k_rows8_gemv,
+            ..base
+        },
+        GgmlType::Q4_K => VecDot {
+            f: rows8::q4_k,
+            gemv: rows8::q4_k_gemv,
+            ..base
+        },
+        GgmlType::Q2_K => VecDot {
+            f: rows8::q2_k,
+            gemv: rows8::q2_k_gemv,
+            ..base
+        },
+        _ => base,
+    })
+}
+
+/// Type-erased entries to the repacked-order dot products.
+mod rows8 {
+    use super::gemv_rows;
+    use crate::blocks::*;
+    use crate::reference::dot;
+    use crate::QuantError;
+
+    macro_rules! entries {
+        ($( $name:ident, $gemv:ident: $block:ty => $f:path; )*) => {$(
+            pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+                let mut out = [0.0f32];
+                gemv_rows::<$block>(w, w.len(), a, &mut out, $f)?;
+                Ok(out[0])
+            }
+
+            pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+                gemv_rows::<$block>(w, row_bytes, a, out, $f)
+            }
+        )*};
+    }
+
+    entries! {
+        q4_0, q4_0_gemv: BlockQ4_0 => dot::vec_dot_q4_0_q8_0_rows8;
+        iq4_nl, iq4_nl_gemv: BlockIQ4NL => dot::vec_dot_iq4_nl_q8_0_rows8;
+        q4_k, q4_k_gemv: BlockQ4K => dot::vec_dot_q4_k_q8_k_rows8;
+        q2_k, q2_k_gemv: BlockQ2K => dot::vec_dot_q2_k_q8_k_rows8;
+    }
+}

@@ -258,3 +258,57 @@ fn chosen_kernel_is_bit_identical_to_the_reference() {
         }
     }
 }
+
+/// The kernels for matrices llama.cpp repacks give the bits of the reference in that order.
+#[test]
+fn repacked_order_kernels_are_bit_identical_to_their_reference() {
+    use synapse_quant::codec::cast_blocks;
+    use synapse_quant::reference::dot as r;
+    let mut rng = StdRng::seed_from_u64(5);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::IQ4_NL,
+        GgmlType::Q4_K,
+        GgmlType::Q2_K,
+    ] {
+        assert!(
+            synapse_quant::llama_cpp_repacks(ty, 16) && !synapse_quant::llama_cpp_repacks(ty, 12)
+        );
+        let act = vec_dot_type(ty).unwrap();
+        let kernel = synapse_quant::matrix_kernel(ty, true).unwrap();
+        for n_blocks in [1, 2, 5, 8] {
+            let n = n_blocks * 256;
+            for _ in 0..20 {
+                let w = random_weights(&mut rng, ty, n / ty.block_len());
+                let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let want = match ty {
+                    GgmlType::Q4_0 => r::vec_dot_q4_0_q8_0_rows8(
+                        cast_blocks(&w).unwrap(),
+                        cast_blocks(&a).unwrap(),
+                    ),
+                    GgmlType::IQ4_NL => r::vec_dot_iq4_nl_q8_0_rows8(
+                        cast_blocks(&w).unwrap(),
+                        cast_blocks(&a).unwrap(),
+                    ),
+                    GgmlType::Q4_K => r::vec_dot_q4_k_q8_k_rows8(
+                        cast_blocks(&w).unwrap(),
+                        cast_blocks(&a).unwrap(),
+                    ),
+                    _ => r::vec_dot_q2_k_q8_k_rows8(
+                        cast_blocks(&w).unwrap(),
+                        cast_blocks(&a).unwrap(),
+                    ),
+                };
+                let got = (kernel.f)(&w, &a).unwrap();
+                assert_eq!(got.to_bits(), want.to_bits(), "{ty} x {n}");
+                // And the same order, to rounding, as the plain dot product.
+                let plain = vec_dot(ty, &w, &a).unwrap();
+                assert!(
+                    (got - plain).abs() <= 1e-4 * plain.abs().max(1.0),
+                    "{ty}: {got} vs {plain}"
+                );
+            }
+        }
+    }
+}

@@ -310,3 +310,68 @@ pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
     }
     acc.hsum()
 }
+
+// ---------------------------------------------------------------------------------------------
+// The order of llama.cpp's repacked kernels. On x86 with AVX2, llama.cpp stores Q4_0, IQ4_NL,
+// Q4_K and (with AVX-512) Q2_K weight matrices whose row count is a multiple of 8 interleaved
+// eight rows at a time and multiplies them with its own gemv, whose per-row float order differs
+// from `vec_dot`'s: each block's (super-block's) exact integer sum is fused into one running
+// float by d_x * d_y, and the K-quants keep their min term in a second running float that is
+// subtracted at the end. These functions are that order; the engine uses them for the matrices
+// llama.cpp repacks, so that logits stay bit-identical to llama.cpp's.
+
+/// Repacked-order Q4_0: `acc = fma(isum, d_x * d_y, acc)` block by block.
+#[inline]
+pub fn vec_dot_q4_0_q8_0_rows8(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let isum = block_isum(&y.qs, |j| nibble(&x.qs, j) as i32 - 8);
+        acc = (isum as f32).mul_add(x.d.to_f32() * y.d.to_f32(), acc);
+    }
+    acc
+}
+
+/// Repacked-order IQ4_NL: as [`vec_dot_q4_0_q8_0_rows8`].
+#[inline]
+pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let isum = block_isum(&y.qs, |j| KVALUES_IQ4NL[nibble(&x.qs, j) as usize] as i32);
+        acc = (isum as f32).mul_add(x.d.to_f32() * y.d.to_f32(), acc);
+    }
+    acc
+}
+
+/// Repacked-order Q4_K: main and min terms in two running floats, subtracted at the end.
+#[inline]
+pub fn vec_dot_q4_k_q8_k_rows8(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    for (x, y) in x.iter().zip(y) {
+        let isum: i32 = (0..8)
+            .map(|j| {
+                let (sc, _) = k_scale_min(&x.scales, j);
+                sc as i32 * group_isum(y, j, 32, |i| k_4bit(&x.qs, i) as i32)
+            })
+            .sum();
+        main = (isum as f32).mul_add(x.d.to_f32() * y.d, main);
+        mins = (k_min_sum(&x.scales, y) as f32).mul_add(x.dmin.to_f32() * y.d, mins);
+    }
+    main - mins
+}
+
+/// Repacked-order Q2_K: as [`vec_dot_q4_k_q8_k_rows8`].
+#[inline]
+pub fn vec_dot_q2_k_q8_k_rows8(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    for (x, y) in x.iter().zip(y) {
+        let (mut isum, mut msum) = (0i32, 0i32);
+        for g in 0..16 {
+            let sc = x.scales[g];
+            isum += (sc & 0xF) as i32 * group_isum(y, g, 16, |i| k_2bit(&x.qs, i) as i32);
+            msum += (sc >> 4) as i32 * y.bsums[g] as i32;
+        }
+        main = (isum as f32).mul_add(x.d.to_f32() * y.d, main);
+        mins = (msum as f32).mul_add(x.dmin.to_f32() * y.d, mins);
+    }
+    main - mins
+}

@@ -136,50 +136,80 @@ fn halves_i16(a: i16, b: i16) -> __m256i {
     _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
 }
 
+/// Sum of eight i32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Per super-block of Q4_K: the eight exact lanes of the main term and the four of the min.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+    let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
+    // SAFETY: 16 readable bytes each.
+    let (bs_lo, bs_hi, mins) = unsafe {
+        (
+            _mm_loadu_si128(y.bsums.as_ptr().cast()),
+            _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+            _mm_loadu_si128(mins.as_ptr().cast()),
+        )
+    };
+    // bsum[2k] + bsum[2k+1]: the sums of the eight 32-value sub-blocks.
+    let prod = _mm_madd_epi16(mins, _mm_hadd_epi16(bs_lo, bs_hi));
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        // SAFETY: 32 readable bytes each (j < 4).
+        let (q4, q8l, q8h) = unsafe {
+            (
+                _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()),
+                _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()),
+                _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()),
+            )
+        };
+        let q4l = _mm256_and_si256(q4, m4);
+        let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+        let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q4l, q8l));
+        let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q4h, q8h));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    }
+    (sumi, prod)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let d = y.d * f32_of(x.d);
         let dmin = -y.d * f32_of(x.dmin);
-        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
-        let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
-        // SAFETY: 16 readable bytes each.
-        let (bs_lo, bs_hi, mins) = unsafe {
-            (
-                _mm_loadu_si128(y.bsums.as_ptr().cast()),
-                _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
-                _mm_loadu_si128(mins.as_ptr().cast()),
-            )
-        };
-        // bsum[2k] + bsum[2k+1]: the sums of the eight 32-value sub-blocks.
-        let q8s = _mm_hadd_epi16(bs_lo, bs_hi);
-        let prod = _mm_madd_epi16(mins, q8s);
+        let (sumi, prod) = q4_k_lanes(x, y);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            // SAFETY: 32 readable bytes each (j < 4).
-            let (q4, q8l, q8h) = unsafe {
-                (
-                    _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()),
-                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()),
-                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()),
-                )
-            };
-            let q4l = _mm256_and_si256(q4, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
-            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q4l, q8l));
-            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q4h, q8h));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
     hsum(acc) + _mm_cvtss_f32(m)
+}
+
+/// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q4_k_q8_k_rows8(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    for (x, y) in x.iter().zip(y) {
+        let (sumi, prod) = q4_k_lanes(x, y);
+        let msum = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        main = (hsum_i32(sumi) as f32).mul_add(f32_of(x.d) * y.d, main);
+        mins = (msum as f32).mul_add(f32_of(x.dmin) * y.d, mins);
+    }
+    main - mins
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

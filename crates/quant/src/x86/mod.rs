@@ -53,5 +53,6 @@ avx2_entry! {
     q5_1, q5_1_gemv: BlockQ5_1 => avx2::vec_dot_q5_1_q8_1;
     q8_0, q8_0_gemv: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
     q4_k, q4_k_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k;
+    q4_k_rows8, q4_k_rows8_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k_rows8;
     q6_k, q6_k_gemv: BlockQ6K => avx2::vec_dot_q6_k_q8_k;
 }
