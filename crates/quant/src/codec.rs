@@ -256,43 +256,46 @@ fn dequantize_erased<B: Block>(src: &[u8], dst: &mut [f32]) -> Result<(), QuantE
     Ok(())
 }
 
-fn quantize_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+fn quantize_with<B: QuantizeBlock>(
+    src: &[f32],
+    dst: &mut [u8],
+    f: fn(&[f32], &mut B),
+) -> Result<(), QuantError> {
     check_sizes::<B>(src.len(), dst.len())?;
     let blocks = cast_blocks_mut::<B>(dst)?;
     for (b, x) in blocks.iter_mut().zip(src.chunks_exact(B::TYPE.block_len())) {
-        B::quantize(x, b);
+        f(x, b);
     }
     Ok(())
+}
+
+fn quantize_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    quantize_with::<B>(src, dst, B::quantize)
 }
 
 fn quantize_act_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    check_sizes::<B>(src.len(), dst.len())?;
-    let blocks = cast_blocks_mut::<B>(dst)?;
-    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(B::TYPE.block_len())) {
-        B::quantize_act(x, b);
-    }
-    Ok(())
+    quantize_with::<B>(src, dst, B::quantize_act)
+}
+
+/// One weight row with one activation row, through `dot`: [`gemv_rows`] over a single row.
+pub(crate) fn dot_row<B: DotBlock>(
+    w: &[u8],
+    a: &[u8],
+    dot: impl Fn(&[B], &[B::Act]) -> f32,
+) -> Result<f32, QuantError> {
+    let mut out = [0.0f32];
+    gemv_rows::<B>(w, w.len(), a, &mut out, dot)?;
+    Ok(out[0])
 }
 
 fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    let x = cast_blocks::<B>(w)?;
-    let y = cast_blocks::<B::Act>(a)?;
-    let n = x.len() * B::TYPE.block_len();
-    if y.len() * B::Act::TYPE.block_len() != n {
-        return Err(QuantError::DotLength {
-            ty: B::TYPE,
-            act: B::Act::TYPE,
-            weights: n,
-            activations: y.len() * B::Act::TYPE.block_len(),
-        });
-    }
-    Ok(B::vec_dot(x, y))
+    dot_row::<B>(w, a, B::vec_dot)
 }
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, Q4_K and Q6_K (`crate::x86::avx2`) and, for the others, the reference compiled a second time for
-/// those features. Either way every float operation and its order are the reference's, so the
+/// formats, Q4_K and Q6_K (`crate::x86::avx2`) and, for the others, the reference compiled a
+/// second time for those features. Either way every float operation and its order are the reference's, so the
 /// results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     let reference = codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
@@ -334,13 +337,8 @@ mod v3 {
 
 #[cfg(target_arch = "x86_64")]
 fn vec_dot_v3_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    let x = cast_blocks::<B>(w)?;
-    let y = cast_blocks::<B::Act>(a)?;
-    if y.len() * B::Act::TYPE.block_len() != x.len() * B::TYPE.block_len() {
-        return vec_dot_erased::<B>(w, a); // reports the length error
-    }
     // SAFETY: `vec_dot_kernel` hands this function out only after detecting AVX2, FMA and F16C.
-    Ok(unsafe { v3::vec_dot::<B>(x, y) })
+    dot_row::<B>(w, a, |x, y| unsafe { v3::vec_dot::<B>(x, y) })
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -464,7 +462,7 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
 
 /// Type-erased entries to the repacked-order dot products.
 mod rows8 {
-    use super::gemv_rows;
+    use super::{dot_row, gemv_rows};
     use crate::blocks::*;
     use crate::reference::dot;
     use crate::QuantError;
@@ -472,9 +470,7 @@ mod rows8 {
     macro_rules! entries {
         ($( $name:ident, $gemv:ident: $block:ty => $f:path; )*) => {$(
             pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-                let mut out = [0.0f32];
-                gemv_rows::<$block>(w, w.len(), a, &mut out, $f)?;
-                Ok(out[0])
+                dot_row::<$block>(w, a, $f)
             }
 
             pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {

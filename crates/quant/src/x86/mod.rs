@@ -3,39 +3,16 @@
 pub mod avx2;
 
 use crate::blocks::*;
-use crate::codec::{cast_blocks, gemv_rows, Block, DotBlock};
+use crate::codec::{dot_row, gemv_rows};
 use crate::QuantError;
-
-/// Blocks of a weight row and of an activation row, checked to hold the same number of values.
-fn operands<'a, B: DotBlock>(
-    w: &'a [u8],
-    a: &'a [u8],
-) -> Result<(&'a [B], &'a [B::Act]), QuantError> {
-    let x = cast_blocks::<B>(w)?;
-    let y = cast_blocks::<B::Act>(a)?;
-    let (nw, na) = (
-        x.len() * B::TYPE.block_len(),
-        y.len() * B::Act::TYPE.block_len(),
-    );
-    if nw != na {
-        return Err(QuantError::DotLength {
-            ty: B::TYPE,
-            act: B::Act::TYPE,
-            weights: nw,
-            activations: na,
-        });
-    }
-    Ok((x, y))
-}
 
 macro_rules! avx2_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
         /// Type-erased entry to the AVX2 kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            let (x, y) = operands::<$block>(w, a)?;
             // SAFETY: `vec_dot_kernel` hands these entries out only after detecting AVX2, FMA
             // and F16C on this CPU.
-            Ok(unsafe { $kernel(x, y) })
+            dot_row::<$block>(w, a, |x, y| unsafe { $kernel(x, y) })
         }
 
         /// Type-erased entry to the AVX2 kernel, over consecutive rows.
