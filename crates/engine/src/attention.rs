@@ -27,7 +27,7 @@ pub const MAX_HEAD_DIM: usize = 512;
 /// values is accumulated in an F16 vector, rescaled whenever the maximum grows. Matching that
 /// rounding halves the KL divergence to llama.cpp against an all-f32 attention (measured on
 /// SmolLM2: see the forward tests).
-#[inline]
+#[inline(always)]
 pub fn attend(
     s: &AttnShape,
     q: &[f32],
@@ -94,7 +94,7 @@ pub fn attend(
 /// golden data comes from): four 16-lane accumulators over 64-value steps, fused multiply-adds,
 /// the accumulators added pairwise, the lanes reduced by halves, the tail added in f64.
 /// Products of two F16 values are exact in f32, so only this order decides the rounding.
-#[inline]
+#[inline(always)]
 fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
     let n = q.len();
     let np = n & !63;

@@ -42,7 +42,7 @@ pub fn silu(x: f32) -> f32 {
 /// polynomial on the reduced argument, then a scaling by `2^n`; within 1.5 ulp of `e^x`.
 /// ggml's SiLU uses it, and a last-bit difference in an FFN activation can flip the rounding of
 /// its quantized copy, so synapse computes the same function to stay bit-close to llama.cpp.
-#[inline]
+#[inline(always)]
 pub fn expf_ggml(x: f32) -> f32 {
     const R: f32 = 12582912.0; // 0x1.8p23: adding it rounds to an integer
     let z = x.mul_add(f32::from_bits(0x3fb8aa3b), R); // x * log2(e) + R
@@ -60,7 +60,8 @@ pub fn expf_ggml(x: f32) -> f32 {
     let r = f32::from_bits(0x3f7ffff6).mul_add(b, 1.0);
     let j = p.mul_add(u, q).mul_add(u, r);
     // scalef: j * 2^n, rounded once (the f64 product is exact).
-    (j as f64 * 2f64.powi(n as i32)) as f32
+    // |n| <= 192 here, so 2^n is a normal f64: build it from its exponent bits.
+    (j as f64 * f64::from_bits(((n as i64 + 1023) as u64) << 52)) as f32
 }
 
 /// `gate = silu(gate) * up`, the SwiGLU of the llama FFN, computed as ggml's AVX-512
