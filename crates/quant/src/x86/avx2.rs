@@ -1,4 +1,5 @@
-//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K and Q6_K.
+//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K
+//! and Q6_K.
 //!
 //! Each computes exactly the reference's arithmetic ([`crate::reference::dot`]): per block, eight
 //! 32-bit lanes holding the exact integer sums of values `4j..4j+4` (`vpmaddubsw` then
@@ -282,4 +283,51 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let sixteen = _mm256_set1_epi8(0x10);
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+        let total: i32 = (0..8)
+            .map(|j| pairs[j].1 as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
+            .sum();
+        mins = (-y.d * f32_of(x.dmin)).mul_add(total as f32, mins);
+        // SAFETY: 32 readable bytes.
+        let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
+        let high = |bit: i32| {
+            let b = _mm256_set1_epi8(1 << bit);
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, b), b), sixteen)
+        };
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            // SAFETY: 32 readable bytes each (j < 4).
+            let (q, q8l, q8h) = unsafe {
+                (
+                    _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()),
+                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()),
+                    _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()),
+                )
+            };
+            let q5l = _mm256_or_si256(_mm256_and_si256(q, m4), high(2 * j as i32));
+            let q5h = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                high(2 * j as i32 + 1),
+            );
+            let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q5l, q8l));
+            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q5h, q8h));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(y.d * f32_of(x.d)),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum(acc) + mins
 }

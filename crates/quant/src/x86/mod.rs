@@ -31,5 +31,6 @@ avx2_entry! {
     q8_0, q8_0_gemv: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
     q4_k, q4_k_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k;
     q4_k_rows8, q4_k_rows8_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k_rows8;
+    q5_k, q5_k_gemv: BlockQ5K => avx2::vec_dot_q5_k_q8_k;
     q6_k, q6_k_gemv: BlockQ6K => avx2::vec_dot_q6_k_q8_k;
 }
