@@ -77,6 +77,59 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `gelu(x)` with the tanh approximation, as ggml's `ggml_gelu_f32` computes it when GCC contracts
+/// it (`-march=native`, `-std=gnu11`): `1 + a*x*x` is one fused multiply-add; `tanhf` is libm's.
+pub fn gelu_tanh(x: f32) -> f32 {
+    const GELU_COEF_A: f32 = 0.044715;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let inner = (GELU_COEF_A * x).mul_add(x, 1.0);
+    (0.5 * x) * (1.0 + ((SQRT_2_OVER_PI * x) * inner).tanh())
+}
+
+/// ggml's `ggml_table_gelu_f16`: [`gelu_tanh`] of every F16 value, rounded to F16.
+fn gelu_f16_table() -> &'static [half::f16] {
+    static TABLE: std::sync::OnceLock<Vec<half::f16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| half::f16::from_f32(gelu_tanh(half::f16::from_bits(bits).to_f32())))
+            .collect()
+    })
+}
+
+/// `gate = gelu(gate) * up`, the GEGLU of the Gemma FFN, as ggml-cpu's `ggml_vec_geglu_f32` does
+/// it (`GGML_GELU_FP16`): the argument rounded to F16 and looked up in a table of F16 results,
+/// except at and beyond +-10 (0 below, the identity above).
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    let table = gelu_f16_table();
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = *g;
+        *g = if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x * u
+        } else {
+            table[half::f16::from_f32(x).to_bits() as usize].to_f32() * u
+        };
+    }
+}
+
+/// `x *= s`, element by element (ggml's `ggml_scale`).
+pub fn scale_inplace(x: &mut [f32], s: f32) {
+    for v in x.iter_mut() {
+        *v *= s;
+    }
+}
+
+/// `x = cap * tanh(x / cap)`, final-logit soft-capping as ggml composes it: a scale by the
+/// rounded `1 / cap`, libm's `tanhf`, a scale by `cap`.
+pub fn softcap_inplace(x: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
+    for v in x.iter_mut() {
+        *v = (*v * inv).tanh() * cap;
+    }
+}
+
+#[inline]
 pub fn add_inplace(x: &mut [f32], y: &[f32]) {
     for (x, &y) in x.iter_mut().zip(y) {
         *x += y;
@@ -105,6 +158,7 @@ pub struct Rope {
 
 impl Rope {
     /// The cosines and sines for position `pos`, `n_rot / 2` pairs, into `cs`.
+    #[inline]
     pub fn angles(&self, pos: usize, cs: &mut [(f32, f32)]) {
         let theta_scale = self.base.powf(-2.0 / self.n_rot as f32);
         let mut theta = pos as f32;
@@ -117,6 +171,7 @@ impl Rope {
     }
 
     /// Rotate every head of `x` (heads of `head_dim`) by the angles of one position.
+    #[inline]
     pub fn apply(&self, x: &mut [f32], head_dim: usize, cs: &[(f32, f32)]) {
         let half = self.n_rot / 2;
         for head in x.chunks_exact_mut(head_dim) {
@@ -131,6 +186,140 @@ impl Rope {
                 head[a] = x0.mul_add(c, -(x1 * s));
                 head[b] = x0.mul_add(s, x1 * c);
             }
+        }
+    }
+}
+
+/// Values of a head that ggml-cpu's F16 vector kernels (`ggml_vec_mad_f16`, `ggml_vec_scale_f16`)
+/// process in native F16 arithmetic when built with AVX512-FP16 (`GGML_F16_STEP`, 128); the rest
+/// of a head (its last `head_dim % 128` values) goes through their scalar tail, in f32.
+const F16_STEP: usize = 128;
+
+/// `round_f16(a * b + c)` for F16 values held in f32, rounded once: AVX512-FP16's
+/// `vfmadd...ph`. The product is exact in f32; the sum's rounding error is recovered (TwoSum) and
+/// decides only when the f32 sum falls exactly halfway between two F16 values.
+#[inline(always)]
+fn fma_f16(a: f32, b: f32, c: f32) -> f32 {
+    use half::f16;
+    let p = a * b;
+    let s = p + c;
+    let pb = s - p;
+    let e = (p - (s - pb)) + (c - pb);
+    let r = f16::from_f32(s);
+    if e == 0.0 || !s.is_finite() {
+        return r.to_f32();
+    }
+    let rf = r.to_f32();
+    let away = if s.abs() > rf.abs() { 1 } else { -1i32 };
+    let other = f16::from_bits((r.to_bits() as i32 + away) as u16).to_f32();
+    if s == rf || rf + (other - rf) * 0.5 != s {
+        return rf;
+    }
+    // A tie in f32 that is not one in exact arithmetic: step towards the exact sum.
+    f16::from_f32(if e > 0.0 { s.next_up() } else { s.next_down() }).to_f32()
+}
+
+/// `q . k` of F16 values (held in f32) in the order of ggml's AVX-512 `ggml_vec_dot_f16`, which
+/// accumulates in f32 on AVX512-FP16 builds too: four 16-lane accumulators over 64-value steps,
+/// fused multiply-adds, the accumulators added pairwise, the lanes reduced by halves, the tail
+/// in f64. (The same order as [`crate::attention`]'s private dot.)
+#[inline(always)]
+fn dot_f16_ggml(q: &[f32], k: &[f32]) -> f32 {
+    let n = q.len();
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = q[e].mul_add(k[e], *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
+    let mut sum = ((t6[0] + t6[2]) + (t6[1] + t6[3])) as f64;
+    for e in np..n {
+        sum += (q[e] * k[e]) as f64;
+    }
+    sum as f32
+}
+
+/// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
+/// `(n_pos, n_head_kv * head_dim)`), as ggml-cpu's flash attention computes it on the reference
+/// build (x86-64 with AVX512-FP16): [`crate::attention::attend`]'s online softmax with an F16
+/// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
+/// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
+/// F16 multiply-add ([`fma_f16`]), and an F16 product for the rescale. Heads narrower than 128
+/// (SmolLM2's 64) never reach that path and get `attend`'s bits; Gemma's 256 do, and with f32
+/// arithmetic there the KL divergence to llama.cpp on Gemma 3 is ~5e-3 instead of ~0.
+#[inline(always)]
+pub fn attend_f16_simd(
+    s: &crate::attention::AttnShape,
+    q: &[f32],
+    keys: &[half::f16],
+    values: &[half::f16],
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    use half::f16;
+    use half::slice::HalfFloatSliceExt;
+    const MAX: usize = crate::attention::MAX_HEAD_DIM;
+    let hd = s.head_dim;
+    let simd = hd / F16_STEP * F16_STEP;
+    let kv_dim = s.n_head_kv * hd;
+    let group = s.n_head / s.n_head_kv;
+    // F16 values are held as f32 (exactly); rounding to F16 is a trip through an F16 buffer.
+    let (mut h16, mut qf) = ([f16::ZERO; MAX], [0.0f32; MAX]);
+    let (mut acc, mut row) = ([0.0f32; MAX], [0.0f32; MAX]);
+    let round_f16 = |x: &mut [f32], h16: &mut [f16]| {
+        h16.convert_from_f32_slice(x);
+        h16.convert_to_f32_slice(x);
+    };
+    for h in 0..s.n_head {
+        let (qf, acc, row, h16) = (
+            &mut qf[..hd],
+            &mut acc[..hd],
+            &mut row[..hd],
+            &mut h16[..hd],
+        );
+        qf.copy_from_slice(&q[h * hd..(h + 1) * hd]);
+        round_f16(qf, h16);
+        acc.fill(0.0);
+        let off = (h / group) * hd;
+        let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+        for j in 0..n_pos {
+            keys[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
+            let sc = dot_f16_ggml(qf, row) * s.scale;
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if sc > m {
+                let m_old = m;
+                m = sc;
+                ms = (m_old - m).exp();
+                // Vector part: an exact product of F16 values, rounded once; tail: in f32.
+                let ms16 = f16::from_f32(ms).to_f32();
+                acc[..simd].iter_mut().for_each(|a| *a *= ms16);
+                acc[simd..].iter_mut().for_each(|a| *a *= ms);
+                round_f16(acc, h16);
+            } else {
+                vs = (sc - m).exp();
+            }
+            values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
+            let vs16 = f16::from_f32(vs).to_f32();
+            for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
+                *a = fma_f16(x, vs16, *a);
+            }
+            for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
+                *a = x.mul_add(vs, *a);
+            }
+            round_f16(&mut acc[simd..], &mut h16[simd..]);
+            // ggml's C is compiled with contraction: this is one fused multiply-add there.
+            sum = sum.mul_add(ms, vs);
+        }
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        for (o, a) in out[h * hd..(h + 1) * hd].iter_mut().zip(acc.iter()) {
+            *o = a * inv;
         }
     }
 }
@@ -158,7 +347,6 @@ mod tests {
             let ulp = f32::from_bits(b.to_bits() + 1) - b;
             assert!((a - b).abs() <= 2.0 * ulp, "{x}: {a} vs {b}");
         }
-    #[inline]
         assert_eq!(expf_ggml(-200.0), 0.0);
         assert_eq!(expf_ggml(200.0), f32::INFINITY);
     }
@@ -171,7 +359,6 @@ mod tests {
         rms_norm(&x, &w, 1e-6, &mut y);
         let rms = (x.iter().map(|v| v * v).sum::<f32>() / 4.0 + 1e-6).sqrt();
         for i in 0..4 {
-    #[inline]
             assert!((y[i] - x[i] / rms * w[i]).abs() < 1e-6);
         }
     }
@@ -208,5 +395,74 @@ mod tests {
             );
             assert!((x[a] - want.0).abs() < 1e-5 && (x[b] - want.1).abs() < 1e-5);
         }
+    }
+
+    #[test]
+    fn gelu_table_is_ggmls() {
+        // FNV-1a over ggml's `ggml_table_gelu_f16` (read from llama.cpp's x86-64 AVX-512 build
+        // after `ggml_cpu_init`), every non-NaN entry in order. Without the fused multiply-add
+        // in `gelu_tanh` one entry differs.
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for (i, v) in gelu_f16_table().iter().enumerate() {
+            if !half::f16::from_bits(i as u16).is_nan() {
+                h = (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+        assert_eq!(h, 0x69c3_62a0_a24d_0647);
+        let (mut g, u) = ([-12.0f32, -1.0, 0.0, 0.5, 3.0, 11.0], [2.0f32; 6]);
+        geglu(&mut g, &u);
+        assert_eq!(g[0], 0.0);
+        assert_eq!(g[5], 22.0);
+        for (g, x) in g
+            .iter()
+            .zip([-12.0f32, -1.0, 0.0, 0.5, 3.0, 11.0])
+            .skip(1)
+            .take(4)
+        {
+            assert!(
+                (g - 2.0 * gelu_tanh(x)).abs() < 2e-3 * (1.0 + x.abs()),
+                "{x}: {g}"
+            );
+        }
+    }
+
+    /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_f16`].
+    fn nearest_f16(x: f64) -> f32 {
+        let guess = half::f16::from_f64(x);
+        let mut best = guess;
+        for d in -2i32..=2 {
+            let c = half::f16::from_bits((guess.to_bits() as i32 + d) as u16);
+            let (ec, eb) = ((c.to_f64() - x).abs(), (best.to_f64() - x).abs());
+            if ec < eb || (ec == eb && c.to_bits() % 2 == 0) {
+                best = c;
+            }
+        }
+        best.to_f32()
+    }
+
+    #[test]
+    fn fma_f16_rounds_once() {
+        let (mut n, mut ties) = (0, 0);
+        for i in 0..64 {
+            for j in 0..64 {
+                for k in [0, 3, 11, 12, 13, 20] {
+                    for l in [0, 1, 2, 3, 1023, 511] {
+                        let a = 1.0 + i as f32 / 1024.0;
+                        let b = -(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k);
+                        let c = 1.0 + l as f32 / 1024.0;
+                        let exact = a as f64 * b as f64 + c as f64;
+                        assert_eq!(fma_f16(a, b, c), nearest_f16(exact), "{a} * {b} + {c}");
+                        let s = a * b + c;
+                        ties += (s as f64 != exact && nearest_f16(s as f64) != nearest_f16(exact))
+                            as usize;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            ties > 0,
+            "no case where rounding the f32 sum twice differs ({n} cases)"
+        );
     }
 }
