@@ -8,6 +8,7 @@ use crate::kv::KvCache;
 use crate::matmul::{Acts, Threads};
 use crate::ModelError;
 
+pub mod gemma3;
 pub mod llama;
 
 /// Loads one architecture from a file, borrowing its weights.
@@ -15,7 +16,10 @@ type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError
 
 /// The architectures synapse runs, and how to load each: a new architecture is a file in this
 /// directory and a line here.
-const REGISTRY: &[(&str, Loader)] = &[("llama", |f| Ok(Box::new(llama::Llama::load(f)?)))];
+const REGISTRY: &[(&str, Loader)] = &[
+    ("llama", |f| Ok(Box::new(llama::Llama::load(f)?))),
+    ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
+];
 
 /// Names of the supported architectures.
 pub fn supported_architectures() -> Vec<&'static str> {
