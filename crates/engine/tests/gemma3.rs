@@ -1,0 +1,203 @@
+//! Gemma 3 (270M, Q4_K_M) against llama.cpp, and the batch (G1) and thread (D1) invariance
+//! contracts on it. Golden data: `scripts/golden/forward_gemma3.py` (llama.cpp run token by
+//! token, one thread, over a text longer than the 512-token sliding window).
+
+use std::path::PathBuf;
+
+use synapse_engine::{load, Logits, Model, Threads};
+use synapse_gguf::{GgmlType, GgufFile};
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/forward")
+        .join(name)
+}
+
+fn model_file() -> GgufFile {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        p.display()
+    );
+    GgufFile::open(p).unwrap()
+}
+
+fn ints(f: &GgufFile, name: &str) -> Vec<u32> {
+    let t = f.tensor(name).unwrap();
+    assert_eq!(t.info.ggml_type, GgmlType::I32);
+    t.data
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32)
+        .collect()
+}
+
+fn floats(f: &GgufFile, name: &str) -> Vec<f32> {
+    let t = f.tensor(name).unwrap();
+    assert_eq!(t.info.ggml_type, GgmlType::F32);
+    t.data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn log_softmax(x: &[f32]) -> Vec<f64> {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+    let lse = x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
+    x.iter().map(|&v| v as f64 - lse).collect()
+}
+
+fn argmax(x: &[f32]) -> usize {
+    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
+}
+
+/// Logits of every position, feeding `ids` in batches of `batch`.
+fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
+    let mut st = model.new_state(ids.len(), batch);
+    model
+        .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
+        .unwrap()
+}
+
+#[test]
+fn gemma3_matches_llama_cpp_token_by_token_and_keeps_g1_and_d1() {
+    let file = model_file();
+    let model = load(&file).unwrap();
+    assert_eq!(model.info().arch, "gemma3");
+    let golden = GgufFile::open(data("gemma3.logits.gguf")).unwrap();
+    let ids = ints(&golden, "ids");
+    let top_ids = ints(&golden, "top_ids");
+    let top_logp = floats(&golden, "top_logp");
+    let k = top_ids.len() / ids.len();
+    let n_vocab = model.info().n_vocab;
+    assert!(
+        ids.len() >= 600,
+        "the golden text must outrun the 512-token window"
+    );
+
+    let n_eval: usize =
+        std::env::var("SYNAPSE_EVAL_POSITIONS").map_or(ids.len(), |v| v.parse().unwrap());
+    let ids = &ids[..n_eval];
+    let logits = run(model.as_ref(), ids, 1, 2);
+    let (mut kl_sum, mut max_kl, mut agree) = (0.0, 0.0f64, 0);
+    let mut buckets = vec![0.0f64; ids.len().div_ceil(100)];
+    for (p, row) in logits.chunks(n_vocab).enumerate() {
+        let ours = log_softmax(row);
+        let tid = &top_ids[p * k..(p + 1) * k];
+        let tlp = &top_logp[p * k..(p + 1) * k];
+        // KL over the reference's top K tokens plus one bucket for the rest.
+        let mut kl = 0.0;
+        let (mut ref_top, mut our_top) = (0.0, 0.0);
+        for (&id, &lp) in tid.iter().zip(tlp) {
+            let lp = lp as f64;
+            kl += lp.exp() * (lp - ours[id as usize]);
+            ref_top += lp.exp();
+            our_top += ours[id as usize].exp();
+        }
+        let (ref_tail, our_tail) = ((1.0 - ref_top).max(1e-12), (1.0 - our_top).max(1e-12));
+        kl += ref_tail * (ref_tail / our_tail).ln();
+        kl_sum += kl;
+        if std::env::var_os("SYNAPSE_SHOW_KL").is_some() && kl > 1e-9 {
+            eprintln!("position {p}: KL {kl:.2e}");
+        }
+        let n_bucket = 100.min(ids.len() - p / 100 * 100);
+        buckets[p / 100] += kl / n_bucket as f64;
+        max_kl = max_kl.max(kl);
+        agree += (argmax(row) == tid[0] as usize) as usize;
+    }
+    let (mean_kl, top1) = (kl_sum / ids.len() as f64, agree as f64 / ids.len() as f64);
+    eprintln!(
+        "gemma3 vs llama.cpp over {} positions: mean KL {mean_kl:.2e}, max KL {max_kl:.2e}, \
+         top-1 {:.2}%",
+        ids.len(),
+        100.0 * top1
+    );
+    eprintln!(
+        "mean KL by 100 positions: {:?}",
+        buckets
+            .iter()
+            .map(|k| format!("{k:.1e}"))
+            .collect::<Vec<_>>()
+    );
+    assert!(top1 >= 0.99, "top-1 agreement {top1:.4}");
+    assert!(mean_kl <= 1e-3, "mean KL {mean_kl:.3e}");
+
+    // G1: batched prefill gives the bits of token by token.
+    let n_g1 = 160.min(ids.len());
+    let one = &logits[..n_g1 * n_vocab];
+    for batch in [7, 64, 93] {
+        let b = run(model.as_ref(), &ids[..n_g1], batch, 2);
+        assert!(b == one, "batch {batch}: logits differ from token by token");
+    }
+    // D1: any thread count gives the same bits.
+    let n_d1 = 40.min(ids.len());
+    for threads in [1, 3, 4] {
+        let t = run(model.as_ref(), &ids[..n_d1], 64, threads);
+        assert!(
+            t == logits[..n_d1 * n_vocab],
+            "{threads} threads: logits differ from 2 threads"
+        );
+    }
+}
+
+/// Greedy continuations of prompts.txt against llama.cpp's (prompt fed one token at a time;
+/// continuations that reach an end-of-generation token are shorter than 64).
+#[test]
+fn gemma3_greedy_continuations_match_llama_cpp() {
+    let file = model_file();
+    let model = load(&file).unwrap();
+    let threads = Threads::new(2);
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data("gemma3.greedy.json")).unwrap())
+            .unwrap();
+    let cases = cases.as_array().unwrap();
+    let list = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let (mut equal, mut equal_batched) = (0, 0);
+    for case in cases {
+        let (ids, want) = (list(&case["ids"]), list(&case["greedy"]));
+        let mut st = model.new_state(ids.len() + want.len() + 1, 64);
+        let mut logits = model
+            .prefill(&mut st, &ids, 64, Logits::Last, &threads)
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            let next = argmax(&logits) as u32;
+            got.push(next);
+            if got.len() == want.len() {
+                break;
+            }
+            model
+                .forward(&mut st, &[next], Logits::Last, &mut logits, &threads)
+                .unwrap();
+        }
+        // llama.cpp's continuation when it prefills the prompt in one batch (its batched kernels
+        // round differently): for information only.
+        equal_batched += (got == list(&case["greedy_batched"])) as usize;
+        if got == want {
+            equal += 1;
+        } else {
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            eprintln!(
+                "prompt {:?}: diverges at generated token {}",
+                case["prompt"].as_str().unwrap(),
+                first.unwrap_or(got.len())
+            );
+        }
+    }
+    eprintln!(
+        "greedy: {equal} of {} continuations equal llama.cpp's token-by-token ones, \
+         {equal_batched} its batched-prefill ones",
+        cases.len()
+    );
+    assert!(
+        cases.len() >= 10 && equal >= 9,
+        "{equal} of {} equal",
+        cases.len()
+    );
+}
