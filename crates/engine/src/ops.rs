@@ -195,28 +195,39 @@ impl Rope {
 /// of a head (its last `head_dim % 128` values) goes through their scalar tail, in f32.
 const F16_STEP: usize = 128;
 
-/// `round_f16(a * b + c)` for F16 values held in f32, rounded once: AVX512-FP16's
-/// `vfmadd...ph`. The product is exact in f32; the sum's rounding error is recovered (TwoSum) and
-/// decides only when the f32 sum falls exactly halfway between two F16 values.
+/// Whether `s` lies exactly halfway between two adjacent F16 values (F16 subnormals included).
 #[inline(always)]
-fn fma_f16(a: f32, b: f32, c: f32) -> f32 {
-    use half::f16;
+fn is_f16_tie(s: f32) -> bool {
+    let bits = s.to_bits();
+    let exp = ((bits >> 23) & 0xff) as i32 - 127;
+    if exp < -25 {
+        return false; // below half the smallest F16 subnormal (or an f32 subnormal)
+    }
+    // The halfway bit: 13 places below an F16 normal's last one, lower for F16 subnormals.
+    let half_bit = if exp >= -14 { 12 } else { -2 - exp } as u32;
+    let m = (bits & 0x7f_ffff) | 0x80_0000;
+    m & ((2 << half_bit) - 1) == 1 << half_bit
+}
+
+/// `a * b + c` for F16 values held in f32, as an f32 whose rounding to F16 is that of the exact
+/// result: AVX512-FP16's `vfmadd...ph`, which rounds once. The product is exact in f32; the sum's
+/// rounding error (TwoSum) matters only when the f32 sum is an F16 tie, and then moves it one f32
+/// step towards the exact result.
+#[inline(always)]
+fn fma_for_f16(a: f32, b: f32, c: f32) -> f32 {
     let p = a * b;
     let s = p + c;
     let pb = s - p;
     let e = (p - (s - pb)) + (c - pb);
-    let r = f16::from_f32(s);
-    if e == 0.0 || !s.is_finite() {
-        return r.to_f32();
+    if e != 0.0 && is_f16_tie(s) {
+        let away = (e > 0.0) == (s > 0.0);
+        return f32::from_bits(if away {
+            s.to_bits() + 1
+        } else {
+            s.to_bits() - 1
+        });
     }
-    let rf = r.to_f32();
-    let away = if s.abs() > rf.abs() { 1 } else { -1i32 };
-    let other = f16::from_bits((r.to_bits() as i32 + away) as u16).to_f32();
-    if s == rf || rf + (other - rf) * 0.5 != s {
-        return rf;
-    }
-    // A tie in f32 that is not one in exact arithmetic: step towards the exact sum.
-    f16::from_f32(if e > 0.0 { s.next_up() } else { s.next_down() }).to_f32()
+    s
 }
 
 /// `q . k` of F16 values (held in f32) in the order of ggml's AVX-512 `ggml_vec_dot_f16`, which
@@ -251,7 +262,7 @@ fn dot_f16_ggml(q: &[f32], k: &[f32]) -> f32 {
 /// build (x86-64 with AVX512-FP16): [`crate::attention::attend`]'s online softmax with an F16
 /// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
 /// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
-/// F16 multiply-add ([`fma_f16`]), and an F16 product for the rescale. Heads narrower than 128
+/// F16 multiply-add ([`fma_for_f16`]), and an F16 product for the rescale. Heads narrower than 128
 /// (SmolLM2's 64) never reach that path and get `attend`'s bits; Gemma's 256 do, and with f32
 /// arithmetic there the KL divergence to llama.cpp on Gemma 3 is ~5e-3 instead of ~0.
 #[inline(always)]
@@ -308,12 +319,12 @@ pub fn attend_f16_simd(
             values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
             let vs16 = f16::from_f32(vs).to_f32();
             for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
-                *a = fma_f16(x, vs16, *a);
+                *a = fma_for_f16(x, vs16, *a);
             }
             for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
                 *a = x.mul_add(vs, *a);
             }
-            round_f16(&mut acc[simd..], &mut h16[simd..]);
+            round_f16(acc, h16);
             // ggml's C is compiled with contraction: this is one fused multiply-add there.
             sum = sum.mul_add(ms, vs);
         }
@@ -426,7 +437,7 @@ mod tests {
         }
     }
 
-    /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_f16`].
+    /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_for_f16`].
     fn nearest_f16(x: f64) -> f32 {
         let guess = half::f16::from_f64(x);
         let mut best = guess;
@@ -441,20 +452,49 @@ mod tests {
     }
 
     #[test]
-    fn fma_f16_rounds_once() {
+    fn f16_ties_are_found_exactly() {
+        for bits in 0..0x7bffu16 {
+            let (lo, hi) = (
+                half::f16::from_bits(bits).to_f32(),
+                half::f16::from_bits(bits + 1).to_f32(),
+            );
+            let mid = lo + (hi - lo) * 0.5;
+            for x in [mid, -mid] {
+                assert!(is_f16_tie(x), "{x}");
+                assert!(
+                    !is_f16_tie(x.next_up()) && !is_f16_tie(x.next_down()),
+                    "{x}"
+                );
+            }
+            assert!(!is_f16_tie(lo) && !is_f16_tie(hi), "{lo}");
+        }
+    }
+
+    #[test]
+    fn fma_for_f16_rounds_once() {
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let tiny = 2f32.powi(-24); // the smallest F16 subnormal
+        let cs = [
+            1.0,
+            1.0 + 1.0 / 1024.0,
+            1.0 + 3.0 / 1024.0,
+            1.999,
+            0.0,
+            tiny,
+            7.0 * tiny,
+        ];
         let (mut n, mut ties) = (0, 0);
         for i in 0..64 {
             for j in 0..64 {
-                for k in [0, 3, 11, 12, 13, 20] {
-                    for l in [0, 1, 2, 3, 1023, 511] {
+                for k in [0, 3, 11, 12, 13, 20, 24, 26, 30] {
+                    for &c in &cs {
                         let a = 1.0 + i as f32 / 1024.0;
-                        let b = -(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k);
-                        let c = 1.0 + l as f32 / 1024.0;
+                        let b = round(-(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k));
                         let exact = a as f64 * b as f64 + c as f64;
-                        assert_eq!(fma_f16(a, b, c), nearest_f16(exact), "{a} * {b} + {c}");
-                        let s = a * b + c;
-                        ties += (s as f64 != exact && nearest_f16(s as f64) != nearest_f16(exact))
-                            as usize;
+                        let got = round(fma_for_f16(a, b, c));
+                        assert_eq!(got, nearest_f16(exact), "{a} * {b} + {c}");
+                        let twice = round(a * b + c);
+                        ties += (twice != got) as usize;
                         n += 1;
                     }
                 }
