@@ -4,9 +4,6 @@
 //! a batch (prefill): the batch's keys and values are stored first, then each token reads its own
 //! causal prefix. So a token's result does not depend on its batch (G1).
 
-use half::f16;
-use half::slice::HalfFloatSliceExt;
-
 pub struct AttnShape {
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -18,33 +15,100 @@ pub struct AttnShape {
 /// Largest head dimension [`attend`] supports (Gemma's 256 with room to spare).
 pub const MAX_HEAD_DIM: usize = 512;
 
-/// `out (n_head * head_dim) = softmax(scale * q k^T) v`, over positions `0..n_pos`.
-/// `keys`, `values` are `(n_pos, n_head_kv * head_dim)`.
-///
-/// The numerics are those of ggml's CPU flash attention, which llama.cpp uses by default, so
-/// that logits agree with llama.cpp's closely: the query is rounded to F16 for the `q . k` dot,
-/// the softmax is computed online (running maximum `M` and sum `S`), and the weighted sum of
-/// values is accumulated in an F16 vector, rescaled whenever the maximum grows. Matching that
-/// rounding halves the KL divergence to llama.cpp against an all-f32 attention (measured on
-/// SmolLM2: see the forward tests).
+/// Values of a head that ggml-cpu's F16 vector kernels (`ggml_vec_mad_f16`, `ggml_vec_scale_f16`)
+/// process in native F16 arithmetic when built with AVX512-FP16 (`GGML_F16_STEP`, 128); the rest
+/// of a head (its last `head_dim % 128` values) goes through their scalar tail, in f32.
+const F16_STEP: usize = 128;
+
+/// Whether `s` lies exactly halfway between two adjacent F16 values (F16 subnormals included).
+#[inline(always)]
+fn is_f16_tie(s: f32) -> bool {
+    let bits = s.to_bits();
+    let exp = ((bits >> 23) & 0xff) as i32 - 127;
+    if exp < -25 {
+        return false; // below half the smallest F16 subnormal (or an f32 subnormal)
+    }
+    // The halfway bit: 13 places below an F16 normal's last one, lower for F16 subnormals.
+    let half_bit = if exp >= -14 { 12 } else { -2 - exp } as u32;
+    let m = (bits & 0x7f_ffff) | 0x80_0000;
+    m & ((2 << half_bit) - 1) == 1 << half_bit
+}
+
+/// `a * b + c` for F16 values held in f32, as an f32 whose rounding to F16 is that of the exact
+/// result: AVX512-FP16's `vfmadd...ph`, which rounds once. The product is exact in f32; the sum's
+/// rounding error (TwoSum) matters only when the f32 sum is an F16 tie, and then moves it one f32
+/// step towards the exact result.
+#[inline(always)]
+fn fma_for_f16(a: f32, b: f32, c: f32) -> f32 {
+    let p = a * b;
+    let s = p + c;
+    let pb = s - p;
+    let e = (p - (s - pb)) + (c - pb);
+    if e != 0.0 && is_f16_tie(s) {
+        let away = (e > 0.0) == (s > 0.0);
+        return f32::from_bits(if away {
+            s.to_bits() + 1
+        } else {
+            s.to_bits() - 1
+        });
+    }
+    s
+}
+
+/// `q . k` of F16 values (held in f32) in the order of ggml's AVX-512 `ggml_vec_dot_f16`, which
+/// accumulates in f32 on AVX512-FP16 builds too: four 16-lane accumulators over 64-value steps,
+/// fused multiply-adds, the accumulators added pairwise, the lanes reduced by halves, the tail
+/// in f64.
+#[inline(always)]
+fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
+    let n = q.len();
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = q[e].mul_add(k[e], *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
+    let mut sum = ((t6[0] + t6[2]) + (t6[1] + t6[3])) as f64;
+    for e in np..n {
+        sum += (q[e] * k[e]) as f64;
+    }
+    sum as f32
+}
+
+/// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
+/// `(n_pos, n_head_kv * head_dim)`), as ggml-cpu's flash attention computes it on the reference
+/// build (x86-64 with AVX512-FP16): an online softmax with an F16
+/// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
+/// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
+/// F16 multiply-add ([`fma_for_f16`]), and an F16 product for the rescale. Heads narrower than 128
+/// (SmolLM2's 64) never reach that path; Gemma's 256 do, and with f32
+/// arithmetic there the KL divergence to llama.cpp on Gemma 3 is ~5e-3 instead of ~0.
 #[inline(always)]
 pub fn attend(
     s: &AttnShape,
     q: &[f32],
-    keys: &[f16],
-    values: &[f16],
+    keys: &[half::f16],
+    values: &[half::f16],
     n_pos: usize,
     out: &mut [f32],
 ) {
+    use half::f16;
+    use half::slice::HalfFloatSliceExt;
+    const MAX: usize = MAX_HEAD_DIM;
     let hd = s.head_dim;
+    let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
     let group = s.n_head / s.n_head_kv;
-    // F16 values are held as f32 (exactly) and converted a row at a time, which the `half`
-    // crate vectorises; rounding to F16 is a round trip through an F16 buffer.
-    let mut h16 = [f16::ZERO; MAX_HEAD_DIM];
-    let mut qf = [0.0f32; MAX_HEAD_DIM];
-    let mut acc = [0.0f32; MAX_HEAD_DIM];
-    let mut row = [0.0f32; MAX_HEAD_DIM];
+    // F16 values are held as f32 (exactly); rounding to F16 is a trip through an F16 buffer.
+    let (mut h16, mut qf) = ([f16::ZERO; MAX], [0.0f32; MAX]);
+    let (mut acc, mut row) = ([0.0f32; MAX], [0.0f32; MAX]);
     let round_f16 = |x: &mut [f32], h16: &mut [f16]| {
         h16.convert_from_f32_slice(x);
         h16.convert_to_f32_slice(x);
@@ -69,14 +133,20 @@ pub fn attend(
                 let m_old = m;
                 m = sc;
                 ms = (m_old - m).exp();
-                acc.iter_mut().for_each(|a| *a *= ms);
+                // Vector part: an exact product of F16 values, rounded once; tail: in f32.
+                let ms16 = f16::from_f32(ms).to_f32();
+                acc[..simd].iter_mut().for_each(|a| *a *= ms16);
+                acc[simd..].iter_mut().for_each(|a| *a *= ms);
                 round_f16(acc, h16);
             } else {
                 vs = (sc - m).exp();
             }
             values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
-            // A fused multiply-add in f32, then rounded to F16, as ggml's does.
-            for (a, &x) in acc.iter_mut().zip(row.iter()) {
+            let vs16 = f16::from_f32(vs).to_f32();
+            for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
+                *a = fma_for_f16(x, vs16, *a);
+            }
+            for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
                 *a = x.mul_add(vs, *a);
             }
             round_f16(acc, h16);
@@ -88,36 +158,6 @@ pub fn attend(
             *o = a * inv;
         }
     }
-}
-
-/// `q . k` of F16 values (held in f32) in the order of ggml's AVX-512 `ggml_vec_dot_f16` (the build the
-/// golden data comes from): four 16-lane accumulators over 64-value steps, fused multiply-adds,
-/// the accumulators added pairwise, the lanes reduced by halves, the tail added in f64.
-/// Products of two F16 values are exact in f32, so only this order decides the rounding.
-#[inline(always)]
-fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
-    let n = q.len();
-    let np = n & !63;
-    let mut acc = [[0.0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let e = i + 16 * j + l;
-                *a = q[e].mul_add(k[e], *a);
-            }
-        }
-    }
-    let mut v = [0.0f32; 16];
-    for l in 0..16 {
-        v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
-    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
-    let mut sum = ((t6[0] + t6[2]) + (t6[1] + t6[3])) as f64;
-    for e in np..n {
-        sum += (q[e] * k[e]) as f64;
-    }
-    sum as f32
 }
 
 /// In-place softmax; the normalising sum is taken in f64, as ggml does.
@@ -132,5 +172,79 @@ pub fn softmax(x: &mut [f32]) {
     let inv = (1.0 / sum) as f32;
     for v in x.iter_mut() {
         *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_for_f16`].
+    fn nearest_f16(x: f64) -> f32 {
+        let guess = half::f16::from_f64(x);
+        let mut best = guess;
+        for d in -2i32..=2 {
+            let c = half::f16::from_bits((guess.to_bits() as i32 + d) as u16);
+            let (ec, eb) = ((c.to_f64() - x).abs(), (best.to_f64() - x).abs());
+            if ec < eb || (ec == eb && c.to_bits() % 2 == 0) {
+                best = c;
+            }
+        }
+        best.to_f32()
+    }
+
+    #[test]
+    fn f16_ties_are_found_exactly() {
+        for bits in 0..0x7bffu16 {
+            let (lo, hi) = (
+                half::f16::from_bits(bits).to_f32(),
+                half::f16::from_bits(bits + 1).to_f32(),
+            );
+            let mid = lo + (hi - lo) * 0.5;
+            for x in [mid, -mid] {
+                assert!(is_f16_tie(x), "{x}");
+                assert!(
+                    !is_f16_tie(x.next_up()) && !is_f16_tie(x.next_down()),
+                    "{x}"
+                );
+            }
+            assert!(!is_f16_tie(lo) && !is_f16_tie(hi), "{lo}");
+        }
+    }
+
+    #[test]
+    fn fma_for_f16_rounds_once() {
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let tiny = 2f32.powi(-24); // the smallest F16 subnormal
+        let cs = [
+            1.0,
+            1.0 + 1.0 / 1024.0,
+            1.0 + 3.0 / 1024.0,
+            1.999,
+            0.0,
+            tiny,
+            7.0 * tiny,
+        ];
+        let (mut n, mut ties) = (0, 0);
+        for i in 0..64 {
+            for j in 0..64 {
+                for k in [0, 3, 11, 12, 13, 20, 24, 26, 30] {
+                    for &c in &cs {
+                        let a = 1.0 + i as f32 / 1024.0;
+                        let b = round(-(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k));
+                        let exact = a as f64 * b as f64 + c as f64;
+                        let got = round(fma_for_f16(a, b, c));
+                        assert_eq!(got, nearest_f16(exact), "{a} * {b} + {c}");
+                        let twice = round(a * b + c);
+                        ties += (twice != got) as usize;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            ties > 0,
+            "no case where rounding the f32 sum twice differs ({n} cases)"
+        );
     }
 }

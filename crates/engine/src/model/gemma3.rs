@@ -26,8 +26,7 @@ use crate::attention::{AttnShape, MAX_HEAD_DIM};
 use crate::kv::KvCache;
 use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ops::{
-    add_inplace, attend_f16_simd, geglu, rms_norm, rms_norm_inplace, scale_inplace,
-    softcap_inplace, Rope, RopeStyle,
+    add_inplace, geglu, rms_norm, rms_norm_inplace, scale_inplace, softcap_inplace, Rope, RopeStyle,
 };
 use crate::ModelError;
 
@@ -360,7 +359,7 @@ impl Gemma3<'_> {
                     0
                 };
                 let n_pos = pos + 1 - first;
-                attend_f16_simd(
+                crate::attention::attend(
                     a,
                     &s.q[t * q_dim..(t + 1) * q_dim],
                     &st.kv.keys(l, pos + 1)[first * kv_dim..],
