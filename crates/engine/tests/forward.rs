@@ -1,64 +1,15 @@
 //! The forward pass against llama.cpp, and the batch (G1) and thread (D1) invariance contracts.
 //! Golden data: `scripts/golden/forward.py` (llama.cpp run token by token, one thread).
+//!
+//! Debugging aids (no effect on what is asserted by default): `SYNAPSE_EVAL_POSITIONS=N` limits
+//! the SmolLM2 comparison to its first N positions, `SYNAPSE_SHOW_KL=1` prints each position's
+//! KL, and `SYNAPSE_DUMP_DIR` makes the engine write its intermediates (see `synapse_engine::Tap`).
 
-use std::path::PathBuf;
+mod common;
+use common::*;
 
-use synapse_engine::{load, Logits, Model, ModelError, Threads};
-use synapse_gguf::{GgmlType, GgufFile, GgufWriter, Value};
-
-fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/forward")
-        .join(name)
-}
-
-fn model_path(name: &str) -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models")
-        .join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        p.display()
-    );
-    p
-}
-
-fn ints(f: &GgufFile, name: &str) -> Vec<u32> {
-    let t = f.tensor(name).unwrap();
-    assert_eq!(t.info.ggml_type, GgmlType::I32);
-    t.data
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32)
-        .collect()
-}
-
-fn floats(f: &GgufFile, name: &str) -> Vec<f32> {
-    let t = f.tensor(name).unwrap();
-    assert_eq!(t.info.ggml_type, GgmlType::F32);
-    t.data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-    let lse = x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
-    x.iter().map(|&v| v as f64 - lse).collect()
-}
-
-fn argmax(x: &[f32]) -> usize {
-    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
-}
-
-/// Logits of every position, feeding `ids` in batches of `batch`.
-fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
-    let mut st = model.new_state(ids.len(), batch);
-    model
-        .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
-        .unwrap()
-}
+use synapse_engine::{load, Logits, ModelError, Threads};
+use synapse_gguf::{GgufFile, GgufWriter, Value};
 
 /// Mean and max KL(reference || synapse) and top-1 agreement.
 struct Agreement {

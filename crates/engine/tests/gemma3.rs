@@ -2,61 +2,14 @@
 //! contracts on it. Golden data: `scripts/golden/forward_gemma3.py` (llama.cpp run token by
 //! token, one thread, over a text longer than the 512-token sliding window).
 
-use std::path::PathBuf;
+mod common;
+use common::*;
 
-use synapse_engine::{load, Logits, Model, Threads};
-use synapse_gguf::{GgmlType, GgufFile};
-
-fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/forward")
-        .join(name)
-}
+use synapse_engine::{load, Logits, Threads};
+use synapse_gguf::GgufFile;
 
 fn model_file() -> GgufFile {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        p.display()
-    );
-    GgufFile::open(p).unwrap()
-}
-
-fn ints(f: &GgufFile, name: &str) -> Vec<u32> {
-    let t = f.tensor(name).unwrap();
-    assert_eq!(t.info.ggml_type, GgmlType::I32);
-    t.data
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as u32)
-        .collect()
-}
-
-fn floats(f: &GgufFile, name: &str) -> Vec<f32> {
-    let t = f.tensor(name).unwrap();
-    assert_eq!(t.info.ggml_type, GgmlType::F32);
-    t.data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
-
-fn log_softmax(x: &[f32]) -> Vec<f64> {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
-    let lse = x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln() + max;
-    x.iter().map(|&v| v as f64 - lse).collect()
-}
-
-fn argmax(x: &[f32]) -> usize {
-    (0..x.len()).fold(0, |b, i| if x[i] > x[b] { i } else { b })
-}
-
-/// Logits of every position, feeding `ids` in batches of `batch`.
-fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
-    let mut st = model.new_state(ids.len(), batch);
-    model
-        .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
-        .unwrap()
+    GgufFile::open(model_path("gemma-3-270m-q4_k_m.gguf")).unwrap()
 }
 
 #[test]
