@@ -50,8 +50,12 @@ impl Lanes8 {
 
     #[inline]
     fn add_block(&mut self, dd: f32, y: &[i8; QK], w: impl Fn(usize) -> i32) {
-        let lanes: [i32; 8] =
-            std::array::from_fn(|j| (4 * j..4 * j + 4).map(|e| w(e) * y[e] as i32).sum());
+        // Unpack first, then fixed-size sums: a shape the compiler vectorises.
+        let w: [i32; QK] = std::array::from_fn(w);
+        let mut lanes = [0i32; 8];
+        for (e, (&w, &y)) in w.iter().zip(y).enumerate() {
+            lanes[e / 4] += w * y as i32;
+        }
         self.add_lanes(dd, &lanes);
     }
 
@@ -162,6 +166,21 @@ pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
     sum
 }
 
+/// The eight lanes of a super-block in ggml's x86 order: lane `l` sums `w[v] * y[v]` over the
+/// values `v` whose index mod 32 is in `4l..4l+4`. `w` holds each value times its scale.
+#[inline]
+fn k_lanes(w: &[i32; QK_K], y: &[i8; QK_K]) -> [i32; 8] {
+    let mut lanes = [0i32; 8];
+    for (wc, yc) in w.chunks_exact(32).zip(y.chunks_exact(32)) {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            for b in 4 * l..4 * l + 4 {
+                *lane += wc[b] * yc[b] as i32;
+            }
+        }
+    }
+    lanes
+}
+
 /// Σ over group `g` of 16 values of `w(i) * y.qs[i]`.
 #[inline]
 fn group_isum(y: &BlockQ8K, g: usize, len: usize, w: impl Fn(usize) -> i32) -> i32 {
@@ -182,11 +201,9 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
                 + (x.scales[2 * l + 1] >> 4) as i32 * y.bsums[2 * l + 1] as i32
         });
         acc.add_lanes(-y.d * x.dmin.to_f32(), &min_lanes);
-        let mut lanes = [0i32; 8];
-        for (v, &a) in y.qs.iter().enumerate() {
-            lanes[(v % 32) / 4] +=
-                (x.scales[v / 16] & 0xF) as i32 * k_2bit(&x.qs, v) as i32 * a as i32;
-        }
+        let w: [i32; QK_K] =
+            std::array::from_fn(|v| (x.scales[v / 16] & 0xF) as i32 * k_2bit(&x.qs, v) as i32);
+        let lanes = k_lanes(&w, &y.qs);
         acc.add_lanes(y.d * x.d.to_f32(), &lanes);
     }
     acc.hsum()
@@ -197,12 +214,9 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     // ggml's x86 order: the eight lanes of the other K-quants, fused by d_y * d_x.
     let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let mut lanes = [0i32; 8];
-        for (v, &a) in y.qs.iter().enumerate() {
-            let scale = q3k_scale(&x.scales, v / 16) as i32 - 32;
-            lanes[(v % 32) / 4] += scale * q3k_value(x, v) as i32 * a as i32;
-        }
-        acc.add_lanes(y.d * x.d.to_f32(), &lanes);
+        let scales: [i32; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i32 - 32);
+        let w: [i32; QK_K] = std::array::from_fn(|v| scales[v / 16] * q3k_value(x, v) as i32);
+        acc.add_lanes(y.d * x.d.to_f32(), &k_lanes(&w, &y.qs));
     }
     acc.hsum()
 }
@@ -295,18 +309,17 @@ pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
     // ggml's x86 order: the eight lanes of the K-quants, fused by d_x * d_y.
     let mut acc = Lanes8::new();
     for (x, y) in x.iter().zip(y) {
-        let mut lanes = [0i32; 8];
-        for (v, &a) in y.qs.iter().enumerate() {
+        let ls: [i32; 8] = std::array::from_fn(|j| iq4xs_scale(x, j) as i32 - 32);
+        let w: [i32; QK_K] = std::array::from_fn(|v| {
             let (j, l) = (v / 32, v % 32);
-            let ls = iq4xs_scale(x, j) as i32 - 32;
             let q = if l < 16 {
                 x.qs[16 * j + l] & 0xF
             } else {
                 x.qs[16 * j + l - 16] >> 4
             };
-            lanes[l / 4] += ls * KVALUES_IQ4NL[q as usize] as i32 * a as i32;
-        }
-        acc.add_lanes(x.d.to_f32() * y.d, &lanes);
+            ls[j] * KVALUES_IQ4NL[q as usize] as i32
+        });
+        acc.add_lanes(x.d.to_f32() * y.d, &k_lanes(&w, &y.qs));
     }
     acc.hsum()
 }
