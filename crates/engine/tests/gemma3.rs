@@ -32,48 +32,9 @@ fn gemma3_matches_llama_cpp_token_by_token_and_keeps_g1_and_d1() {
         std::env::var("SYNAPSE_EVAL_POSITIONS").map_or(ids.len(), |v| v.parse().unwrap());
     let ids = &ids[..n_eval];
     let logits = run(model.as_ref(), ids, 1, 2);
-    let (mut kl_sum, mut max_kl, mut agree) = (0.0, 0.0f64, 0);
-    let mut buckets = vec![0.0f64; ids.len().div_ceil(100)];
-    for (p, row) in logits.chunks(n_vocab).enumerate() {
-        let ours = log_softmax(row);
-        let tid = &top_ids[p * k..(p + 1) * k];
-        let tlp = &top_logp[p * k..(p + 1) * k];
-        // KL over the reference's top K tokens plus one bucket for the rest.
-        let mut kl = 0.0;
-        let (mut ref_top, mut our_top) = (0.0, 0.0);
-        for (&id, &lp) in tid.iter().zip(tlp) {
-            let lp = lp as f64;
-            kl += lp.exp() * (lp - ours[id as usize]);
-            ref_top += lp.exp();
-            our_top += ours[id as usize].exp();
-        }
-        let (ref_tail, our_tail) = ((1.0 - ref_top).max(1e-12), (1.0 - our_top).max(1e-12));
-        kl += ref_tail * (ref_tail / our_tail).ln();
-        kl_sum += kl;
-        if std::env::var_os("SYNAPSE_SHOW_KL").is_some() && kl > 1e-9 {
-            eprintln!("position {p}: KL {kl:.2e}");
-        }
-        let n_bucket = 100.min(ids.len() - p / 100 * 100);
-        buckets[p / 100] += kl / n_bucket as f64;
-        max_kl = max_kl.max(kl);
-        agree += (argmax(row) == tid[0] as usize) as usize;
-    }
-    let (mean_kl, top1) = (kl_sum / ids.len() as f64, agree as f64 / ids.len() as f64);
-    eprintln!(
-        "gemma3 vs llama.cpp over {} positions: mean KL {mean_kl:.2e}, max KL {max_kl:.2e}, \
-         top-1 {:.2}%",
-        ids.len(),
-        100.0 * top1
-    );
-    eprintln!(
-        "mean KL by 100 positions: {:?}",
-        buckets
-            .iter()
-            .map(|k| format!("{k:.1e}"))
-            .collect::<Vec<_>>()
-    );
-    assert!(top1 >= 0.99, "top-1 agreement {top1:.4}");
-    assert!(mean_kl <= 1e-3, "mean KL {mean_kl:.3e}");
+    let a = agreement("gemma3", &logits, n_vocab, &top_ids, &top_logp, k);
+    assert!(a.top1 >= 0.99, "top-1 agreement {:.4}", a.top1);
+    assert!(a.mean_kl <= 1e-3, "mean KL {:.3e}", a.mean_kl);
 
     // G1: batched prefill gives the bits of token by token.
     let n_g1 = 160.min(ids.len());

@@ -62,3 +62,64 @@ pub fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<
         .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
         .unwrap()
 }
+
+/// How synapse's logits compare with a golden file's top-K log-probabilities.
+pub struct Agreement {
+    pub mean_kl: f64,
+    pub max_kl: f64,
+    /// Fraction of positions whose argmax is the reference's most likely token.
+    pub top1: f64,
+}
+
+/// Compare `logits` (`(n_positions, n_vocab)`) with the reference's top-`k` token ids and
+/// log-probabilities per position: KL(reference || synapse) over those `k` tokens plus one
+/// bucket for the rest, and top-1 agreement. Prints a summary (and, with `SYNAPSE_SHOW_KL`, each
+/// position whose KL is not ~0) under `label`.
+pub fn agreement(
+    label: &str,
+    logits: &[f32],
+    n_vocab: usize,
+    top_ids: &[u32],
+    top_logp: &[f32],
+    k: usize,
+) -> Agreement {
+    let n = logits.len() / n_vocab;
+    let (mut kl_sum, mut max_kl, mut agree) = (0.0, 0.0f64, 0);
+    let mut buckets = vec![0.0f64; n.div_ceil(100)];
+    for (p, row) in logits.chunks(n_vocab).enumerate() {
+        let ours = log_softmax(row);
+        let tid = &top_ids[p * k..(p + 1) * k];
+        let tlp = &top_logp[p * k..(p + 1) * k];
+        let mut kl = 0.0;
+        let (mut ref_top, mut our_top) = (0.0, 0.0);
+        for (&id, &lp) in tid.iter().zip(tlp) {
+            let lp = lp as f64;
+            kl += lp.exp() * (lp - ours[id as usize]);
+            ref_top += lp.exp();
+            our_top += ours[id as usize].exp();
+        }
+        let (ref_tail, our_tail) = ((1.0 - ref_top).max(1e-12), (1.0 - our_top).max(1e-12));
+        kl += ref_tail * (ref_tail / our_tail).ln();
+        if std::env::var_os("SYNAPSE_SHOW_KL").is_some() && kl > 1e-9 {
+            eprintln!("position {p}: KL {kl:.2e}");
+        }
+        kl_sum += kl;
+        buckets[p / 100] += kl / 100.min(n - p / 100 * 100) as f64;
+        max_kl = max_kl.max(kl);
+        agree += (argmax(row) == tid[0] as usize) as usize;
+    }
+    let a = Agreement {
+        mean_kl: kl_sum / n as f64,
+        max_kl,
+        top1: agree as f64 / n as f64,
+    };
+    eprintln!(
+        "{label} vs llama.cpp over {n} positions: mean KL {:.2e}, max KL {:.2e}, top-1 {:.2}%",
+        a.mean_kl,
+        a.max_kl,
+        100.0 * a.top1
+    );
+    let by_100: Vec<String> = buckets.iter().map(|k| format!("{k:.1e}")).collect();
+    eprintln!("mean KL by 100 positions: {by_100:?}");
+    a
+}
