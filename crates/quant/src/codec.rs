@@ -294,7 +294,7 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, Q4_K, Q5_K and Q6_K (`crate::x86::avx2`) and, for the others, the reference compiled a
+/// formats, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
 /// second time for those features. Either way every float operation and its order are the reference's, so the
 /// results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
@@ -399,8 +399,8 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     ),
     (
         GgmlType::IQ4_XS,
-        vec_dot_v3_erased::<BlockIQ4XS>,
-        gemv_v3_erased::<BlockIQ4XS>,
+        crate::x86::iq4_xs,
+        crate::x86::iq4_xs_gemv,
     ),
 ];
 
@@ -426,9 +426,21 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
         return Ok(base);
     }
     Ok(match ty {
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q4_0 if has_v3() => VecDot {
+            f: crate::x86::q4_0_rows8,
+            gemv: crate::x86::q4_0_rows8_gemv,
+            ..base
+        },
         GgmlType::Q4_0 => VecDot {
             f: rows8::q4_0,
             gemv: rows8::q4_0_gemv,
+            ..base
+        },
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::IQ4_NL if has_v3() => VecDot {
+            f: crate::x86::iq4_nl_rows8,
+            gemv: crate::x86::iq4_nl_rows8_gemv,
             ..base
         },
         GgmlType::IQ4_NL => VecDot {

@@ -120,7 +120,8 @@ pub fn run(args: &BenchKernelsArgs) -> Result<()> {
         .collect();
     for &ty in FORMATS {
         let w = random_matrix(ty, n, n);
-        let kernel = synapse_quant::vec_dot_kernel(ty)?;
+        // The kernel a model's matrix of this shape gets (llama.cpp's repacked order where it repacks).
+        let kernel = synapse_quant::matrix_kernel(ty, synapse_quant::llama_cpp_repacks(ty, n))?;
         let act_bytes = kernel.act.bytes_for(n as u64).expect("block multiple") as usize;
         let mut a = vec![0u8; act_bytes];
         synapse_quant::quantize_act_row(kernel.act, &x, &mut a)?;

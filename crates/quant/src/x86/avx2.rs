@@ -331,3 +331,78 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     }
     hsum(acc) + mins
 }
+
+/// The 32 IQ4 values of 16 packed bytes, looked up in the non-uniform table: low nibbles
+/// (values 0..16) in the low half, high nibbles (16..32) in the high half.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn iq4_values(qs: &[u8]) -> __m256i {
+    // SAFETY: 16 readable bytes each (the table has 16 entries; callers pass 16 bytes).
+    let (table, packed) = unsafe {
+        (
+            _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()),
+            _mm_loadu_si128(qs.as_ptr().cast()),
+        )
+    };
+    let mask = _mm_set1_epi8(0x0F);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(packed, mask));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Exact i32 lane sums of signed `x` times signed `y` (lane `l`: bytes `4l..4l+4`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn lanes_ss_i32(x: __m256i, y: __m256i) -> __m256i {
+    let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..8 {
+            // SAFETY: 32 readable bytes (32j + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * j).cast()) };
+            let q = iq4_values(&x.qs[16 * j..16 * j + 16]);
+            let ls = iq4xs_scale(x, j) as i32 - 32;
+            sumi = _mm256_add_epi32(
+                sumi,
+                _mm256_mullo_epi32(lanes_ss_i32(q, a), _mm256_set1_epi32(ls)),
+            );
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(f32_of(x.d) * y.d),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum(acc)
+}
+
+/// IQ4_NL in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
+        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
+        acc = (isum as f32).mul_add(d, acc);
+    }
+    acc
+}
+
+/// Q4_0 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q4_0_q8_0_rows8(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let q = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
+        let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
+        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
+        acc = (isum as f32).mul_add(d, acc);
+    }
+    acc
+}

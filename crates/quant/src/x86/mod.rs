@@ -33,4 +33,7 @@ avx2_entry! {
     q4_k_rows8, q4_k_rows8_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k_rows8;
     q5_k, q5_k_gemv: BlockQ5K => avx2::vec_dot_q5_k_q8_k;
     q6_k, q6_k_gemv: BlockQ6K => avx2::vec_dot_q6_k_q8_k;
+    iq4_xs, iq4_xs_gemv: BlockIQ4XS => avx2::vec_dot_iq4_xs_q8_k;
+    iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
+    q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
 }
