@@ -24,6 +24,8 @@ struct Shared {
     job: Mutex<Option<JobPtr>>,
     generation: AtomicU64,
     remaining: AtomicUsize,
+    /// Set when a job panicked on a worker; `run` re-raises it on the caller.
+    panicked: AtomicBool,
     shutdown: AtomicBool,
     sleep: Mutex<()>,
     wake: Condvar,
@@ -50,6 +52,7 @@ impl ThreadPool {
             job: Mutex::new(None),
             generation: AtomicU64::new(0),
             remaining: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
@@ -95,11 +98,20 @@ impl ThreadPool {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
-        f(0);
+        // The workers borrow `f` until they finish: even if our share panics, wait for them
+        // before unwinding out of this frame.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
         while s.remaining.load(Ordering::Acquire) != 0 {
             std::hint::spin_loop();
         }
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if let Err(payload) = mine {
+            s.panicked.store(false, Ordering::Release);
+            std::panic::resume_unwind(payload);
+        }
+        if s.panicked.swap(false, Ordering::AcqRel) {
+            panic!("a thread-pool job panicked on a worker thread");
+        }
     }
 }
 
@@ -129,9 +141,15 @@ fn worker(s: &Shared, index: usize) {
         }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(JobPtr(ptr)) = job {
-            // SAFETY: `run` keeps the job alive until `remaining` reaches zero, which needs this
-            // worker's decrement below.
-            unsafe { (*ptr)(index) };
+            // A panicking job must still count as finished, or `run` would wait forever.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                // SAFETY: `run` keeps the job alive until `remaining` reaches zero, which needs
+                // this worker's decrement below.
+                unsafe { (*ptr)(index) }
+            }));
+            if ran.is_err() {
+                s.panicked.store(true, Ordering::Release);
+            }
         }
         s.remaining.fetch_sub(1, Ordering::AcqRel);
     }
@@ -170,6 +188,26 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
+    }
+
+    #[test]
+    fn a_panic_on_a_worker_reaches_the_caller_and_the_pool_survives() {
+        let pool = ThreadPool::new(2);
+        for failing in [0, 1] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.run(&|i| {
+                    if i == failing {
+                        panic!("job failure");
+                    }
+                })
+            }));
+            assert!(r.is_err(), "index {failing}");
+        }
+        let n = AtomicUsize::new(0);
+        pool.run(&|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 2);
     }
 
     #[test]
