@@ -294,7 +294,7 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
+/// formats, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
 /// second time for those features. Either way every float operation and its order are the reference's, so the
 /// results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
@@ -384,11 +384,7 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
         vec_dot_v3_erased::<BlockQ2K>,
         gemv_v3_erased::<BlockQ2K>,
     ),
-    (
-        GgmlType::Q3_K,
-        vec_dot_v3_erased::<BlockQ3K>,
-        gemv_v3_erased::<BlockQ3K>,
-    ),
+    (GgmlType::Q3_K, crate::x86::q3_k, crate::x86::q3_k_gemv),
     (GgmlType::Q4_K, crate::x86::q4_k, crate::x86::q4_k_gemv),
     (GgmlType::Q5_K, crate::x86::q5_k, crate::x86::q5_k_gemv),
     (GgmlType::Q6_K, crate::x86::q6_k, crate::x86::q6_k_gemv),

@@ -406,3 +406,43 @@ pub fn vec_dot_q4_0_q8_0_rows8(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     }
     acc
 }
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+        // SAFETY: 32 readable bytes.
+        let hm = unsafe { _mm256_loadu_si256(x.hmask.as_ptr().cast()) };
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            // SAFETY: 32 readable bytes (32h + 32 <= 64).
+            let q2 = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) };
+            for s in 0..4 {
+                let low = match s {
+                    0 => _mm256_and_si256(q2, m3),
+                    1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                    2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                    _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+                };
+                let bit = _mm256_set1_epi8(1 << (4 * h + s));
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                // q = low - 4 where the high bit is clear: -4..=3.
+                let q = _mm256_sub_epi8(low, _mm256_andnot_si256(set, four));
+                // SAFETY: 32 readable bytes (128h + 32s + 32 <= 256).
+                let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * h + 32 * s).cast()) };
+                let g = 8 * h + 2 * s;
+                let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(a, q));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(halves_i16(sc[g], sc[g + 1]), p16));
+            }
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(y.d * f32_of(x.d)),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
+    }
+    hsum(acc)
+}

@@ -29,6 +29,7 @@ avx2_entry! {
     q5_0, q5_0_gemv: BlockQ5_0 => avx2::vec_dot_q5_0_q8_0;
     q5_1, q5_1_gemv: BlockQ5_1 => avx2::vec_dot_q5_1_q8_1;
     q8_0, q8_0_gemv: BlockQ8_0 => avx2::vec_dot_q8_0_q8_0;
+    q3_k, q3_k_gemv: BlockQ3K => avx2::vec_dot_q3_k_q8_k;
     q4_k, q4_k_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k;
     q4_k_rows8, q4_k_rows8_gemv: BlockQ4K => avx2::vec_dot_q4_k_q8_k_rows8;
     q5_k, q5_k_gemv: BlockQ5K => avx2::vec_dot_q5_k_q8_k;
