@@ -455,6 +455,12 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
             gemv: rows8::q4_k_gemv,
             ..base
         },
+        #[cfg(target_arch = "x86_64")]
+        GgmlType::Q2_K if has_v3() => VecDot {
+            f: crate::x86::q2_k_rows8,
+            gemv: crate::x86::q2_k_rows8_gemv,
+            ..base
+        },
         GgmlType::Q2_K => VecDot {
             f: rows8::q2_k,
             gemv: rows8::q2_k_gemv,

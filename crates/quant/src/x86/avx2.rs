@@ -446,3 +446,36 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     }
     hsum(acc)
 }
+
+/// Q2_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q2_k_q8_k_rows8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q2_k_q8_k_rows8(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    for (x, y) in x.iter().zip(y) {
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            // SAFETY: 32 readable bytes (32h + 32 <= 64).
+            let q2 = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) };
+            for s in 0..4 {
+                let q = match s {
+                    0 => _mm256_and_si256(q2, m3),
+                    1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                    2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                    _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+                };
+                // SAFETY: 32 readable bytes (128h + 32s + 32 <= 256).
+                let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * h + 32 * s).cast()) };
+                let g = 8 * h + 2 * s;
+                let sc = halves_i16((x.scales[g] & 0xF) as i16, (x.scales[g + 1] & 0xF) as i16);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, a)));
+            }
+        }
+        let msum: i32 = (0..16)
+            .map(|g| (x.scales[g] >> 4) as i32 * y.bsums[g] as i32)
+            .sum();
+        main = (hsum_i32(sumi) as f32).mul_add(f32_of(x.d) * y.d, main);
+        mins = (msum as f32).mul_add(f32_of(x.dmin) * y.d, mins);
+    }
+    main - mins
+}
