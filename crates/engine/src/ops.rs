@@ -24,6 +24,14 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`] of each row of `x` (rows of `width`) into the same row of `y`.
+#[inline]
+pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], width: usize) {
+    for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
+        rms_norm(xr, w, eps, yr);
+    }
+}
+
 /// In-place [`rms_norm`].
 #[inline]
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {

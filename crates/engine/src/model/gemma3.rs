@@ -21,10 +21,9 @@
 
 use synapse_gguf::{GgufFile, Value};
 
-use super::{vector, HParams, Logits, Model, ModelInfo, Scratch, ScratchDims, State};
+use super::{mm, vector, HParams, Logits, Model, ModelInfo, State};
 use crate::attention::{AttnShape, MAX_HEAD_DIM};
-use crate::kv::KvCache;
-use crate::matmul::{matmul, Acts, Matrix, Threads};
+use crate::matmul::{Matrix, Threads};
 use crate::ops::{
     add_inplace, geglu, rms_norm, rms_norm_inplace, scale_inplace, softcap_inplace, Rope, RopeStyle,
 };
@@ -219,12 +218,6 @@ impl<'a> Gemma3<'a> {
     }
 }
 
-/// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
-fn mm(w: &Matrix, x: &[f32], n: usize, acts: &mut Acts, out: &mut [f32], threads: &Threads) {
-    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
-    matmul(w, acts, &mut out[..n * w.rows], threads);
-}
-
 /// RMSNorm of each of the `n` rows of `width` values in `x`, in place.
 #[inline(always)]
 fn norm_rows(x: &mut [f32], width: usize, n: usize, w: &[f32], eps: f32) {
@@ -239,20 +232,7 @@ impl Model for Gemma3<'_> {
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
-        let a = &self.attn;
-        State {
-            pos: 0,
-            n_batch,
-            kv: KvCache::new(self.info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
-            s: Scratch::new(&ScratchDims {
-                n_batch,
-                n_embd: self.info.n_embd,
-                q_dim: a.n_head * a.head_dim,
-                kv_dim: a.n_head_kv * a.head_dim,
-                n_ff: self.n_ff,
-                head_dim: a.head_dim,
-            }),
-        }
+        State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
     }
 
     fn forward(
@@ -263,30 +243,13 @@ impl Model for Gemma3<'_> {
         out: &mut [f32],
         threads: &Threads,
     ) -> Result<(), ModelError> {
-        crate::check_forward(&self.info, st, tokens, logits, out)?;
-        #[cfg(target_arch = "x86_64")]
-        if crate::has_x86_64_v3() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
-            return unsafe { self.forward_v3(st, tokens, logits, out, threads) };
-        }
-        self.forward_body(st, tokens, logits, out, threads)
+        super::forward(self, st, tokens, logits, out, threads)
     }
 }
 
-impl Gemma3<'_> {
-    /// The forward pass compiled for x86-64-v3: the same operations in the same order as
-    /// [`Self::forward_body`] (so the same bits), with hardware fused multiply-adds.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_v3(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        self.forward_body(st, tokens, logits, out, threads)
+impl super::ForwardBody for Gemma3<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
     }
 
     #[inline(always)]

@@ -11,11 +11,10 @@
 
 use synapse_gguf::GgufFile;
 
-use super::{attn_shape, vector, HParams, Logits, Model, ModelInfo, Scratch, ScratchDims, State};
+use super::{attn_shape, mm, vector, HParams, Logits, Model, ModelInfo, State};
 use crate::attention::{attend, AttnShape};
-use crate::kv::KvCache;
-use crate::matmul::{matmul, Acts, Matrix, Threads};
-use crate::ops::{add_inplace, rms_norm, swiglu, Rope, RopeStyle};
+use crate::matmul::{Matrix, Threads};
+use crate::ops::{add_inplace, rms_norm_rows, swiglu, Rope, RopeStyle};
 use crate::ModelError;
 
 struct Layer<'a> {
@@ -147,32 +146,13 @@ impl<'a> Llama<'a> {
     }
 }
 
-/// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
-fn mm(w: &Matrix, x: &[f32], n: usize, acts: &mut Acts, out: &mut [f32], threads: &Threads) {
-    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
-    matmul(w, acts, &mut out[..n * w.rows], threads);
-}
-
 impl Model for Llama<'_> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
-        let a = &self.attn;
-        State {
-            pos: 0,
-            n_batch,
-            kv: KvCache::new(self.info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
-            s: Scratch::new(&ScratchDims {
-                n_batch,
-                n_embd: self.info.n_embd,
-                q_dim: a.n_head * a.head_dim,
-                kv_dim: a.n_head_kv * a.head_dim,
-                n_ff: self.n_ff,
-                head_dim: a.head_dim,
-            }),
-        }
+        State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
     }
 
     fn forward(
@@ -183,31 +163,13 @@ impl Model for Llama<'_> {
         out: &mut [f32],
         threads: &Threads,
     ) -> Result<(), ModelError> {
-        crate::check_forward(&self.info, st, tokens, logits, out)?;
-        #[cfg(target_arch = "x86_64")]
-        if crate::has_x86_64_v3() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
-            return unsafe { self.forward_v3(st, tokens, logits, out, threads) };
-        }
-        self.forward_body(st, tokens, logits, out, threads)
+        super::forward(self, st, tokens, logits, out, threads)
     }
 }
 
-impl Llama<'_> {
-    /// The forward pass compiled for x86-64-v3: the same source and the same float operations
-    /// in the same order as [`Self::forward_body`] (so the same bits), with hardware fused
-    /// multiply-adds and vector instructions instead of library calls.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn forward_v3(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        self.forward_body(st, tokens, logits, out, threads)
+impl super::ForwardBody for Llama<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
     }
 
     #[inline(always)]
@@ -236,14 +198,7 @@ impl Llama<'_> {
 
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention block.
-            for t in 0..n {
-                rms_norm(
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.attn_norm,
-                    self.eps,
-                    &mut s.h[t * d..(t + 1) * d],
-                );
-            }
+            rms_norm_rows(&s.x[..n * d], &layer.attn_norm, self.eps, &mut s.h, d);
             mm(&layer.wq, &s.h, n, &mut s.acts, &mut s.q, threads);
             mm(&layer.wk, &s.h, n, &mut s.acts, &mut s.k, threads);
             mm(&layer.wv, &s.h, n, &mut s.acts, &mut s.v, threads);
@@ -281,14 +236,7 @@ impl Llama<'_> {
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
 
             // Feed-forward block.
-            for t in 0..n {
-                rms_norm(
-                    &s.x[t * d..(t + 1) * d],
-                    &layer.ffn_norm,
-                    self.eps,
-                    &mut s.h[t * d..(t + 1) * d],
-                );
-            }
+            rms_norm_rows(&s.x[..n * d], &layer.ffn_norm, self.eps, &mut s.h, d);
             mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
             mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
             self.tap
@@ -308,15 +256,13 @@ impl Llama<'_> {
         let rows = logits.rows(n);
         if rows > 0 {
             let first = n - rows;
-            for t in 0..rows {
-                let src = &s.x[(first + t) * d..(first + t + 1) * d];
-                rms_norm(
-                    src,
-                    &self.output_norm,
-                    self.eps,
-                    &mut s.h[t * d..(t + 1) * d],
-                );
-            }
+            rms_norm_rows(
+                &s.x[first * d..n * d],
+                &self.output_norm,
+                self.eps,
+                &mut s.h,
+                d,
+            );
             mm(&self.output, &s.h, rows, &mut s.acts, out, threads);
             self.tap
                 .rows("result_norm", 0, st.pos - rows, &s.h[..rows * d], rows);

@@ -5,7 +5,7 @@ use synapse_gguf::{GgmlType, GgufFile, Metadata};
 
 use crate::attention::AttnShape;
 use crate::kv::KvCache;
-use crate::matmul::{Acts, Threads};
+use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ModelError;
 
 pub mod gemma3;
@@ -133,6 +133,30 @@ pub struct State {
 }
 
 impl State {
+    /// The state of a decoder whose layers all share one attention shape: a KV cache for every
+    /// layer and the scratch of the forward pass, allocated once.
+    pub(crate) fn for_decoder(
+        info: &ModelInfo,
+        a: &AttnShape,
+        n_ff: usize,
+        n_ctx: usize,
+        n_batch: usize,
+    ) -> State {
+        State {
+            pos: 0,
+            n_batch,
+            kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
+            s: Scratch::new(&ScratchDims {
+                n_batch,
+                n_embd: info.n_embd,
+                q_dim: a.n_head * a.head_dim,
+                kv_dim: a.n_head_kv * a.head_dim,
+                n_ff,
+                head_dim: a.head_dim,
+            }),
+        }
+    }
+
     pub fn n_ctx(&self) -> usize {
         self.kv.n_ctx()
     }
@@ -186,6 +210,69 @@ impl Scratch {
             acts: Acts::with_capacity(n, widest),
         }
     }
+}
+
+/// An architecture's forward pass, for [`forward`]: the body is written once, and compiled
+/// twice (baseline and x86-64-v3) by [`forward`]'s dispatch.
+pub(crate) trait ForwardBody {
+    fn info(&self) -> &ModelInfo;
+
+    /// The pass itself, after [`crate::check_forward`]; mark implementations `#[inline(always)]`
+    /// so that the x86-64-v3 copy really is compiled with those features.
+    fn forward_body(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError>;
+}
+
+/// Check the request, then run the forward pass compiled for x86-64-v3 when the CPU has AVX2,
+/// FMA and F16C: the same source and the same float operations in the same order (so the same
+/// bits), with hardware fused multiply-adds and vector instructions instead of library calls.
+pub(crate) fn forward<M: ForwardBody>(
+    m: &M,
+    st: &mut State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    crate::check_forward(m.info(), st, tokens, logits, out)?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_x86_64_v3() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+        return unsafe { forward_v3(m, st, tokens, logits, out, threads) };
+    }
+    m.forward_body(st, tokens, logits, out, threads)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn forward_v3<M: ForwardBody>(
+    m: &M,
+    st: &mut State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    m.forward_body(st, tokens, logits, out, threads)
+}
+
+/// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
+pub(crate) fn mm(
+    w: &Matrix,
+    x: &[f32],
+    n: usize,
+    acts: &mut Acts,
+    out: &mut [f32],
+    threads: &Threads,
+) {
+    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
+    matmul(w, acts, &mut out[..n * w.rows], threads);
 }
 
 /// Hyperparameters of `{arch}.*` keys, with errors that name the key.
