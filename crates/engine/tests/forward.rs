@@ -51,33 +51,8 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
     let cases = cases.as_array().unwrap();
     let mut equal = 0;
     for case in cases {
-        let ids: Vec<u32> = case["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
-        let want: Vec<u32> = case["greedy"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
-        let mut st = model.new_state(ids.len() + want.len() + 1, 64);
-        let mut logits = model
-            .prefill(&mut st, &ids, 64, Logits::Last, &threads_2)
-            .unwrap();
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
-            let next = argmax(&logits) as u32;
-            got.push(next);
-            if got.len() == want.len() {
-                break;
-            }
-            model
-                .forward(&mut st, &[next], Logits::Last, &mut logits, &threads_2)
-                .unwrap();
-        }
+        let (ids, want) = (id_list(&case["ids"]), id_list(&case["greedy"]));
+        let got = greedy(model.as_ref(), &ids, want.len(), &threads_2);
         if got == want {
             equal += 1;
         } else {

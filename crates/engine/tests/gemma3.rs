@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 
-use synapse_engine::{load, Logits, Threads};
+use synapse_engine::{load, Threads};
 use synapse_gguf::GgufFile;
 
 fn model_file() -> GgufFile {
@@ -65,34 +65,13 @@ fn gemma3_greedy_continuations_match_llama_cpp() {
         serde_json::from_str(&std::fs::read_to_string(data("gemma3.greedy.json")).unwrap())
             .unwrap();
     let cases = cases.as_array().unwrap();
-    let list = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as u32)
-            .collect()
-    };
     let (mut equal, mut equal_batched) = (0, 0);
     for case in cases {
-        let (ids, want) = (list(&case["ids"]), list(&case["greedy"]));
-        let mut st = model.new_state(ids.len() + want.len() + 1, 64);
-        let mut logits = model
-            .prefill(&mut st, &ids, 64, Logits::Last, &threads)
-            .unwrap();
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
-            let next = argmax(&logits) as u32;
-            got.push(next);
-            if got.len() == want.len() {
-                break;
-            }
-            model
-                .forward(&mut st, &[next], Logits::Last, &mut logits, &threads)
-                .unwrap();
-        }
+        let (ids, want) = (id_list(&case["ids"]), id_list(&case["greedy"]));
+        let got = greedy(model.as_ref(), &ids, want.len(), &threads);
         // llama.cpp's continuation when it prefills the prompt in one batch (its batched kernels
         // round differently): for information only.
-        equal_batched += (got == list(&case["greedy_batched"])) as usize;
+        equal_batched += (got == id_list(&case["greedy_batched"])) as usize;
         if got == want {
             equal += 1;
         } else {

@@ -123,3 +123,32 @@ pub fn agreement(
     eprintln!("mean KL by 100 positions: {by_100:?}");
     a
 }
+
+/// `n` greedy tokens after `prompt` (prefilled in batches of 64), as llama.cpp's argmax picks
+/// them.
+pub fn greedy(model: &dyn Model, prompt: &[u32], n: usize, threads: &Threads) -> Vec<u32> {
+    let mut st = model.new_state(prompt.len() + n + 1, 64);
+    let mut logits = model
+        .prefill(&mut st, prompt, 64, Logits::Last, threads)
+        .unwrap();
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        let next = argmax(&logits) as u32;
+        got.push(next);
+        if got.len() < n {
+            model
+                .forward(&mut st, &[next], Logits::Last, &mut logits, threads)
+                .unwrap();
+        }
+    }
+    got
+}
+
+/// A JSON array of token ids.
+pub fn id_list(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
