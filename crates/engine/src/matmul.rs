@@ -9,7 +9,6 @@
 use std::ops::Range;
 
 use synapse_gguf::{GgmlType, TensorView};
-use synapse_quant::codec;
 
 use crate::pool::ThreadPool;
 use crate::ModelError;
@@ -24,6 +23,8 @@ pub struct Matrix<'a> {
     row_bytes: usize,
     act: GgmlType,
     gemv: synapse_quant::GemvFn,
+    /// The tiled kernel for batches (and for the four-row gemv), where the CPU has one.
+    gemm: Option<synapse_quant::GemmFn>,
 }
 
 impl<'a> Matrix<'a> {
@@ -63,6 +64,7 @@ impl<'a> Matrix<'a> {
             row_bytes: t.data.len() / info.shape[1].max(1) as usize,
             act: vd.act,
             gemv: vd.gemv,
+            gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
         })
     }
 
@@ -103,10 +105,7 @@ impl Acts {
         self.ty = ty;
         self.row_bytes = row_bytes;
         self.n = n;
-        let q = codec(ty)
-            .ok()
-            .and_then(|c| c.quantize_act)
-            .expect("activation types encode");
+        let q = synapse_quant::act_quantizer(ty).expect("activation types encode");
         for (xr, out) in x
             .chunks_exact(cols)
             .zip(self.buf.chunks_exact_mut(row_bytes))
@@ -163,28 +162,58 @@ unsafe impl Sync for SharedOut {}
 /// `out[t * rows + r] = dot(W row r, token t)` for every row and token: `out` is
 /// `(n_tokens, rows)`, `acts` holds the tokens quantized to `w.act_type()`.
 pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
-    /// Rows dotted with every token while they are hot in cache (prefill reads each weight
-    /// row once per tile, not once per token). Only the loop order: no effect on any value.
+    /// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each
+    /// weight row once per tile and chunk, not once per token). Only the loop order: no effect
+    /// on any value.
     const ROW_TILE: usize = 16;
+    const TOKEN_CHUNK: usize = 64;
     assert_eq!(acts.ty, w.act, "activations quantized for another type");
     let n = acts.n;
     assert!(out.len() >= n * w.rows);
     let shared = SharedOut(out.as_mut_ptr(), out.len());
     threads.split(w.rows, |rows| {
         let shared = &shared;
-        let mut r0 = rows.start;
-        while r0 < rows.end {
-            let r1 = (r0 + ROW_TILE).min(rows.end);
-            let wr = &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
-            for t in 0..n {
-                let start = t * w.rows + r0;
-                assert!(start + (r1 - r0) <= shared.1);
-                // SAFETY: the range lies inside `out` (asserted), and rows r0..r1 belong to this
-                // thread only, so no other thread touches these elements while the slice lives.
-                let o = unsafe { std::slice::from_raw_parts_mut(shared.0.add(start), r1 - r0) };
-                (w.gemv)(wr, w.row_bytes, acts.row(t), o).expect("sizes agree by construction");
+        // Each slice of `out` this thread writes: rows of `rows` only.
+        let out_slice = |start: usize, len: usize| {
+            assert!(start + len <= shared.1);
+            // SAFETY: the range lies inside `out` (asserted), and the rows `rows` belong to this
+            // thread only, so no other thread touches these elements while the slice lives.
+            unsafe { std::slice::from_raw_parts_mut(shared.0.add(start), len) }
+        };
+        let w_rows = |r0: usize, r1: usize| &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
+        match w.gemm {
+            // One token: the thread's rows are contiguous in `out`.
+            Some(gemm) if n == 1 => {
+                let o = out_slice(rows.start, rows.len());
+                gemm(w_rows(rows.start, rows.end), w.row_bytes, acts.row(0), 1, o)
+                    .expect("sizes agree by construction");
             }
-            r0 = r1;
+            Some(gemm) => {
+                let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
+                for t0 in (0..n).step_by(TOKEN_CHUNK) {
+                    let nt = TOKEN_CHUNK.min(n - t0);
+                    let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
+                    for r0 in rows.clone().step_by(ROW_TILE) {
+                        let r1 = (r0 + ROW_TILE).min(rows.end);
+                        let tile = &mut buf[..nt * (r1 - r0)];
+                        gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
+                            .expect("sizes agree by construction");
+                        for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
+                            out_slice((t0 + t) * w.rows + r0, r1 - r0).copy_from_slice(o);
+                        }
+                    }
+                }
+            }
+            None => {
+                for r0 in rows.clone().step_by(ROW_TILE) {
+                    let r1 = (r0 + ROW_TILE).min(rows.end);
+                    for t in 0..n {
+                        let o = out_slice(t * w.rows + r0, r1 - r0);
+                        (w.gemv)(w_rows(r0, r1), w.row_bytes, acts.row(t), o)
+                            .expect("sizes agree by construction");
+                    }
+                }
+            }
         }
     });
 }

@@ -157,6 +157,70 @@ fn gemv_erased<B: DotBlock>(
     gemv_rows::<B>(w, row_bytes, a, out, B::vec_dot)
 }
 
+/// Weight rows times a batch of tokens: weight rows (`row_bytes` each), `n_tok` activation rows
+/// (back to back), and `out` as `(n_tok, rows)`. `out[t * rows + r]` is what [`VecDot::f`]
+/// gives for row `r` and token `t`, bit for bit, whatever `n_tok`.
+pub type GemmFn = fn(&[u8], usize, &[u8], usize, &mut [f32]) -> Result<(), QuantError>;
+
+/// The operands of a [`GemmFn`], checked and cast: weight blocks, activation blocks, blocks per
+/// row.
+pub(crate) type GemmOperands<'a, 'b, B> = (&'a [B], &'b [<B as DotBlock>::Act], usize);
+
+/// The operands of a [`GemmFn`], checked and cast.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) fn gemm_operands<'a, 'b, B: DotBlock>(
+    w: &'a [u8],
+    row_bytes: usize,
+    a: &'b [u8],
+    n_tok: usize,
+    out: &[f32],
+) -> Result<GemmOperands<'a, 'b, B>, QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let per_row = row_bytes / size_of::<B>();
+    let rows = x.len() / per_row.max(1);
+    let act_per_row = per_row * B::TYPE.block_len() / B::Act::TYPE.block_len();
+    let fits = per_row > 0
+        && per_row * size_of::<B>() == row_bytes
+        && x.len() == per_row * rows
+        // The tiles index both operands by weight block.
+        && act_per_row == per_row
+        && y.len() == n_tok * per_row
+        && out.len() == n_tok * rows;
+    if !fits {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: w.len() / size_of::<B>().max(1) * B::TYPE.block_len(),
+            activations: y.len() * B::Act::TYPE.block_len(),
+        });
+    }
+    Ok((x, y, per_row))
+}
+
+/// The tiled kernel ([`GemmFn`]) for a weight matrix of type `ty` (`repacked` as for
+/// [`matrix_kernel`]), where this CPU has one; `None` means: run [`VecDot::gemv`] per token.
+pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
+    #[cfg(target_arch = "x86_64")]
+    if has_v3() {
+        use crate::x86::tile;
+        return match (ty, repacked && llama_cpp_repacks(ty, 8)) {
+            (GgmlType::Q4_0, false) => Some(tile::q4_0),
+            (GgmlType::Q4_0, true) => Some(tile::q4_0_rows8),
+            (GgmlType::Q4_1, _) => Some(tile::q4_1),
+            (GgmlType::Q5_0, _) => Some(tile::q5_0),
+            (GgmlType::Q5_1, _) => Some(tile::q5_1),
+            (GgmlType::Q8_0, _) => Some(tile::q8_0),
+            (GgmlType::Q4_K, false) => Some(tile::q4_k),
+            (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
+            (GgmlType::Q6_K, _) => Some(tile::q6_k),
+            _ => None,
+        };
+    }
+    let _ = (ty, repacked);
+    None
+}
+
 /// The entry points for one type, on raw bytes (length and alignment checked).
 #[derive(Clone, Copy)]
 pub struct Codec {
@@ -333,6 +397,15 @@ mod v3 {
     pub unsafe fn vec_dot<B: DotBlock>(x: &[B], y: &[B::Act]) -> f32 {
         B::vec_dot(x, y)
     }
+
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn quantize_act<B: super::QuantizeBlock>(x: &[f32], y: &mut [B]) {
+        for (b, x) in y.iter_mut().zip(x.chunks_exact(B::TYPE.block_len())) {
+            B::quantize_act(x, b);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -352,6 +425,35 @@ fn gemv_v3_erased<B: DotBlock>(
     gemv_rows::<B>(w, row_bytes, a, out, |x, y| unsafe {
         v3::vec_dot::<B>(x, y)
     })
+}
+
+/// The activation quantizer the kernels use for `ty` (see [`QuantizeBlock::quantize_act`]),
+/// chosen at run time: on x86-64 with AVX2, FMA and F16C the same source compiled for those
+/// features (rounding becomes one instruction instead of a libm call); same bits either way.
+pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
+    let reference = codec(ty)?.quantize_act.ok_or(QuantError::Unsupported {
+        ty,
+        what: "quantizer",
+    })?;
+    #[cfg(target_arch = "x86_64")]
+    if has_v3() {
+        return Ok(match ty {
+            GgmlType::Q8_0 => quantize_act_v3_erased::<BlockQ8_0>,
+            GgmlType::Q8_1 => quantize_act_v3_erased::<BlockQ8_1>,
+            GgmlType::Q8_K => quantize_act_v3_erased::<BlockQ8K>,
+            _ => reference,
+        });
+    }
+    Ok(reference)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn quantize_act_v3_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check_sizes::<B>(src.len(), dst.len())?;
+    let blocks = cast_blocks_mut::<B>(dst)?;
+    // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
+    unsafe { v3::quantize_act(src, blocks) };
+    Ok(())
 }
 
 #[cfg(target_arch = "x86_64")]

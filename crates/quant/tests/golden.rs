@@ -185,6 +185,13 @@ fn runtime_activation_quantizers_match_ggml_cpu_bit_for_bit() {
             let mut got = vec![0u8; row_bytes];
             synapse_quant::quantize_act_row(ty, xr, &mut got).unwrap();
             assert!(got == wr, "{ty} row {r}: differs from ggml-cpu's quantizer");
+            // The quantizer the engine runs (compiled for this CPU's vector features).
+            let mut fast = vec![0u8; row_bytes];
+            synapse_quant::act_quantizer(ty).unwrap()(xr, &mut fast).unwrap();
+            assert!(
+                fast == wr,
+                "{ty} row {r}: the runtime kernel differs from ggml-cpu's"
+            );
         }
     }
     // The fixture does exercise a difference between the two for Q8_0/Q8_1 (row 2 holds ties).

@@ -156,6 +156,32 @@ fn activation_quantizers_round_to_half_a_step() {
     }
 }
 
+/// The activation quantizer the engine runs (compiled for this CPU) encodes exactly as the
+/// runtime reference does, ties and zero blocks included.
+#[test]
+fn chosen_activation_quantizer_is_bit_identical_to_the_reference() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
+        let fast = synapse_quant::act_quantizer(ty).unwrap();
+        for case in 0..300 {
+            let n = ty.block_len() * rng.gen_range(1..5);
+            let mag = 10f32.powi(rng.gen_range(-6..6));
+            let mut x: Vec<f32> = (0..n).map(|_| rng.gen_range(-mag..mag)).collect();
+            match case % 3 {
+                // Halves of a step: values that round to even.
+                1 => x.iter_mut().for_each(|v| *v = (*v * 4.0).round() / 2.0),
+                2 => x[..ty.block_len()].fill(0.0),
+                _ => {}
+            }
+            let bytes = ty.bytes_for(n as u64).unwrap() as usize;
+            let (mut want, mut got) = (vec![0u8; bytes], vec![0u8; bytes]);
+            synapse_quant::quantize_act_row(ty, &x, &mut want).unwrap();
+            fast(&x, &mut got).unwrap();
+            assert!(got == want, "{ty} case {case}: differs from the reference");
+        }
+    }
+}
+
 #[test]
 fn q8_k_block_sums_and_q8_1_sum_are_consistent() {
     let mut rng = StdRng::seed_from_u64(3);
@@ -311,4 +337,73 @@ fn repacked_order_kernels_are_bit_identical_to_their_reference() {
             }
         }
     }
+}
+
+/// The tiled kernels (several rows by several tokens) give, for every (row, token), the bits of
+/// the single-row kernel of that matrix: odd row counts, tails of the tiles, batch sizes 1..100.
+#[test]
+fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let mut tested = Vec::new();
+    for &ty in WEIGHT_TYPES {
+        for repacked in [false, true] {
+            let Some(gemm) = synapse_quant::gemm_kernel(ty, repacked) else {
+                continue;
+            };
+            tested.push((ty, repacked));
+            let act = vec_dot_type(ty).unwrap();
+            let row_kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+            for (rows, n_tok, n_blocks) in [
+                (1, 1, 1),
+                (4, 1, 2),
+                (7, 1, 1),
+                (3, 4, 1),
+                (5, 9, 2),
+                (2, 64, 1),
+                (3, 93, 1),
+                (1, 100, 1),
+                (9, 7, 3),
+            ] {
+                let n = n_blocks * 256;
+                let w = random_weights(&mut rng, ty, rows * n / ty.block_len());
+                let row_bytes = w.len() / rows;
+                let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let act_bytes = a.len() / n_tok;
+                let mut out = vec![f32::NAN; rows * n_tok];
+                gemm(&w, row_bytes, &a, n_tok, &mut out).unwrap();
+                for t in 0..n_tok {
+                    for r in 0..rows {
+                        let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                        let at = &a[t * act_bytes..(t + 1) * act_bytes];
+                        let want = (row_kernel.f)(wr, at).unwrap();
+                        assert_eq!(
+                            out[t * rows + r].to_bits(),
+                            want.to_bits(),
+                            "{ty} repacked={repacked}: row {r} of {rows}, token {t} of {n_tok}"
+                        );
+                    }
+                }
+                // Operands that do not fit are errors, not panics.
+                assert!(gemm(&w, row_bytes, &a, n_tok + 1, &mut out).is_err());
+                assert!(gemm(&w, row_bytes + 1, &a, n_tok, &mut out).is_err());
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        for want in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            assert!(
+                tested.iter().any(|&(t, _)| t == want),
+                "no tiled kernel for {want}"
+            );
+        }
+    }
+    let _ = tested;
 }

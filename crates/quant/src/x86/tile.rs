@@ -1,0 +1,478 @@
+//! Tiled AVX2 products of several weight rows with several tokens: gemv for decode (four rows
+//! a token) and gemm for prefill (two rows by four tokens).
+//!
+//! Each format's dot product ([`super::avx2`]) is split into the work that depends on the weight
+//! block alone (`prep`: unpacking nibbles, high bits, scales), done once per block of a tile, and
+//! the work per token (`step`), done for every token of the tile while the unpacked block is in
+//! registers. Each (row, token) pair keeps its own accumulator and runs exactly the operations of
+//! the single-row kernel in the same order, so every output is bit-identical to `vec_dot` of that
+//! row and token, whatever the tile shape, the batch size (G1) or the thread that computes it
+//! (D1). What the tiles buy is independent dependency chains (a row's fused multiply-adds are
+//! serial; four rows' overlap) and unpacking a weight block once for four tokens.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{
+    f32_of, halves_i16, head_f16x2, hsum, hsum_i32, lanes_ss_i32, lanes_us, load32, nibbles,
+    q5_bytes,
+};
+use crate::blocks::*;
+use crate::codec::gemm_operands;
+use crate::{DotBlock, QuantError};
+
+/// A dot product split into per-weight-block and per-token work (see the module doc).
+trait Tile {
+    type W: DotBlock;
+    type Prep;
+    type Acc: Copy;
+    /// # Safety
+    /// The CPU must support AVX2, FMA and F16C (as for every method here).
+    unsafe fn zero() -> Self::Acc;
+    /// # Safety
+    /// As [`Tile::zero`].
+    unsafe fn prep(x: &Self::W) -> Self::Prep;
+    /// # Safety
+    /// As [`Tile::zero`].
+    unsafe fn step(p: &Self::Prep, y: &<Self::W as DotBlock>::Act, acc: Self::Acc) -> Self::Acc;
+    /// # Safety
+    /// As [`Tile::zero`].
+    unsafe fn finish(acc: Self::Acc) -> f32;
+}
+
+type Act<K> = <<K as Tile>::W as DotBlock>::Act;
+
+/// Rows `r0..r0 + R` times tokens `t0..t0 + T`, into `out` (`(n_tok, rows)`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile<K: Tile, const R: usize, const T: usize>(
+    w: &[K::W],
+    a: &[Act<K>],
+    per_row: usize,
+    (r0, t0): (usize, usize),
+    out: &mut [f32],
+) {
+    let rows = w.len() / per_row;
+    let xs: [&[K::W]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+    let ys: [&[Act<K>]; T] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    // SAFETY: the caller's CPU has AVX2, FMA and F16C, all the `Tile` methods need.
+    unsafe {
+        let mut acc = [[K::zero(); T]; R];
+        for b in 0..per_row {
+            for r in 0..R {
+                let p = K::prep(&xs[r][b]);
+                for t in 0..T {
+                    acc[r][t] = K::step(&p, &ys[t][b], acc[r][t]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (t, &acc) in acc.iter().enumerate() {
+                out[(t0 + t) * rows + r0 + r] = K::finish(acc);
+            }
+        }
+    }
+}
+
+/// Every row of `w` times every token of `a`, tile by tile.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm<K: Tile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    // SAFETY: the caller's CPU has AVX2, FMA and F16C; the tiles stay in bounds (the loops'
+    // conditions), which the slicing in `tile` checks again.
+    unsafe {
+        let mut t0 = 0;
+        while n_tok - t0 >= 4 {
+            let mut r0 = 0;
+            while rows - r0 >= 2 {
+                tile::<K, 2, 4>(w, a, per_row, (r0, t0), out);
+                r0 += 2;
+            }
+            if r0 < rows {
+                tile::<K, 1, 4>(w, a, per_row, (r0, t0), out);
+            }
+            t0 += 4;
+        }
+        for t0 in t0..n_tok {
+            let mut r0 = 0;
+            while rows - r0 >= 4 {
+                tile::<K, 4, 1>(w, a, per_row, (r0, t0), out);
+                r0 += 4;
+            }
+            for r0 in r0..rows {
+                tile::<K, 1, 1>(w, a, per_row, (r0, t0), out);
+            }
+        }
+    }
+}
+
+macro_rules! gemm_entries {
+    ($( $name:ident: $tile:ty; )*) => {$(
+        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+        pub fn $name(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[u8],
+            n_tok: usize,
+            out: &mut [f32],
+        ) -> Result<(), QuantError> {
+            let (x, y, per_row) =
+                gemm_operands::<<$tile as Tile>::W>(w, row_bytes, a, n_tok, out)?;
+            // SAFETY: `gemm_kernel` hands these entries out only after detecting AVX2, FMA and
+            // F16C on this CPU; the operands' sizes agree (checked above).
+            unsafe { gemm::<$tile>(x, y, per_row, out) };
+            Ok(())
+        }
+    )*};
+}
+
+gemm_entries! {
+    q4_0: Q4_0;
+    q4_0_rows8: Q4_0Rows8;
+    q4_1: Q4_1;
+    q5_0: Q5_0;
+    q5_1: Q5_1;
+    q8_0: Q8_0;
+    q4_k: Q4K;
+    q4_k_rows8: Q4KRows8;
+    q6_k: Q6K;
+}
+
+/// The signed 32-value formats against Q8_0: `x` as signed bytes and its absolute values (the
+/// sign moves onto the token's bytes, as `avx2::lanes_ss` does).
+struct Signed {
+    hx: __m128,
+    x: __m256i,
+    ax: __m256i,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn signed(hx: __m128, x: __m256i) -> Signed {
+    Signed {
+        hx,
+        x,
+        ax: _mm256_sign_epi8(x, x),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn signed_step(p: &Signed, y: &BlockQ8_0, acc: __m256) -> __m256 {
+    let d = _mm256_broadcastss_ps(_mm_mul_ps(p.hx, head_f16x2(y)));
+    let q = lanes_us(p.ax, _mm256_sign_epi8(load32(&y.qs), p.x));
+    _mm256_fmadd_ps(d, q, acc)
+}
+
+macro_rules! signed_tile {
+    ($name:ident: $block:ty, |$x:ident| $bytes:expr) => {
+        struct $name;
+        impl Tile for $name {
+            type W = $block;
+            type Prep = Signed;
+            type Acc = __m256;
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn zero() -> __m256 {
+                _mm256_setzero_ps()
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn prep($x: &$block) -> Signed {
+                signed(head_f16x2($x), $bytes)
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn step(p: &Signed, y: &BlockQ8_0, acc: __m256) -> __m256 {
+                signed_step(p, y, acc)
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn finish(acc: __m256) -> f32 {
+                hsum(acc)
+            }
+        }
+    };
+}
+
+signed_tile!(Q4_0: BlockQ4_0, |x| _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8)));
+signed_tile!(Q5_0: BlockQ5_0, |x| _mm256_sub_epi8(q5_bytes(&x.qs, x.qh), _mm256_set1_epi8(16)));
+signed_tile!(Q8_0: BlockQ8_0, |x| load32(&x.qs));
+
+/// The unsigned 32-value formats with a min against Q8_1 (`avx2::vec_dot_q4_1_q8_1`): lane 1
+/// of a second accumulator runs the min terms.
+macro_rules! unsigned_tile {
+    ($name:ident: $block:ty, |$x:ident| $bytes:expr) => {
+        struct $name;
+        impl Tile for $name {
+            type W = $block;
+            type Prep = (__m128, __m256i);
+            type Acc = (__m256, __m128);
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn zero() -> Self::Acc {
+                (_mm256_setzero_ps(), _mm_setzero_ps())
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn prep($x: &$block) -> Self::Prep {
+                (head_f16x2($x), $bytes)
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn step(p: &Self::Prep, y: &BlockQ8_1, (acc, mins): Self::Acc) -> Self::Acc {
+                let (hx, q) = *p;
+                let hy = head_f16x2(y);
+                let mins = _mm_fmadd_ps(hx, hy, mins);
+                let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
+                (_mm256_fmadd_ps(d, lanes_us(q, load32(&y.qs)), acc), mins)
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            unsafe fn finish((acc, mins): Self::Acc) -> f32 {
+                hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+            }
+        }
+    };
+}
+
+unsigned_tile!(Q4_1: BlockQ4_1, |x| nibbles(&x.qs));
+unsigned_tile!(Q5_1: BlockQ5_1, |x| q5_bytes(&x.qs, x.qh));
+
+/// Q4_0 in llama.cpp's repacked order (`avx2::vec_dot_q4_0_q8_0_rows8`).
+struct Q4_0Rows8;
+impl Tile for Q4_0Rows8 {
+    type W = BlockQ4_0;
+    type Prep = (__m128, __m256i);
+    type Acc = f32;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> f32 {
+        0.0
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ4_0) -> Self::Prep {
+        (
+            head_f16x2(x),
+            _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8)),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(&(hx, q): &Self::Prep, y: &BlockQ8_0, acc: f32) -> f32 {
+        let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
+        let d = _mm_cvtss_f32(_mm_mul_ps(hx, head_f16x2(y)));
+        (isum as f32).mul_add(d, acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: f32) -> f32 {
+        acc
+    }
+}
+
+/// A Q4_K super-block unpacked: nibbles, sub-block scales as i16 vectors, and the mins.
+struct Q4KPrep {
+    lo: [__m256i; 4],
+    hi: [__m256i; 4],
+    scale_lo: [__m256i; 4],
+    scale_hi: [__m256i; 4],
+    mins: __m128i,
+    d: f32,
+    dmin: f32,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_prep(x: &BlockQ4K) -> Q4KPrep {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
+    let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
+    // SAFETY: 32 readable bytes each (j < 4: 32j + 32 <= 128); 16 bytes of `mins`.
+    let q4: [__m256i; 4] =
+        std::array::from_fn(|j| unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) });
+    Q4KPrep {
+        lo: q4.map(|q| _mm256_and_si256(q, m4)),
+        hi: q4.map(|q| _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)),
+        scale_lo: std::array::from_fn(|j| _mm256_set1_epi16(pairs[2 * j].0 as i16)),
+        scale_hi: std::array::from_fn(|j| _mm256_set1_epi16(pairs[2 * j + 1].0 as i16)),
+        // SAFETY: as above.
+        mins: unsafe { _mm_loadu_si128(mins.as_ptr().cast()) },
+        d: f32_of(x.d),
+        dmin: f32_of(x.dmin),
+    }
+}
+
+/// The exact lanes of `avx2::q4_k_lanes`, from an unpacked block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_lanes(p: &Q4KPrep, y: &BlockQ8K) -> (__m256i, __m128i) {
+    // SAFETY: 16 readable bytes each (bsums has 16 i16), 32 each from qs (64j + 64 <= 256).
+    let (bs_lo, bs_hi) = unsafe {
+        (
+            _mm_loadu_si128(y.bsums.as_ptr().cast()),
+            _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+        )
+    };
+    let prod = _mm_madd_epi16(p.mins, _mm_hadd_epi16(bs_lo, bs_hi));
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        // SAFETY: as above.
+        let (q8l, q8h) = unsafe {
+            (
+                _mm256_loadu_si256(y.qs.as_ptr().add(64 * j).cast()),
+                _mm256_loadu_si256(y.qs.as_ptr().add(64 * j + 32).cast()),
+            )
+        };
+        let pl = _mm256_madd_epi16(p.scale_lo[j], _mm256_maddubs_epi16(p.lo[j], q8l));
+        let ph = _mm256_madd_epi16(p.scale_hi[j], _mm256_maddubs_epi16(p.hi[j], q8h));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    }
+    (sumi, prod)
+}
+
+/// Q4_K in `vec_dot` order (`avx2::vec_dot_q4_k_q8_k`).
+struct Q4K;
+impl Tile for Q4K {
+    type W = BlockQ4K;
+    type Prep = Q4KPrep;
+    type Acc = (__m256, __m128);
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        (_mm256_setzero_ps(), _mm_setzero_ps())
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ4K) -> Q4KPrep {
+        q4_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q4KPrep, y: &BlockQ8K, (acc, acc_m): Self::Acc) -> Self::Acc {
+        let d = y.d * p.d;
+        let dmin = -y.d * p.dmin;
+        let (sumi, prod) = q4_k_lanes(p, y);
+        let acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        (acc, acc_m)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish((acc, acc_m): Self::Acc) -> f32 {
+        let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        hsum(acc) + _mm_cvtss_f32(m)
+    }
+}
+
+/// Q4_K in llama.cpp's repacked order (`avx2::vec_dot_q4_k_q8_k_rows8`).
+struct Q4KRows8;
+impl Tile for Q4KRows8 {
+    type W = BlockQ4K;
+    type Prep = Q4KPrep;
+    type Acc = (f32, f32);
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        (0.0, 0.0)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ4K) -> Q4KPrep {
+        q4_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q4KPrep, y: &BlockQ8K, (main, mins): Self::Acc) -> Self::Acc {
+        let (sumi, prod) = q4_k_lanes(p, y);
+        let msum = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        (
+            (hsum_i32(sumi) as f32).mul_add(p.d * y.d, main),
+            (msum as f32).mul_add(p.dmin * y.d, mins),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish((main, mins): Self::Acc) -> f32 {
+        main - mins
+    }
+}
+
+/// A Q6_K super-block unpacked: its 6-bit values as bytes, sub-block scales as i16 vectors.
+struct Q6KPrep {
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    scales16: __m256i,
+    d: f32,
+}
+
+/// Q6_K (`avx2::vec_dot_q6_k_q8_k`).
+struct Q6K;
+impl Tile for Q6K {
+    type W = BlockQ6K;
+    type Prep = Q6KPrep;
+    type Acc = __m256;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ6K) -> Q6KPrep {
+        let m15 = _mm256_set1_epi8(15);
+        let mut q = [_mm256_setzero_si256(); 8];
+        for j in 0..2 {
+            // SAFETY: in bounds for j < 2 (ql: 128 bytes, qh: 64).
+            let (b1, b2, h) = unsafe {
+                (
+                    _mm256_loadu_si256(x.ql.as_ptr().add(64 * j).cast()),
+                    _mm256_loadu_si256(x.ql.as_ptr().add(64 * j + 32).cast()),
+                    _mm256_loadu_si256(x.qh.as_ptr().add(32 * j).cast()),
+                )
+            };
+            let hi0 = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(3)), 4);
+            let hi1 = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(12)), 2);
+            let hi2 = _mm256_and_si256(h, _mm256_set1_epi8(48));
+            let hi3 = _mm256_srli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(-64)), 2);
+            q[4 * j] = _mm256_or_si256(_mm256_and_si256(b1, m15), hi0);
+            q[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(b2, m15), hi1);
+            q[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), hi2);
+            q[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15), hi3);
+        }
+        // SAFETY: 16 readable bytes.
+        let sc8 = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+        Q6KPrep {
+            q,
+            scales: std::array::from_fn(|i| {
+                halves_i16(x.scales[2 * i] as i16, x.scales[2 * i + 1] as i16)
+            }),
+            scales16: _mm256_cvtepi8_epi16(sc8),
+            d: f32_of(x.d),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q6KPrep, y: &BlockQ8K, acc: __m256) -> __m256 {
+        // SAFETY: 32 readable bytes of bsums (16 i16).
+        let bsums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+        let offset = _mm256_slli_epi32(_mm256_madd_epi16(bsums, p.scales16), 5);
+        let mut sumi = _mm256_setzero_si256();
+        for i in 0..8 {
+            // SAFETY: 32 readable bytes (32i + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast()) };
+            let prod = _mm256_madd_epi16(p.scales[i], _mm256_maddubs_epi16(p.q[i], a));
+            sumi = _mm256_add_epi32(sumi, prod);
+        }
+        sumi = _mm256_sub_epi32(sumi, offset);
+        _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d), _mm256_cvtepi32_ps(sumi), acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: __m256) -> f32 {
+        hsum(acc)
+    }
+}
