@@ -199,26 +199,49 @@ pub(crate) fn gemm_operands<'a, 'b, B: DotBlock>(
 }
 
 /// The tiled kernel ([`GemmFn`]) for a weight matrix of type `ty` (`repacked` as for
-/// [`matrix_kernel`]), where this CPU has one; `None` means: run [`VecDot::gemv`] per token.
+/// [`matrix_kernel`]): the fastest of [`gemm_kernels`]; `None` means: run [`VecDot::gemv`] per
+/// token.
 pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
+    gemm_kernels(ty, repacked).first().map(|k| k.1)
+}
+
+/// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
+/// instruction set: all give the same bits (tested), so this is for tests and benchmarks.
+pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)> {
+    let mut kernels = Vec::new();
     #[cfg(target_arch = "x86_64")]
-    if has_v3() {
-        use crate::x86::tile;
-        return match (ty, repacked && llama_cpp_repacks(ty, 8)) {
-            (GgmlType::Q4_0, false) => Some(tile::q4_0),
-            (GgmlType::Q4_0, true) => Some(tile::q4_0_rows8),
-            (GgmlType::Q4_1, _) => Some(tile::q4_1),
-            (GgmlType::Q5_0, _) => Some(tile::q5_0),
-            (GgmlType::Q5_1, _) => Some(tile::q5_1),
-            (GgmlType::Q8_0, _) => Some(tile::q8_0),
-            (GgmlType::Q4_K, false) => Some(tile::q4_k),
-            (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
-            (GgmlType::Q6_K, _) => Some(tile::q6_k),
-            _ => None,
-        };
+    {
+        use crate::x86::{avx512, tile};
+        let repacked = repacked && llama_cpp_repacks(ty, 8);
+        if avx512::available() && !repacked {
+            let k: Option<GemmFn> = match ty {
+                GgmlType::Q4_0 => Some(avx512::q4_0),
+                GgmlType::Q4_1 => Some(avx512::q4_1),
+                GgmlType::Q5_0 => Some(avx512::q5_0),
+                GgmlType::Q5_1 => Some(avx512::q5_1),
+                GgmlType::Q8_0 => Some(avx512::q8_0),
+                _ => None,
+            };
+            kernels.extend(k.map(|k| ("avx512vnni", k)));
+        }
+        if has_v3() {
+            let k: Option<GemmFn> = match (ty, repacked) {
+                (GgmlType::Q4_0, false) => Some(tile::q4_0),
+                (GgmlType::Q4_0, true) => Some(tile::q4_0_rows8),
+                (GgmlType::Q4_1, _) => Some(tile::q4_1),
+                (GgmlType::Q5_0, _) => Some(tile::q5_0),
+                (GgmlType::Q5_1, _) => Some(tile::q5_1),
+                (GgmlType::Q8_0, _) => Some(tile::q8_0),
+                (GgmlType::Q4_K, false) => Some(tile::q4_k),
+                (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
+                (GgmlType::Q6_K, _) => Some(tile::q6_k),
+                _ => None,
+            };
+            kernels.extend(k.map(|k| ("avx2", k)));
+        }
     }
     let _ = (ty, repacked);
-    None
+    kernels
 }
 
 /// The entry points for one type, on raw bytes (length and alignment checked).

@@ -17,8 +17,8 @@ pub mod reference;
 mod x86;
 
 pub use codec::{
-    act_quantizer, codec, gemm_kernel, llama_cpp_repacks, matrix_kernel, supported_types,
-    vec_dot_kernel, Block, Codec, DotBlock, GemmFn, GemvFn, QuantizeBlock, VecDot,
+    act_quantizer, codec, gemm_kernel, gemm_kernels, llama_cpp_repacks, matrix_kernel,
+    supported_types, vec_dot_kernel, Block, Codec, DotBlock, GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
 pub use synapse_gguf::GgmlType;
 

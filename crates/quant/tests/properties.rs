@@ -347,46 +347,45 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
     let mut tested = Vec::new();
     for &ty in WEIGHT_TYPES {
         for repacked in [false, true] {
-            let Some(gemm) = synapse_quant::gemm_kernel(ty, repacked) else {
-                continue;
-            };
-            tested.push((ty, repacked));
-            let act = vec_dot_type(ty).unwrap();
-            let row_kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
-            for (rows, n_tok, n_blocks) in [
-                (1, 1, 1),
-                (4, 1, 2),
-                (7, 1, 1),
-                (3, 4, 1),
-                (5, 9, 2),
-                (2, 64, 1),
-                (3, 93, 1),
-                (1, 100, 1),
-                (9, 7, 3),
-            ] {
-                let n = n_blocks * 256;
-                let w = random_weights(&mut rng, ty, rows * n / ty.block_len());
-                let row_bytes = w.len() / rows;
-                let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                let a = quantize(act, &x).unwrap();
-                let act_bytes = a.len() / n_tok;
-                let mut out = vec![f32::NAN; rows * n_tok];
-                gemm(&w, row_bytes, &a, n_tok, &mut out).unwrap();
-                for t in 0..n_tok {
-                    for r in 0..rows {
-                        let wr = &w[r * row_bytes..(r + 1) * row_bytes];
-                        let at = &a[t * act_bytes..(t + 1) * act_bytes];
-                        let want = (row_kernel.f)(wr, at).unwrap();
-                        assert_eq!(
+            for (isa, gemm) in synapse_quant::gemm_kernels(ty, repacked) {
+                tested.push((ty, repacked, isa));
+                let act = vec_dot_type(ty).unwrap();
+                let row_kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+                for (rows, n_tok, n_blocks) in [
+                    (1, 1, 1),
+                    (4, 1, 2),
+                    (7, 1, 1),
+                    (3, 4, 1),
+                    (5, 9, 2),
+                    (2, 64, 1),
+                    (3, 93, 1),
+                    (1, 100, 1),
+                    (9, 7, 3),
+                ] {
+                    let n = n_blocks * 256;
+                    let w = random_weights(&mut rng, ty, rows * n / ty.block_len());
+                    let row_bytes = w.len() / rows;
+                    let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                    let a = quantize(act, &x).unwrap();
+                    let act_bytes = a.len() / n_tok;
+                    let mut out = vec![f32::NAN; rows * n_tok];
+                    gemm(&w, row_bytes, &a, n_tok, &mut out).unwrap();
+                    for t in 0..n_tok {
+                        for r in 0..rows {
+                            let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                            let at = &a[t * act_bytes..(t + 1) * act_bytes];
+                            let want = (row_kernel.f)(wr, at).unwrap();
+                            assert_eq!(
                             out[t * rows + r].to_bits(),
                             want.to_bits(),
-                            "{ty} repacked={repacked}: row {r} of {rows}, token {t} of {n_tok}"
+                            "{ty} {isa} repacked={repacked}: row {r} of {rows}, token {t} of {n_tok}"
                         );
+                        }
                     }
+                    // Operands that do not fit are errors, not panics.
+                    assert!(gemm(&w, row_bytes, &a, n_tok + 1, &mut out).is_err());
+                    assert!(gemm(&w, row_bytes + 1, &a, n_tok, &mut out).is_err());
                 }
-                // Operands that do not fit are errors, not panics.
-                assert!(gemm(&w, row_bytes, &a, n_tok + 1, &mut out).is_err());
-                assert!(gemm(&w, row_bytes + 1, &a, n_tok, &mut out).is_err());
             }
         }
     }
@@ -400,9 +399,24 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
             GgmlType::Q6_K,
         ] {
             assert!(
-                tested.iter().any(|&(t, _)| t == want),
+                tested.iter().any(|&(t, _, _)| t == want),
                 "no tiled kernel for {want}"
             );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512vnni") {
+        for want in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
+            let have = tested
+                .iter()
+                .any(|&(t, _, isa)| t == want && isa == "avx512vnni");
+            assert!(have, "no AVX-512 VNNI kernel for {want}");
         }
     }
     let _ = tested;
