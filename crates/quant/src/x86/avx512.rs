@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{head_f16x2, hsum, load32, nibbles, q5_bytes};
+use super::avx2::{head_f16x2, hsum, load32, q5_bytes};
 use crate::blocks::*;
 use crate::codec::gemm_operands;
 use crate::{DotBlock, QuantError};
@@ -175,42 +175,85 @@ gemm_entries! {
     q8_0: Q8_0;
 }
 
-/// Two 32-byte halves as one register: `a` low, `b` high.
+// The layout of a pair in a register, by 128-bit lane: [A 0..16, B 0..16, A 16..32, B 16..32]
+// (values of the blocks of row A and row B), so that two rows' nibbles unpack with one shift
+// and one mask. A token's 32 bytes are laid out to match: [y 0..16, y 0..16, y 16..32, y 16..32].
+// The i32 lanes 0-3 and 8-11 are row A's lanes 0-7 of the AVX2 kernel, 4-7 and 12-15 row B's.
+
+/// A token's 32 bytes in the pair layout.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn join(a: __m256i, b: __m256i) -> __m512i {
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(a), b)
+fn token_bytes(q: &[i8; 32]) -> __m512i {
+    let y = _mm512_castsi256_si512(load32(q));
+    _mm512_shuffle_i64x2::<0b01_01_00_00>(y, y)
 }
 
-/// Eight lanes of `a` then eight of `b`.
+/// Two rows' 16 bytes of packed nibbles in the pair layout (low nibbles are values 0..16).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn join_ps(a: f32, b: f32) -> __m512 {
-    _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b))
+fn pair_nibbles(a: &[u8; 16], b: &[u8; 16]) -> __m512i {
+    // SAFETY: 16 readable bytes each; unaligned loads are allowed.
+    let ab = unsafe { _mm256_loadu2_m128i(b.as_ptr().cast(), a.as_ptr().cast()) };
+    let both = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(ab), _mm256_srli_epi16(ab, 4));
+    _mm512_and_si512(both, _mm512_set1_epi8(0x0F))
 }
 
-/// The AVX2 kernels' horizontal sum of each half.
+/// Two rows' 32 bytes (values in order) in the pair layout.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn hsum_halves(acc: __m512) -> (f32, f32) {
+fn pair_bytes(a: __m256i, b: __m256i) -> __m512i {
+    let idx = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+    _mm512_permutex2var_epi64(_mm512_castsi256_si512(a), idx, _mm512_castsi256_si512(b))
+}
+
+/// The first two F16 values of two blocks (`d` and `m`, where the format has `m`) as
+/// `[d_a, m_a, d_b, m_b]`; loads 4 bytes of each block.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn pair_heads<B>(a: &B, b: &B) -> __m128 {
+    const { assert!(size_of::<B>() >= 4) };
+    // SAFETY: 4 readable bytes each (asserted at compile time); unaligned reads are allowed.
+    let (ha, hb) = unsafe {
+        (
+            std::ptr::read_unaligned((a as *const B).cast::<i32>()),
+            std::ptr::read_unaligned((b as *const B).cast::<i32>()),
+        )
+    };
+    _mm_cvtph_ps(_mm_set_epi32(0, 0, hb, ha))
+}
+
+/// Each row's `d` in its lanes of the pair layout.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn pair_scales(heads: __m128) -> __m512 {
+    let idx = _mm512_set_epi32(2, 2, 2, 2, 0, 0, 0, 0, 2, 2, 2, 2, 0, 0, 0, 0);
+    _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(heads))
+}
+
+/// Row A's and row B's sums, each by the AVX2 kernels' horizontal sum of its eight lanes.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn hsum_pair(acc: __m512) -> (f32, f32) {
+    let idx = _mm512_set_epi32(15, 14, 13, 12, 7, 6, 5, 4, 11, 10, 9, 8, 3, 2, 1, 0);
+    let rows = _mm512_permutexvar_ps(idx, acc);
     (
-        hsum(_mm512_castps512_ps256(acc)),
-        hsum(_mm512_extractf32x8_ps::<1>(acc)),
+        hsum(_mm512_castps512_ps256(rows)),
+        hsum(_mm512_extractf32x8_ps::<1>(rows)),
     )
 }
 
-/// A token's block for the signed formats: its bytes in both halves, the offset term, its scale.
+/// A token's block for the signed formats: its bytes, the offset term, its scale.
 struct SignedTok {
     y: __m512i,
     bias: __m512i,
-    dy: f32,
+    dy: __m512,
 }
 
 /// `OFFSET_SHIFT`: log2 of the offset `c` that makes the weights unsigned.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn signed_tok<const OFFSET_SHIFT: u32>(y: &BlockQ8_0) -> SignedTok {
-    let y512 = _mm512_broadcast_i64x4(load32(&y.qs));
+    let y512 = token_bytes(&y.qs);
     let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), y512);
     SignedTok {
         y: y512,
@@ -218,11 +261,11 @@ fn signed_tok<const OFFSET_SHIFT: u32>(y: &BlockQ8_0) -> SignedTok {
             _mm512_setzero_si512(),
             _mm512_slli_epi32::<OFFSET_SHIFT>(sums),
         ),
-        dy: _mm_cvtss_f32(head_f16x2(y)),
+        dy: _mm512_set1_ps(_mm_cvtss_f32(head_f16x2(y))),
     }
 }
 
-/// Two rows' blocks for the signed formats: offset bytes and scales (eight lanes each).
+/// Two rows' blocks for the signed formats: offset bytes and scales, in the pair layout.
 struct SignedPrep {
     x: __m512i,
     dx: __m512,
@@ -232,12 +275,11 @@ struct SignedPrep {
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn signed_step(p: &SignedPrep, y: &SignedTok, acc: __m512) -> __m512 {
     let q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(y.bias, p.x, y.y));
-    let d = _mm512_mul_ps(p.dx, _mm512_set1_ps(y.dy));
-    _mm512_fmadd_ps(d, q, acc)
+    _mm512_fmadd_ps(_mm512_mul_ps(p.dx, y.dy), q, acc)
 }
 
 macro_rules! signed_pair {
-    ($name:ident: $block:ty, shift $shift:literal, |$x:ident| $bytes:expr) => {
+    ($name:ident: $block:ty, shift $shift:literal, |$a:ident, $b:ident| $bytes:expr) => {
         struct $name;
         impl Pair for $name {
             type W = $block;
@@ -262,11 +304,10 @@ macro_rules! signed_pair {
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
             )]
-            unsafe fn prep(a: &$block, b: &$block) -> SignedPrep {
-                let bytes = |$x: &$block| $bytes;
+            unsafe fn prep($a: &$block, $b: &$block) -> SignedPrep {
                 SignedPrep {
-                    x: join(bytes(a), bytes(b)),
-                    dx: join_ps(_mm_cvtss_f32(head_f16x2(a)), _mm_cvtss_f32(head_f16x2(b))),
+                    x: $bytes,
+                    dx: pair_scales(pair_heads($a, $b)),
                 }
             }
             #[inline]
@@ -281,7 +322,7 @@ macro_rules! signed_pair {
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
             )]
             unsafe fn finish(acc: __m512) -> (f32, f32) {
-                hsum_halves(acc)
+                hsum_pair(acc)
             }
         }
     };
@@ -289,29 +330,35 @@ macro_rules! signed_pair {
 
 // The weights plus the offset, as unsigned bytes: Q4_0 nibbles are x + 8, Q5_0 values x + 16,
 // and Q8_0 bytes with the sign bit flipped x + 128.
-signed_pair!(Q4_0: BlockQ4_0, shift 3, |x| nibbles(&x.qs));
-signed_pair!(Q5_0: BlockQ5_0, shift 4, |x| q5_bytes(&x.qs, x.qh));
-signed_pair!(Q8_0: BlockQ8_0, shift 7, |x| _mm256_xor_si256(load32(&x.qs), _mm256_set1_epi8(-128)));
+signed_pair!(Q4_0: BlockQ4_0, shift 3, |a, b| pair_nibbles(&a.qs, &b.qs));
+signed_pair!(Q5_0: BlockQ5_0, shift 4, |a, b| pair_bytes(
+    q5_bytes(&a.qs, a.qh),
+    q5_bytes(&b.qs, b.qh)
+));
+signed_pair!(Q8_0: BlockQ8_0, shift 7, |a, b| _mm512_xor_si512(
+    pair_bytes(load32(&a.qs), load32(&b.qs)),
+    _mm512_set1_epi8(-128)
+));
 
-/// A Q8_1 token block: bytes in both halves, `d` and `s`.
+/// A Q8_1 token block: bytes, `d` in every lane, `s` in every lane.
 struct UnsignedTok {
     y: __m512i,
-    dy: f32,
-    sy: f32,
+    dy: __m512,
+    sy: __m128,
 }
 
-/// Two rows' blocks of an unsigned format: bytes, scales (eight lanes each) and mins (lanes
-/// 0 and 1).
+/// Two rows' blocks of an unsigned format: bytes and scales in the pair layout, and
+/// `[d_a, m_a, d_b, m_b]`.
 struct UnsignedPrep {
     x: __m512i,
     dx: __m512,
-    mx: __m128,
+    heads: __m128,
 }
 
-/// The unsigned formats with a min against Q8_1 (`avx2::vec_dot_q4_1_q8_1`): lane 0 and 1 of
-/// the second accumulator run row A's and row B's min terms.
+/// The unsigned formats with a min against Q8_1 (`avx2::vec_dot_q4_1_q8_1`): lanes 1 and 3 of
+/// the second accumulator run row A's and row B's min terms (lanes 0 and 2 are not used).
 macro_rules! unsigned_pair {
-    ($name:ident: $block:ty, |$x:ident| $bytes:expr) => {
+    ($name:ident: $block:ty, |$a:ident, $b:ident| $bytes:expr) => {
         struct $name;
         impl Pair for $name {
             type W = $block;
@@ -332,23 +379,21 @@ macro_rules! unsigned_pair {
             unsafe fn tok(y: &BlockQ8_1) -> UnsignedTok {
                 let h = head_f16x2(y);
                 UnsignedTok {
-                    y: _mm512_broadcast_i64x4(load32(&y.qs)),
-                    dy: _mm_cvtss_f32(h),
-                    sy: _mm_cvtss_f32(_mm_movehdup_ps(h)),
+                    y: token_bytes(&y.qs),
+                    dy: _mm512_broadcastss_ps(h),
+                    sy: _mm_movehdup_ps(_mm_movelh_ps(h, h)),
                 }
             }
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
             )]
-            unsafe fn prep(a: &$block, b: &$block) -> UnsignedPrep {
-                let bytes = |$x: &$block| $bytes;
-                let (ha, hb) = (head_f16x2(a), head_f16x2(b));
+            unsafe fn prep($a: &$block, $b: &$block) -> UnsignedPrep {
+                let heads = pair_heads($a, $b);
                 UnsignedPrep {
-                    x: join(bytes(a), bytes(b)),
-                    dx: join_ps(_mm_cvtss_f32(ha), _mm_cvtss_f32(hb)),
-                    // [m_a, m_b, m_a, m_b]: lanes 0 and 1 are used.
-                    mx: _mm_unpacklo_ps(_mm_movehdup_ps(ha), _mm_movehdup_ps(hb)),
+                    x: $bytes,
+                    dx: pair_scales(heads),
+                    heads,
                 }
             }
             #[inline]
@@ -356,25 +401,29 @@ macro_rules! unsigned_pair {
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
             )]
             unsafe fn step(p: &UnsignedPrep, y: &UnsignedTok, (acc, mins): Self::Acc) -> Self::Acc {
-                let mins = _mm_fmadd_ps(p.mx, _mm_set1_ps(y.sy), mins);
-                let q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), p.x, y.y));
-                let d = _mm512_mul_ps(p.dx, _mm512_set1_ps(y.dy));
-                (_mm512_fmadd_ps(d, q, acc), mins)
+                let mins = _mm_fmadd_ps(p.heads, y.sy, mins);
+                let dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), p.x, y.y);
+                let d = _mm512_mul_ps(p.dx, y.dy);
+                (_mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dots), acc), mins)
             }
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
             )]
             unsafe fn finish((acc, mins): Self::Acc) -> (f32, f32) {
-                let (a, b) = hsum_halves(acc);
+                let (a, b) = hsum_pair(acc);
+                let mins_b = _mm_movehl_ps(mins, mins);
                 (
-                    a + _mm_cvtss_f32(mins),
-                    b + _mm_cvtss_f32(_mm_movehdup_ps(mins)),
+                    a + _mm_cvtss_f32(_mm_movehdup_ps(mins)),
+                    b + _mm_cvtss_f32(_mm_movehdup_ps(mins_b)),
                 )
             }
         }
     };
 }
 
-unsigned_pair!(Q4_1: BlockQ4_1, |x| nibbles(&x.qs));
-unsigned_pair!(Q5_1: BlockQ5_1, |x| q5_bytes(&x.qs, x.qh));
+unsigned_pair!(Q4_1: BlockQ4_1, |a, b| pair_nibbles(&a.qs, &b.qs));
+unsigned_pair!(Q5_1: BlockQ5_1, |a, b| pair_bytes(
+    q5_bytes(&a.qs, a.qh),
+    q5_bytes(&b.qs, b.qh)
+));

@@ -13,8 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    f32_of, halves_i16, head_f16x2, hsum, hsum_i32, lanes_ss_i32, lanes_us, load32, nibbles,
-    q5_bytes,
+    f32_of, head_f16x2, hsum, hsum_i32, lanes_ss_i32, lanes_us, load32, nibbles, q5_bytes,
 };
 use crate::blocks::*;
 use crate::codec::gemm_operands;
@@ -284,22 +283,44 @@ struct Q4KPrep {
     dmin: f32,
 }
 
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K (or Q5_K) super-block, as bytes
+/// (`blocks::k_scale_min`, four at a time with 32-bit masks).
+#[inline(always)]
+fn k_scales_mins(s: &[u8; 12]) -> (u64, u64) {
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    let top2 = |w: u32| ((w >> 6) & 0x0303_0303) << 4;
+    let scales_lo = w0 & 0x3f3f_3f3f;
+    let scales_hi = (w2 & 0x0f0f_0f0f) | top2(w0);
+    let mins_lo = w1 & 0x3f3f_3f3f;
+    let mins_hi = ((w2 >> 4) & 0x0f0f_0f0f) | top2(w1);
+    (
+        scales_lo as u64 | (scales_hi as u64) << 32,
+        mins_lo as u64 | (mins_hi as u64) << 32,
+    )
+}
+
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k_prep(x: &BlockQ4K) -> Q4KPrep {
     let m4 = _mm256_set1_epi8(0x0F);
-    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
-    let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
-    // SAFETY: 32 readable bytes each (j < 4: 32j + 32 <= 128); 16 bytes of `mins`.
+    let (scales, mins) = k_scales_mins(&x.scales);
+    // The eight scales as i16 in both halves; scale `k` spread over a register by a shuffle
+    // that repeats its two bytes.
+    let scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64)));
+    let spread = |k: i32| {
+        let pair = (2 * k) | (2 * k + 1) << 8;
+        _mm256_shuffle_epi8(scales16, _mm256_set1_epi16(pair as i16))
+    };
+    // SAFETY: 32 readable bytes each (j < 4: 32j + 32 <= 128).
     let q4: [__m256i; 4] =
         std::array::from_fn(|j| unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast()) });
     Q4KPrep {
         lo: q4.map(|q| _mm256_and_si256(q, m4)),
         hi: q4.map(|q| _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)),
-        scale_lo: std::array::from_fn(|j| _mm256_set1_epi16(pairs[2 * j].0 as i16)),
-        scale_hi: std::array::from_fn(|j| _mm256_set1_epi16(pairs[2 * j + 1].0 as i16)),
-        // SAFETY: as above.
-        mins: unsafe { _mm_loadu_si128(mins.as_ptr().cast()) },
+        scale_lo: std::array::from_fn(|j| spread(2 * j as i32)),
+        scale_hi: std::array::from_fn(|j| spread(2 * j as i32 + 1)),
+        mins: _mm_cvtepu8_epi16(_mm_cvtsi64_si128(mins as i64)),
         d: f32_of(x.d),
         dmin: f32_of(x.dmin),
     }
@@ -445,12 +466,22 @@ impl Tile for Q6K {
         }
         // SAFETY: 16 readable bytes.
         let sc8 = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+        let scales16 = _mm256_cvtepi8_epi16(sc8);
+        // Scales 0..8 and 8..16 (as i16) in both halves; `halves_i16(sc[2i], sc[2i + 1])` is a
+        // shuffle of one of them that repeats element 2i in the low half, 2i + 1 in the high.
+        let first = _mm256_permute2x128_si256::<0x00>(scales16, scales16);
+        let second = _mm256_permute2x128_si256::<0x11>(scales16, scales16);
+        let spread = |i: usize| {
+            let e = 2 * (i % 4) as i32;
+            let lo = (2 * e) | (2 * e + 1) << 8;
+            let hi = (2 * e + 2) | (2 * e + 3) << 8;
+            let mask = _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16));
+            _mm256_shuffle_epi8(if i < 4 { first } else { second }, mask)
+        };
         Q6KPrep {
             q,
-            scales: std::array::from_fn(|i| {
-                halves_i16(x.scales[2 * i] as i16, x.scales[2 * i + 1] as i16)
-            }),
-            scales16: _mm256_cvtepi8_epi16(sc8),
+            scales: std::array::from_fn(spread),
+            scales16,
             d: f32_of(x.d),
         }
     }
