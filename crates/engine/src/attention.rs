@@ -99,6 +99,58 @@ pub fn attend(
     n_pos: usize,
     out: &mut [f32],
 ) {
+    let hd = s.head_dim;
+    for (h, o) in out[..s.n_head * hd].chunks_exact_mut(hd).enumerate() {
+        attend_head(s, h, q, keys, values, n_pos, o);
+    }
+}
+
+/// [`attend`] for `n` tokens at positions `pos0..pos0 + n` (`q` and `out` are
+/// `(n, n_head * head_dim)`), each over the cached positions `first..=pos` of layer `layer`,
+/// where `first` is 0, or `pos + 1 - window` for a sliding window; heads and tokens are spread
+/// over the threads. Every head of every token is computed by the same function on the same
+/// inputs whatever the batch or the thread count (G1, D1).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_batch(
+    s: &AttnShape,
+    q: &[f32],
+    kv: &crate::kv::KvCache,
+    layer: usize,
+    pos0: usize,
+    window: Option<usize>,
+    out: &mut [f32],
+    threads: &crate::Threads,
+) {
+    let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
+    let kv_dim = s.n_head_kv * hd;
+    let n = q.len() / q_dim;
+    crate::matmul::parallel_chunks_mut(threads, &mut out[..n * q_dim], hd, |u, o| {
+        let (t, h) = (u / s.n_head, u % s.n_head);
+        let pos = pos0 + t;
+        let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        attend_head(
+            s,
+            h,
+            &q[t * q_dim..(t + 1) * q_dim],
+            &kv.keys(layer, pos + 1)[first * kv_dim..],
+            &kv.values(layer, pos + 1)[first * kv_dim..],
+            pos + 1 - first,
+            o,
+        );
+    });
+}
+
+/// Head `h` of [`attend`]: `out` is that head's `head_dim` values.
+#[inline(always)]
+fn attend_head(
+    s: &AttnShape,
+    h: usize,
+    q: &[f32],
+    keys: &[half::f16],
+    values: &[half::f16],
+    n_pos: usize,
+    out: &mut [f32],
+) {
     use half::f16;
     use half::slice::HalfFloatSliceExt;
     const MAX: usize = MAX_HEAD_DIM;
@@ -113,50 +165,47 @@ pub fn attend(
         h16.convert_from_f32_slice(x);
         h16.convert_to_f32_slice(x);
     };
-    for h in 0..s.n_head {
-        let (qf, acc, row, h16) = (
-            &mut qf[..hd],
-            &mut acc[..hd],
-            &mut row[..hd],
-            &mut h16[..hd],
-        );
-        qf.copy_from_slice(&q[h * hd..(h + 1) * hd]);
-        round_f16(qf, h16);
-        acc.fill(0.0);
-        let off = (h / group) * hd;
-        let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-        for j in 0..n_pos {
-            keys[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
-            let sc = dot_f16(qf, row) * s.scale;
-            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-            if sc > m {
-                let m_old = m;
-                m = sc;
-                ms = (m_old - m).exp();
-                // Vector part: an exact product of F16 values, rounded once; tail: in f32.
-                let ms16 = f16::from_f32(ms).to_f32();
-                acc[..simd].iter_mut().for_each(|a| *a *= ms16);
-                acc[simd..].iter_mut().for_each(|a| *a *= ms);
-                round_f16(acc, h16);
-            } else {
-                vs = (sc - m).exp();
-            }
-            values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
-            let vs16 = f16::from_f32(vs).to_f32();
-            for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
-                *a = fma_for_f16(x, vs16, *a);
-            }
-            for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
-                *a = x.mul_add(vs, *a);
-            }
+    let (qf, acc, row, h16) = (
+        &mut qf[..hd],
+        &mut acc[..hd],
+        &mut row[..hd],
+        &mut h16[..hd],
+    );
+    qf.copy_from_slice(&q[h * hd..(h + 1) * hd]);
+    round_f16(qf, h16);
+    let off = (h / group) * hd;
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+    for j in 0..n_pos {
+        keys[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
+        let sc = dot_f16(qf, row) * s.scale;
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if sc > m {
+            let m_old = m;
+            m = sc;
+            ms = (m_old - m).exp();
+            // Vector part: an exact product of F16 values, rounded once; tail: in f32.
+            let ms16 = f16::from_f32(ms).to_f32();
+            acc[..simd].iter_mut().for_each(|a| *a *= ms16);
+            acc[simd..].iter_mut().for_each(|a| *a *= ms);
             round_f16(acc, h16);
-            // ggml's C is compiled with contraction: this is one fused multiply-add there.
-            sum = sum.mul_add(ms, vs);
+        } else {
+            vs = (sc - m).exp();
         }
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        for (o, a) in out[h * hd..(h + 1) * hd].iter_mut().zip(acc.iter()) {
-            *o = a * inv;
+        values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
+        let vs16 = f16::from_f32(vs).to_f32();
+        for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
+            *a = fma_for_f16(x, vs16, *a);
         }
+        for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
+            *a = x.mul_add(vs, *a);
+        }
+        round_f16(acc, h16);
+        // ggml's C is compiled with contraction: this is one fused multiply-add there.
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+    for (o, a) in out.iter_mut().zip(acc.iter()) {
+        *o = a * inv;
     }
 }
 

@@ -154,6 +154,7 @@ impl Threads {
 }
 
 /// A pointer to an output buffer that threads write disjoint elements of.
+#[derive(Clone, Copy)]
 struct SharedOut(*mut f32, usize);
 // SAFETY: `matmul` hands each thread a disjoint set of rows; no element is written twice, and
 // the buffer outlives the scoped threads.
@@ -162,63 +163,112 @@ unsafe impl Sync for SharedOut {}
 /// `out[t * rows + r] = dot(W row r, token t)` for every row and token: `out` is
 /// `(n_tokens, rows)`, `acts` holds the tokens quantized to `w.act_type()`.
 pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
+    matmul_many(&[w], acts, &mut [out], threads)
+}
+
+/// [`matmul`] for several matrices that take the same input (Q, K and V; gate and up) in one
+/// hand-off to the threads: their rows, end to end, are split over the threads as one range.
+pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads: &Threads) {
+    const MAX: usize = 4;
+    assert!(ws.len() == outs.len() && ws.len() <= MAX);
+    let n = acts.n;
+    let mut shared = [SharedOut(std::ptr::null_mut(), 0); MAX];
+    for ((w, out), sh) in ws.iter().zip(outs.iter_mut()).zip(&mut shared) {
+        assert_eq!(acts.ty, w.act, "activations quantized for another type");
+        assert!(out.len() >= n * w.rows);
+        *sh = SharedOut(out.as_mut_ptr(), out.len());
+    }
+    let total: usize = ws.iter().map(|w| w.rows).sum();
+    threads.split(total, |rows| {
+        // This thread's share of the concatenated rows, matrix by matrix.
+        let mut first = 0;
+        for (w, out) in ws.iter().zip(&shared) {
+            let (lo, hi) = (rows.start.max(first), rows.end.min(first + w.rows));
+            if lo < hi {
+                matmul_rows(w, acts, out, lo - first..hi - first);
+            }
+            first += w.rows;
+        }
+    });
+}
+
+/// Rows `rows` of `w` times every token of `acts`, into `out` (`(n_tokens, w.rows)`), which
+/// no other thread writes those rows of.
+fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
     /// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each
     /// weight row once per tile and chunk, not once per token). Only the loop order: no effect
     /// on any value.
     const ROW_TILE: usize = 16;
     const TOKEN_CHUNK: usize = 64;
-    assert_eq!(acts.ty, w.act, "activations quantized for another type");
     let n = acts.n;
-    assert!(out.len() >= n * w.rows);
-    let shared = SharedOut(out.as_mut_ptr(), out.len());
-    threads.split(w.rows, |rows| {
-        let shared = &shared;
-        // Each slice of `out` this thread writes: rows of `rows` only.
-        let out_slice = |start: usize, len: usize| {
-            assert!(start + len <= shared.1);
-            // SAFETY: the range lies inside `out` (asserted), and the rows `rows` belong to this
-            // thread only, so no other thread touches these elements while the slice lives.
-            unsafe { std::slice::from_raw_parts_mut(shared.0.add(start), len) }
-        };
-        let w_rows = |r0: usize, r1: usize| &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
-        match w.gemm {
-            // One token: the thread's rows are contiguous in `out`.
-            Some(gemm) if n == 1 => {
-                let o = out_slice(rows.start, rows.len());
-                gemm(w_rows(rows.start, rows.end), w.row_bytes, acts.row(0), 1, o)
-                    .expect("sizes agree by construction");
-            }
-            Some(gemm) => {
-                let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
-                for t0 in (0..n).step_by(TOKEN_CHUNK) {
-                    let nt = TOKEN_CHUNK.min(n - t0);
-                    let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
-                    for r0 in rows.clone().step_by(ROW_TILE) {
-                        let r1 = (r0 + ROW_TILE).min(rows.end);
-                        let tile = &mut buf[..nt * (r1 - r0)];
-                        gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
-                            .expect("sizes agree by construction");
-                        for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
-                            out_slice((t0 + t) * w.rows + r0, r1 - r0).copy_from_slice(o);
-                        }
-                    }
-                }
-            }
-            None => {
+    // Each slice of `out` this thread writes: rows of `rows` only.
+    let out_slice = |start: usize, len: usize| {
+        assert!(start + len <= out.1);
+        // SAFETY: the range lies inside `out` (asserted), and the rows `rows` belong to this
+        // thread only, so no other thread touches these elements while the slice lives.
+        unsafe { std::slice::from_raw_parts_mut(out.0.add(start), len) }
+    };
+    let w_rows = |r0: usize, r1: usize| &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
+    match w.gemm {
+        // One token: the thread's rows are contiguous in `out`.
+        Some(gemm) if n == 1 => {
+            let o = out_slice(rows.start, rows.len());
+            gemm(w_rows(rows.start, rows.end), w.row_bytes, acts.row(0), 1, o)
+                .expect("sizes agree by construction");
+        }
+        Some(gemm) => {
+            let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
+            for t0 in (0..n).step_by(TOKEN_CHUNK) {
+                let nt = TOKEN_CHUNK.min(n - t0);
+                let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
                 for r0 in rows.clone().step_by(ROW_TILE) {
                     let r1 = (r0 + ROW_TILE).min(rows.end);
-                    for t in 0..n {
-                        let o = out_slice(t * w.rows + r0, r1 - r0);
-                        (w.gemv)(w_rows(r0, r1), w.row_bytes, acts.row(t), o)
-                            .expect("sizes agree by construction");
+                    let tile = &mut buf[..nt * (r1 - r0)];
+                    gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
+                        .expect("sizes agree by construction");
+                    for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
+                        out_slice((t0 + t) * w.rows + r0, r1 - r0).copy_from_slice(o);
                     }
                 }
             }
         }
-    });
+        None => {
+            for r0 in rows.clone().step_by(ROW_TILE) {
+                let r1 = (r0 + ROW_TILE).min(rows.end);
+                for t in 0..n {
+                    let o = out_slice(t * w.rows + r0, r1 - r0);
+                    (w.gemv)(w_rows(r0, r1), w.row_bytes, acts.row(t), o)
+                        .expect("sizes agree by construction");
+                }
+            }
+        }
+    }
 }
 
 /// Split `0..n` over threads: for per-head attention and other independent rows.
 pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync) {
     threads.split(n, f)
+}
+
+/// Call `f(i, chunk)` for every `chunk`-long piece `i` of `out`, the pieces split over threads
+/// (contiguous runs of them per thread). Each piece is written by one call only, so the result
+/// does not depend on the thread count (D1).
+pub fn parallel_chunks_mut(
+    threads: &Threads,
+    out: &mut [f32],
+    chunk: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let n = out.len() / chunk.max(1);
+    let shared = SharedOut(out.as_mut_ptr(), n * chunk);
+    threads.split(n, |pieces| {
+        let shared = &shared;
+        for i in pieces {
+            // SAFETY: piece `i` lies inside `out` (i < n, n * chunk <= out.len()), and the
+            // ranges `split` hands out are disjoint, so no other call touches these elements
+            // while the slice lives.
+            let piece = unsafe { std::slice::from_raw_parts_mut(shared.0.add(i * chunk), chunk) };
+            f(i, piece);
+        }
+    });
 }

@@ -21,7 +21,7 @@
 
 use synapse_gguf::{GgufFile, Value};
 
-use super::{mm, vector, HParams, Logits, Model, ModelInfo, State};
+use super::{mm, mm_many, vector, HParams, Logits, Model, ModelInfo, State};
 use crate::attention::{AttnShape, MAX_HEAD_DIM};
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{
@@ -286,9 +286,14 @@ impl super::ForwardBody for Gemma3<'_> {
                 rms_norm(x, &layer.attn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
             }
             tap.rows("attn_norm", l, st.pos, &s.h[..n * d], n);
-            mm(&layer.wq, &s.h, n, &mut s.acts, &mut s.q, threads);
-            mm(&layer.wk, &s.h, n, &mut s.acts, &mut s.k, threads);
-            mm(&layer.wv, &s.h, n, &mut s.acts, &mut s.v, threads);
+            mm_many(
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.q, &mut s.k, &mut s.v],
+                threads,
+            );
             norm_rows(&mut s.q, hd, n * a.n_head, &layer.q_norm, eps);
             norm_rows(&mut s.k, hd, n * a.n_head_kv, &layer.k_norm, eps);
             tap.rows("Qcur_normed", l, st.pos, &s.q[..n * q_dim], n);
@@ -313,24 +318,17 @@ impl super::ForwardBody for Gemma3<'_> {
             tap.rows("Kcur", l, st.pos, &s.k[..n * kv_dim], n);
             tap.rows("Vcur", l, st.pos, &s.v[..n * kv_dim], n);
             scale_inplace(&mut s.q[..n * q_dim], self.q_scale);
-            for t in 0..n {
-                // Keys `first..=pos`: a local layer masks those `window` or more behind.
-                let pos = st.pos + t;
-                let first = if layer.local {
-                    (pos + 1).saturating_sub(self.window)
-                } else {
-                    0
-                };
-                let n_pos = pos + 1 - first;
-                crate::attention::attend(
-                    a,
-                    &s.q[t * q_dim..(t + 1) * q_dim],
-                    &st.kv.keys(l, pos + 1)[first * kv_dim..],
-                    &st.kv.values(l, pos + 1)[first * kv_dim..],
-                    n_pos,
-                    &mut s.att[t * q_dim..(t + 1) * q_dim],
-                );
-            }
+            // Keys `first..=pos`: a local layer masks those `window` or more behind.
+            crate::attention::attend_batch(
+                a,
+                &s.q[..n * q_dim],
+                &st.kv,
+                l,
+                st.pos,
+                layer.local.then_some(self.window),
+                &mut s.att,
+                threads,
+            );
             tap.rows("kqv_out", l, st.pos, &s.att[..n * q_dim], n);
             mm(&layer.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
             tap.rows("attn_out", l, st.pos, &s.o[..n * d], n);
@@ -345,8 +343,14 @@ impl super::ForwardBody for Gemma3<'_> {
                 rms_norm(x, &layer.ffn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
             }
             tap.rows("ffn_norm", l, st.pos, &s.h[..n * d], n);
-            mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
-            mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
+            mm_many(
+                &[&layer.gate, &layer.up],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.gate, &mut s.up],
+                threads,
+            );
             tap.rows("ffn_gate", l, st.pos, &s.gate[..n * n_ff], n);
             tap.rows("ffn_up", l, st.pos, &s.up[..n * n_ff], n);
             geglu(&mut s.gate[..n * n_ff], &s.up[..n * n_ff]);

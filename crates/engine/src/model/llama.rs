@@ -11,8 +11,8 @@
 
 use synapse_gguf::GgufFile;
 
-use super::{attn_shape, mm, vector, HParams, Logits, Model, ModelInfo, State};
-use crate::attention::{attend, AttnShape};
+use super::{attn_shape, mm, mm_many, vector, HParams, Logits, Model, ModelInfo, State};
+use crate::attention::{attend_batch, AttnShape};
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, swiglu, Rope, RopeStyle};
 use crate::ModelError;
@@ -199,9 +199,14 @@ impl super::ForwardBody for Llama<'_> {
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention block.
             rms_norm_rows(&s.x[..n * d], &layer.attn_norm, self.eps, &mut s.h, d);
-            mm(&layer.wq, &s.h, n, &mut s.acts, &mut s.q, threads);
-            mm(&layer.wk, &s.h, n, &mut s.acts, &mut s.k, threads);
-            mm(&layer.wv, &s.h, n, &mut s.acts, &mut s.v, threads);
+            mm_many(
+                &[&layer.wq, &layer.wk, &layer.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.q, &mut s.k, &mut s.v],
+                threads,
+            );
             for t in 0..n {
                 let pos = st.pos + t;
                 self.rope.angles(pos, &mut s.rope);
@@ -218,17 +223,16 @@ impl super::ForwardBody for Llama<'_> {
             }
             self.tap.rows("Qcur", l, st.pos, &s.q[..n * q_dim], n);
             self.tap.rows("Kcur", l, st.pos, &s.k[..n * kv_dim], n);
-            for t in 0..n {
-                let n_pos = st.pos + t + 1;
-                attend(
-                    a,
-                    &s.q[t * q_dim..(t + 1) * q_dim],
-                    st.kv.keys(l, n_pos),
-                    st.kv.values(l, n_pos),
-                    n_pos,
-                    &mut s.att[t * q_dim..(t + 1) * q_dim],
-                );
-            }
+            attend_batch(
+                a,
+                &s.q[..n * q_dim],
+                &st.kv,
+                l,
+                st.pos,
+                None,
+                &mut s.att,
+                threads,
+            );
             self.tap.rows("attn_norm", l, st.pos, &s.h[..n * d], n);
             self.tap.rows("kqv_out", l, st.pos, &s.att[..n * q_dim], n);
             mm(&layer.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
@@ -237,8 +241,14 @@ impl super::ForwardBody for Llama<'_> {
 
             // Feed-forward block.
             rms_norm_rows(&s.x[..n * d], &layer.ffn_norm, self.eps, &mut s.h, d);
-            mm(&layer.gate, &s.h, n, &mut s.acts, &mut s.gate, threads);
-            mm(&layer.up, &s.h, n, &mut s.acts, &mut s.up, threads);
+            mm_many(
+                &[&layer.gate, &layer.up],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.gate, &mut s.up],
+                threads,
+            );
             self.tap
                 .rows("ffn_gate", l, st.pos, &s.gate[..n * self.n_ff], n);
             self.tap

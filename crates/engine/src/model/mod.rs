@@ -275,6 +275,28 @@ pub(crate) fn mm(
     matmul(w, acts, &mut out[..n * w.rows], threads);
 }
 
+/// [`mm`] for matrices that share their input (Q, K, V; gate, up): the input quantized once
+/// and all the products in one hand-off to the threads when the matrices take the same
+/// activation type, separate [`mm`]s otherwise. Same bits either way.
+pub(crate) fn mm_many(
+    ws: &[&Matrix],
+    x: &[f32],
+    n: usize,
+    acts: &mut Acts,
+    outs: &mut [&mut [f32]],
+    threads: &Threads,
+) {
+    let (ty, cols) = (ws[0].act_type(), ws[0].cols);
+    if ws.iter().all(|w| w.act_type() == ty && w.cols == cols) {
+        acts.quantize(ty, &x[..n * cols], cols);
+        crate::matmul::matmul_many(ws, acts, outs, threads);
+    } else {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            mm(w, x, n, acts, out, threads);
+        }
+    }
+}
+
 /// Hyperparameters of `{arch}.*` keys, with errors that name the key.
 pub(crate) struct HParams<'a> {
     pub md: &'a Metadata,
