@@ -8,8 +8,12 @@ use crate::kv::KvCache;
 use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ModelError;
 
+mod blocks;
+mod decoder;
 pub mod gemma3;
 pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
 
 /// Loads one architecture from a file, borrowing its weights.
 type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
@@ -17,8 +21,10 @@ type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError
 /// The architectures synapse runs, and how to load each: a new architecture is a file in this
 /// directory and a line here.
 const REGISTRY: &[(&str, Loader)] = &[
-    ("llama", |f| Ok(Box::new(llama::Llama::load(f)?))),
+    ("llama", |f| Ok(Box::new(llama::load(f)?))),
     ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
+    ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
+    ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
 ];
 
 /// Names of the supported architectures.
@@ -297,11 +303,27 @@ impl HParams<'_> {
         }
     }
 
+    pub fn f32(&self, suffix: &str) -> Result<f32, ModelError> {
+        Ok(self.md.f64(&self.key(suffix))? as f32)
+    }
+
     pub fn f32_or(&self, suffix: &str, default: f32) -> Result<f32, ModelError> {
         match self.md.get(&self.key(suffix)) {
             None => Ok(default),
             Some(_) => Ok(self.md.f64(&self.key(suffix))? as f32),
         }
+    }
+}
+
+/// Refuse a file that asks for RoPE scaling (YaRN and kin are not implemented): its logits would
+/// be wrong past the training context, silently.
+pub(crate) fn reject_rope_scaling(hp: &HParams) -> Result<(), ModelError> {
+    match hp.md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
+        "none" => Ok(()),
+        other => Err(ModelError::Hparams(format!(
+            "RoPE scaling `{other}` is not supported for {}",
+            hp.arch
+        ))),
     }
 }
 
