@@ -1,4 +1,4 @@
-//! Qwen2 and Qwen3 against llama.cpp, on
+//! Qwen2, Qwen3 and Qwen 3.5 (hybrid gated delta net + gated attention) against llama.cpp, on
 //! small random-weight files with the real layer structure, and the batch (G1) and thread (D1)
 //! invariance contracts on each. Golden data: `scripts/golden/forward_qwen.py` (llama.cpp run
 //! token by token, one thread).
@@ -79,6 +79,11 @@ fn qwen3_matches_llama_cpp_and_keeps_g1_and_d1() {
     check("tiny-qwen3-Q4_K", "qwen3");
 }
 
+#[test]
+fn qwen35_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check("tiny-qwen35-Q4_K", "qwen35");
+}
+
 /// The unsupported-architecture error lists every supported one, the Qwens included.
 #[test]
 fn the_qwen_architectures_are_listed_as_supported() {
@@ -94,16 +99,17 @@ fn the_qwen_architectures_are_listed_as_supported() {
     let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     let e = load(&f).err().unwrap().to_string();
     assert!(e.contains("qwen99"), "{e}");
-    for arch in ["llama", "gemma3", "qwen2", "qwen3"] {
+    for arch in ["llama", "gemma3", "qwen2", "qwen3", "qwen35"] {
         assert!(archs.contains(&arch), "{arch} missing from {archs:?}");
         assert!(e.contains(arch), "{arch} missing from: {e}");
     }
 }
 
-/// A state reused after `reset` gives the logits of a fresh one.
+/// A state reused after `reset` gives the logits of a fresh one: the recurrent state (conv and
+/// delta-rule states) is cleared with the position.
 #[test]
 fn a_reset_state_starts_over() {
-    for name in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q4_K"] {
+    for name in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q4_K", "tiny-qwen35-Q4_K"] {
         let file = GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
         let model = load(&file).unwrap();
         let threads = Threads::new(1);
