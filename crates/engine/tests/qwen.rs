@@ -125,3 +125,23 @@ fn a_reset_state_starts_over() {
         assert!(first == again, "{name}");
     }
 }
+
+/// A Qwen 3.5 file's `block_count` counts its multi-token-prediction blocks, which the main pass
+/// does not run (llama.cpp's `n_layer()`): they are left out.
+#[test]
+fn qwen35_leaves_out_prediction_blocks() {
+    let src = GgufFile::open(data("tiny-qwen35-Q4_K.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    w.set("qwen35.nextn_predict_layers", Value::U32(1));
+    for t in src.tensors() {
+        w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+            .unwrap();
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    assert_eq!(load(&f).unwrap().info().n_layer, 3);
+    w.set("qwen35.nextn_predict_layers", Value::U32(4));
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("prediction blocks"), "{e}");
+}

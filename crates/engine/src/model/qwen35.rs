@@ -152,7 +152,16 @@ impl<'a> Qwen35<'a> {
         let md = file.metadata();
         let hp = HParams { md, arch: "qwen35" };
         let dims = Dims::read(&hp)?;
-        let (n_embd, n_layer, n_ff) = (dims.n_embd, dims.n_layer, dims.n_ff);
+        // `block_count` includes the multi-token-prediction blocks stored after the trunk
+        // (`nextn_predict_layers`); llama.cpp's main pass, and synapse's, runs the trunk only.
+        let n_nextn = hp.usize_or("nextn_predict_layers", 0)?;
+        if n_nextn >= dims.n_layer {
+            return Err(ModelError::Hparams(format!(
+                "{n_nextn} prediction blocks of {} leave no trunk",
+                dims.n_layer
+            )));
+        }
+        let (n_embd, n_layer, n_ff) = (dims.n_embd, dims.n_layer - n_nextn, dims.n_ff);
         let eps = hp.f32("attention.layer_norm_rms_epsilon")?;
         super::reject_rope_scaling(&hp)?;
         let key = hp.key("rope.dimension_sections");
