@@ -73,9 +73,7 @@ fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
         }
     }
     let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
-    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
-    let mut sum = ((t6[0] + t6[2]) + (t6[1] + t6[3])) as f64;
+    let mut sum = crate::ops::reduce_add_16(v) as f64;
     for e in np..n {
         sum += (q[e] * k[e]) as f64;
     }

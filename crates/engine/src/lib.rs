@@ -6,6 +6,7 @@
 
 pub mod attention;
 pub mod chat;
+pub mod delta_net;
 pub mod kv;
 pub mod matmul;
 pub mod model;

@@ -41,6 +41,18 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `x / |x|` as llama.cpp's delta-net graphs compute it (`build_gdn_l2_norm`): ggml's RMSNorm
+/// with `eps / n`, then a scale by `1 / sqrt(n)`, each rounded.
+#[inline]
+pub fn l2_norm_inplace(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    let scale = rms_scale(x, eps / n);
+    let inv = 1.0 / n.sqrt();
+    for v in x.iter_mut() {
+        *v = (*v * scale) * inv;
+    }
+}
+
 #[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
@@ -83,6 +95,70 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate[body..].iter_mut().zip(&up[body..]) {
         *g = silu(*g) * u;
     }
+}
+
+/// `x = silu(x)` over each row of `width` values, as ggml's `ggml_vec_silu_f32` (AVX-512) does a
+/// row: [`expf_ggml`] on whole groups of 16, libm's `expf` on the row's tail.
+#[inline]
+pub fn silu_rows(x: &mut [f32], width: usize) {
+    for row in x.chunks_exact_mut(width) {
+        let body = width / 16 * 16;
+        for v in row[..body].iter_mut() {
+            *v = *v / (1.0 + expf_ggml(-*v));
+        }
+        for v in row[body..].iter_mut() {
+            *v = silu(*v);
+        }
+    }
+}
+
+/// ggml's `sigmoid` op: `1 / (1 + expf(-x))`, libm's `expf`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// ggml's `softplus` op: `log(1 + e^x)`, the identity above 20.
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// `x . y` in the order of ggml's AVX-512 `ggml_vec_dot_f32`: four 16-lane accumulators of
+/// fused multiply-adds over 64-value steps, added pairwise, the lanes reduced by halves
+/// ([`reduce_add_16`]), then the tail in f32 (fused, as GCC contracts it).
+#[inline(always)]
+pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = x[e].mul_add(y[e], *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let mut sum = reduce_add_16(v);
+    for e in np..n {
+        sum = x[e].mul_add(y[e], sum);
+    }
+    sum
+}
+
+/// The sum of 16 lanes as `_mm512_reduce_add_ps` adds them: halves, then quarters, then the
+/// last four pairwise.
+#[inline(always)]
+pub fn reduce_add_16(v: [f32; 16]) -> f32 {
+    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
+    (t6[0] + t6[2]) + (t6[1] + t6[3])
 }
 
 /// `gelu(x)` with the tanh approximation, as ggml's `ggml_gelu_f32` computes it when GCC contracts

@@ -4,12 +4,18 @@
 use synapse_gguf::{GgmlType, GgufFile, Metadata};
 
 use crate::attention::AttnShape;
+use crate::delta_net::{DeltaNetBuffers, RecurrentState};
 use crate::kv::KvCache;
 use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ModelError;
 
+mod blocks;
+mod decoder;
 pub mod gemma3;
 pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
+pub mod qwen35;
 
 /// Loads one architecture from a file, borrowing its weights.
 type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
@@ -17,8 +23,11 @@ type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError
 /// The architectures synapse runs, and how to load each: a new architecture is a file in this
 /// directory and a line here.
 const REGISTRY: &[(&str, Loader)] = &[
-    ("llama", |f| Ok(Box::new(llama::Llama::load(f)?))),
+    ("llama", |f| Ok(Box::new(llama::load(f)?))),
     ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
+    ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
+    ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
+    ("qwen35", |f| Ok(Box::new(qwen35::Qwen35::load(f)?))),
 ];
 
 /// Names of the supported architectures.
@@ -123,12 +132,14 @@ pub trait Model: Send + Sync {
     }
 }
 
-/// The state of one sequence: its position, its KV cache and the scratch of the forward pass.
+/// The state of one sequence: its position, its KV cache, the recurrent state of recurrent
+/// layers (if any) and the scratch of the forward pass.
 pub struct State {
     /// Tokens in the cache so far: the position of the next token.
     pub pos: usize,
     pub(crate) n_batch: usize,
     pub(crate) kv: KvCache,
+    pub(crate) rs: RecurrentState,
     pub(crate) s: Scratch,
 }
 
@@ -146,6 +157,7 @@ impl State {
             pos: 0,
             n_batch,
             kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
+            rs: RecurrentState::default(),
             s: Scratch::new(&ScratchDims {
                 n_batch,
                 n_embd: info.n_embd,
@@ -161,9 +173,11 @@ impl State {
         self.kv.n_ctx()
     }
 
-    /// Forget the sequence (keep the memory).
+    /// Forget the sequence (keep the memory). The KV cache is overwritten as the next one fills
+    /// it; a recurrent state is carried from token to token, so it is cleared.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.rs.reset();
     }
 }
 
@@ -180,6 +194,11 @@ pub(crate) struct Scratch {
     pub up: Vec<f32>,          // (n, n_ff)
     pub rope: Vec<(f32, f32)>, // (head_dim / 2) one position's angles
     pub acts: Acts,            // quantized input of the current matmul
+    /// `(n, 2 * n_head * head_dim)` a gated attention's joint query and gate projection (Qwen
+    /// 3.5); empty for other architectures.
+    pub q_full: Vec<f32>,
+    /// The buffers of gated delta-net layers; empty for architectures without them.
+    pub dn: DeltaNetBuffers,
 }
 
 /// The sizes a [`Scratch`] is allocated for.
@@ -208,6 +227,8 @@ impl Scratch {
             up: vec![0.0; n * d.n_ff],
             rope: vec![(0.0, 0.0); d.head_dim / 2],
             acts: Acts::with_capacity(n, widest),
+            q_full: Vec::new(),
+            dn: DeltaNetBuffers::default(),
         }
     }
 }
@@ -319,11 +340,27 @@ impl HParams<'_> {
         }
     }
 
+    pub fn f32(&self, suffix: &str) -> Result<f32, ModelError> {
+        Ok(self.md.f64(&self.key(suffix))? as f32)
+    }
+
     pub fn f32_or(&self, suffix: &str, default: f32) -> Result<f32, ModelError> {
         match self.md.get(&self.key(suffix)) {
             None => Ok(default),
             Some(_) => Ok(self.md.f64(&self.key(suffix))? as f32),
         }
+    }
+}
+
+/// Refuse a file that asks for RoPE scaling (YaRN and kin are not implemented): its logits would
+/// be wrong past the training context, silently.
+pub(crate) fn reject_rope_scaling(hp: &HParams) -> Result<(), ModelError> {
+    match hp.md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
+        "none" => Ok(()),
+        other => Err(ModelError::Hparams(format!(
+            "RoPE scaling `{other}` is not supported for {}",
+            hp.arch
+        ))),
     }
 }
 

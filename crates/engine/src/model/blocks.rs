@@ -1,0 +1,453 @@
+//! Blocks the architectures are built from: token embedding, the attention block (Q/K/V
+//! projections with optional biases and per-head norms, RoPE, KV store, causal attention, output
+//! projection), the gated feed-forward block and the output head.
+//!
+//! Each block works on the rows of a batch in [`Scratch`] and does its arithmetic per token in
+//! ggml's order, so an architecture built from them keeps G1 and D1 and llama.cpp's bits.
+
+use synapse_gguf::GgufFile;
+
+use super::{mm, mm_many, vector, HParams, Scratch};
+use crate::attention::{attend_batch, AttnShape, MAX_HEAD_DIM};
+use crate::kv::KvCache;
+use crate::matmul::{Matrix, Threads};
+use crate::ops::{add_inplace, geglu, rms_norm_inplace, rms_norm_rows, swiglu, Rope};
+use crate::{ModelError, Tap};
+
+/// A weight matrix of the file, checked to have `cols` inputs (and `rows` outputs if given).
+pub(crate) fn matrix<'a>(
+    file: &'a GgufFile,
+    name: &str,
+    cols: usize,
+    rows: Option<usize>,
+) -> Result<Matrix<'a>, ModelError> {
+    let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
+        tensor: name.into(),
+    })?;
+    Matrix::new(t, cols, rows)
+}
+
+/// [`vector`], or `None` when the file has no tensor of that name.
+pub(crate) fn optional_vector(
+    file: &GgufFile,
+    name: &str,
+    n: usize,
+) -> Result<Option<Vec<f32>>, ModelError> {
+    match file.tensor(name) {
+        Ok(_) => vector(file, name, n).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The output matrix, or the token embedding when the file ties them (no `output.weight`).
+pub(crate) fn output_matrix<'a>(
+    file: &'a GgufFile,
+    tok_embd: Matrix<'a>,
+    n_embd: usize,
+) -> Result<Matrix<'a>, ModelError> {
+    match file.tensor("output.weight") {
+        Ok(_) => matrix(file, "output.weight", n_embd, Some(tok_embd.rows)),
+        Err(_) => Ok(tok_embd),
+    }
+}
+
+/// Look up each token's embedding row into `x` (`(n, n_embd)`).
+#[inline(always)]
+pub(crate) fn embed(tok_embd: &Matrix, tokens: &[u32], x: &mut [f32]) -> Result<(), ModelError> {
+    let d = tok_embd.cols;
+    for (t, &id) in tokens.iter().enumerate() {
+        let row = tok_embd.row(id as usize);
+        synapse_quant::dequantize_row(tok_embd.ty, row, &mut x[t * d..(t + 1) * d]).map_err(
+            |e| ModelError::Tensor {
+                tensor: "token_embd.weight".into(),
+                source: e,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// RMSNorm of each of the `n` rows of `width` values in `x`, in place: per-head QK-norm, and
+/// norms of a block's output.
+#[inline(always)]
+pub(crate) fn norm_rows(x: &mut [f32], width: usize, n: usize, w: &[f32], eps: f32) {
+    for row in x[..n * width].chunks_exact_mut(width) {
+        rms_norm_inplace(row, w, eps);
+    }
+}
+
+/// Add a bias to each of the `n` rows of `x` (ggml's `ggml_add` of a broadcast vector).
+#[inline(always)]
+pub(crate) fn add_bias_rows(x: &mut [f32], b: &[f32], n: usize) {
+    for row in x[..n * b.len()].chunks_exact_mut(b.len()) {
+        add_inplace(row, b);
+    }
+}
+
+/// The weights of an attention block: `blk.{i}.attn_{q,k,v,output}.weight`, the Q/K/V biases
+/// when the file has them (Qwen2), and the per-head Q/K norms when the architecture has them
+/// (Qwen3, Gemma 3).
+pub(crate) struct Attention<'a> {
+    pub wq: Matrix<'a>,
+    pub wk: Matrix<'a>,
+    pub wv: Matrix<'a>,
+    pub wo: Matrix<'a>,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+}
+
+impl<'a> Attention<'a> {
+    /// Load layer `i`'s attention weights; `qk_norm`: the per-head norms are required.
+    pub fn load(
+        file: &'a GgufFile,
+        i: usize,
+        n_embd: usize,
+        a: &AttnShape,
+        qk_norm: bool,
+    ) -> Result<Attention<'a>, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        let norm = |s: &str| -> Result<Option<Vec<f32>>, ModelError> {
+            if qk_norm {
+                vector(file, &p(s), a.head_dim).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Attention {
+            wq: matrix(file, &p("attn_q.weight"), n_embd, Some(q_dim))?,
+            wk: matrix(file, &p("attn_k.weight"), n_embd, Some(kv_dim))?,
+            wv: matrix(file, &p("attn_v.weight"), n_embd, Some(kv_dim))?,
+            wo: matrix(file, &p("attn_output.weight"), q_dim, Some(n_embd))?,
+            bq: optional_vector(file, &p("attn_q.bias"), q_dim)?,
+            bk: optional_vector(file, &p("attn_k.bias"), kv_dim)?,
+            bv: optional_vector(file, &p("attn_v.bias"), kv_dim)?,
+            q_norm: norm("attn_q_norm.weight")?,
+            k_norm: norm("attn_k_norm.weight")?,
+        })
+    }
+
+    /// `s.q`, `s.k`, `s.v` of the `n` normed rows in `s.h`: the projections, their biases, then
+    /// the per-head norms (before RoPE, as llama.cpp's Qwen3 and Gemma 3 graphs do).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn qkv(
+        &self,
+        s: &mut Scratch,
+        n: usize,
+        a: &AttnShape,
+        eps: f32,
+        threads: &Threads,
+        tap: &Tap,
+        l: usize,
+        pos0: usize,
+    ) {
+        mm_many(
+            &[&self.wq, &self.wk, &self.wv],
+            &s.h,
+            n,
+            &mut s.acts,
+            &mut [&mut s.q, &mut s.k, &mut s.v],
+            threads,
+        );
+        for (b, x) in [
+            (&self.bq, &mut s.q),
+            (&self.bk, &mut s.k),
+            (&self.bv, &mut s.v),
+        ] {
+            if let Some(b) = b {
+                add_bias_rows(x, b, n);
+            }
+        }
+        let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        if let Some(w) = &self.q_norm {
+            norm_rows(&mut s.q, a.head_dim, n * a.n_head, w, eps);
+            tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
+        }
+        if let Some(w) = &self.k_norm {
+            norm_rows(&mut s.k, a.head_dim, n * a.n_head_kv, w, eps);
+            tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
+        }
+    }
+
+    /// `s.o = Wo · s.att` for `n` rows.
+    #[inline(always)]
+    pub fn output(&self, s: &mut Scratch, n: usize, threads: &Threads) {
+        mm(&self.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+    }
+}
+
+/// Rotate the `n` rows of `s.q` and `s.k` (positions `pos0..`) and store each token's keys and
+/// values in cache layer `kv_layer`, token by token.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn rope_and_store(
+    rope: &Rope,
+    s: &mut Scratch,
+    kv: &mut KvCache,
+    kv_layer: usize,
+    pos0: usize,
+    n: usize,
+    a: &AttnShape,
+) {
+    let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+    for t in 0..n {
+        let pos = pos0 + t;
+        let (q, k) = (
+            &mut s.q[t * q_dim..(t + 1) * q_dim],
+            &mut s.k[t * kv_dim..(t + 1) * kv_dim],
+        );
+        rope.angles(pos, &mut s.rope);
+        rope.apply(q, hd, &s.rope);
+        rope.apply(k, hd, &s.rope);
+        kv.store(kv_layer, pos, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
+    }
+}
+
+/// Causal attention of the `n` queries in `s.q` (positions `pos0..`) over cache layer
+/// `kv_layer`, into `s.att`: each token sees the positions up to its own, or only the last
+/// `window` of them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attend_causal(
+    a: &AttnShape,
+    s: &mut Scratch,
+    kv: &KvCache,
+    kv_layer: usize,
+    pos0: usize,
+    n: usize,
+    window: Option<usize>,
+    threads: &Threads,
+) {
+    let q_dim = a.n_head * a.head_dim;
+    attend_batch(
+        a,
+        &s.q[..n * q_dim],
+        kv,
+        kv_layer,
+        pos0,
+        window,
+        &mut s.att,
+        threads,
+    );
+}
+
+/// The gate's activation in a gated FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Activation {
+    /// SwiGLU (llama, Qwen).
+    Silu,
+    /// GEGLU with ggml's F16 GELU table (Gemma).
+    Gelu,
+}
+
+/// A gated feed-forward block: `Wdown · (act(Wgate · h) * (Wup · h))`.
+pub(crate) struct Ffn<'a> {
+    pub gate: Matrix<'a>,
+    pub up: Matrix<'a>,
+    pub down: Matrix<'a>,
+}
+
+impl<'a> Ffn<'a> {
+    /// `blk.{i}.ffn_{gate,up,down}.weight`.
+    pub fn load(
+        file: &'a GgufFile,
+        i: usize,
+        n_embd: usize,
+        n_ff: usize,
+    ) -> Result<Ffn<'a>, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(Ffn {
+            gate: matrix(file, &p("ffn_gate"), n_embd, Some(n_ff))?,
+            up: matrix(file, &p("ffn_up"), n_embd, Some(n_ff))?,
+            down: matrix(file, &p("ffn_down"), n_ff, Some(n_embd))?,
+        })
+    }
+
+    /// `s.o` of the `n` normed rows in `s.h`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn forward(
+        &self,
+        act: Activation,
+        s: &mut Scratch,
+        n: usize,
+        threads: &Threads,
+        tap: &Tap,
+        l: usize,
+        pos0: usize,
+    ) {
+        let n_ff = self.gate.rows;
+        mm_many(
+            &[&self.gate, &self.up],
+            &s.h,
+            n,
+            &mut s.acts,
+            &mut [&mut s.gate, &mut s.up],
+            threads,
+        );
+        tap.rows("ffn_gate", l, pos0, &s.gate[..n * n_ff], n);
+        tap.rows("ffn_up", l, pos0, &s.up[..n * n_ff], n);
+        let (g, u) = (&mut s.gate[..n * n_ff], &s.up[..n * n_ff]);
+        match act {
+            Activation::Silu => swiglu(g, u),
+            Activation::Gelu => geglu(g, u),
+        }
+        let name = match act {
+            Activation::Silu => "ffn_swiglu",
+            Activation::Gelu => "ffn_geglu",
+        };
+        tap.rows(name, l, pos0, &s.gate[..n * n_ff], n);
+        mm(&self.down, &s.gate, n, &mut s.acts, &mut s.o, threads);
+        tap.rows("ffn_out", l, pos0, &s.o[..n * self.down.rows], n);
+    }
+}
+
+/// The logits of the last `rows` of the `n` rows of `s.x`: `output · norm(x)`, into `out`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) fn output_logits(
+    norm: &[f32],
+    eps: f32,
+    output: &Matrix,
+    s: &mut Scratch,
+    n: usize,
+    rows: usize,
+    out: &mut [f32],
+    threads: &Threads,
+) {
+    let d = norm.len();
+    let first = n - rows;
+    for t in 0..rows {
+        let src = &s.x[(first + t) * d..(first + t + 1) * d];
+        crate::ops::rms_norm(src, norm, eps, &mut s.h[t * d..(t + 1) * d]);
+    }
+    mm(output, &s.h, rows, &mut s.acts, out, threads);
+}
+
+/// The shape hyperparameters of a decoder whose layers share one attention shape, read from
+/// `{arch}.*` keys and checked.
+pub(crate) struct Dims {
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// `attention.key_length`, `n_embd / n_head` when absent.
+    pub head_dim: usize,
+    /// `rope.dimension_count`, `head_dim` when absent.
+    pub n_rot: usize,
+}
+
+impl Dims {
+    pub fn read(hp: &HParams) -> Result<Dims, ModelError> {
+        let n_embd = hp.usize("embedding_length")?;
+        let n_layer = hp.usize("block_count")?;
+        let n_ff = hp.usize("feed_forward_length")?;
+        let n_head = hp.usize("attention.head_count")?;
+        let n_head_kv = hp.usize_or("attention.head_count_kv", n_head)?;
+        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+            return Err(ModelError::Hparams(format!(
+                "{n_head} query heads cannot share {n_head_kv} KV heads"
+            )));
+        }
+        let head_dim = hp.usize_or("attention.key_length", n_embd / n_head)?;
+        let v_dim = hp.usize_or("attention.value_length", head_dim)?;
+        let n_rot = hp.usize_or("rope.dimension_count", head_dim)?;
+        if head_dim == 0 || head_dim > MAX_HEAD_DIM || v_dim != head_dim {
+            return Err(ModelError::Hparams(format!(
+                "head dimensions {head_dim} (keys) and {v_dim} (values) are not supported"
+            )));
+        }
+        if n_rot > head_dim || n_rot % 2 != 0 {
+            return Err(ModelError::Hparams(format!(
+                "RoPE over {n_rot} of {head_dim} dims"
+            )));
+        }
+        Ok(Dims {
+            n_embd,
+            n_layer,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_rot,
+        })
+    }
+}
+
+/// A pre-norm decoder layer (llama, Qwen2, Qwen3):
+/// `x += Wo · attn(norm(x))`, then `x += ffn(norm(x))`.
+pub(crate) struct DecoderLayer<'a> {
+    pub attn_norm: Vec<f32>,
+    pub attn: Attention<'a>,
+    pub ffn_norm: Vec<f32>,
+    pub ffn: Ffn<'a>,
+}
+
+/// What a [`DecoderLayer`] needs besides its weights.
+pub(crate) struct LayerCtx<'r> {
+    pub a: &'r AttnShape,
+    pub rope: &'r Rope,
+    pub eps: f32,
+    pub act: Activation,
+    pub threads: &'r Threads,
+    pub tap: &'r Tap,
+}
+
+impl<'a> DecoderLayer<'a> {
+    pub fn load(
+        file: &'a GgufFile,
+        i: usize,
+        dims: &Dims,
+        a: &AttnShape,
+        qk_norm: bool,
+    ) -> Result<DecoderLayer<'a>, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(DecoderLayer {
+            attn_norm: vector(file, &p("attn_norm"), dims.n_embd)?,
+            attn: Attention::load(file, i, dims.n_embd, a, qk_norm)?,
+            ffn_norm: vector(file, &p("ffn_norm"), dims.n_embd)?,
+            ffn: Ffn::load(file, i, dims.n_embd, dims.n_ff)?,
+        })
+    }
+
+    /// Layer `l` over the `n` rows of `s.x` at positions `pos0..`, its keys and values stored in
+    /// `kv` layer `l`.
+    #[inline(always)]
+    pub fn forward(
+        &self,
+        c: &LayerCtx,
+        l: usize,
+        s: &mut Scratch,
+        kv: &mut KvCache,
+        pos0: usize,
+        n: usize,
+    ) {
+        let d = self.attn_norm.len();
+        let a = c.a;
+        let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        rms_norm_rows(&s.x[..n * d], &self.attn_norm, c.eps, &mut s.h, d);
+        c.tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
+        self.attn.qkv(s, n, a, c.eps, c.threads, c.tap, l, pos0);
+        rope_and_store(c.rope, s, kv, l, pos0, n, a);
+        c.tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
+        c.tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
+        c.tap.rows("Vcur", l, pos0, &s.v[..n * kv_dim], n);
+        attend_causal(a, s, kv, l, pos0, n, None, c.threads);
+        c.tap.rows("kqv_out", l, pos0, &s.att[..n * q_dim], n);
+        self.attn.output(s, n, c.threads);
+        c.tap.rows("attn_out", l, pos0, &s.o[..n * d], n);
+        add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        c.tap.rows("ffn_inp", l, pos0, &s.x[..n * d], n);
+
+        rms_norm_rows(&s.x[..n * d], &self.ffn_norm, c.eps, &mut s.h, d);
+        c.tap.rows("ffn_norm", l, pos0, &s.h[..n * d], n);
+        self.ffn.forward(c.act, s, n, c.threads, c.tap, l, pos0);
+        add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        c.tap.rows("l_out", l, pos0, &s.x[..n * d], n);
+    }
+}

@@ -1,0 +1,157 @@
+//! The pre-norm decoder that llama, Qwen2 and Qwen3 share: a stack of [`DecoderLayer`]s between
+//! the token embedding and the output head. An architecture of this family is a loader that
+//! reads its hyperparameters into a [`DecoderSpec`].
+//!
+//! ```text
+//! x = token_embd[token]
+//! per layer:  x += Wo · attn(rope(qk_norm?(Wq · norm(x) + bq?)), rope(qk_norm?(Wk · norm(x) + bk?)),
+//!                            Wv · norm(x) + bv?)
+//!             x += Wdown · (silu(Wgate · norm(x)) * (Wup · norm(x)))
+//! logits = Woutput · norm(x) + b?      (Woutput = token_embd when the file has no output.weight)
+//! ```
+
+use synapse_gguf::GgufFile;
+
+use super::blocks::{
+    add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
+    DecoderLayer, Dims, LayerCtx,
+};
+use super::{attn_shape, vector, ForwardBody, Logits, Model, ModelInfo, State};
+use crate::attention::AttnShape;
+use crate::matmul::{Matrix, Threads};
+use crate::ops::Rope;
+use crate::ModelError;
+
+/// What distinguishes one architecture of the family.
+pub(crate) struct DecoderSpec {
+    pub arch: &'static str,
+    pub dims: Dims,
+    pub eps: f32,
+    pub rope: Rope,
+    /// Per-head RMSNorm of queries and keys before RoPE (`attn_{q,k}_norm`).
+    pub qk_norm: bool,
+    pub n_ctx_train: usize,
+}
+
+pub struct Decoder<'a> {
+    info: ModelInfo,
+    n_ff: usize,
+    eps: f32,
+    attn: AttnShape,
+    rope: Rope,
+    tok_embd: Matrix<'a>,
+    layers: Vec<DecoderLayer<'a>>,
+    output_norm: Vec<f32>,
+    output: Matrix<'a>,
+    output_bias: Option<Vec<f32>>,
+    tap: crate::Tap,
+}
+
+impl<'a> Decoder<'a> {
+    pub(crate) fn load(file: &'a GgufFile, spec: DecoderSpec) -> Result<Decoder<'a>, ModelError> {
+        let dims = &spec.dims;
+        let n_embd = dims.n_embd;
+        let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
+        let tok_embd = matrix(file, "token_embd.weight", n_embd, None)?;
+        let n_vocab = tok_embd.rows;
+        let layers = (0..dims.n_layer)
+            .map(|i| DecoderLayer::load(file, i, dims, &attn, spec.qk_norm))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Decoder {
+            info: ModelInfo {
+                arch: spec.arch.into(),
+                n_vocab,
+                n_ctx_train: spec.n_ctx_train,
+                n_embd,
+                n_layer: dims.n_layer,
+            },
+            n_ff: dims.n_ff,
+            eps: spec.eps,
+            attn,
+            rope: spec.rope,
+            tok_embd,
+            layers,
+            output_norm: vector(file, "output_norm.weight", n_embd)?,
+            output: output_matrix(file, tok_embd, n_embd)?,
+            output_bias: optional_vector(file, "output.bias", n_vocab)?,
+            tap: crate::Tap::from_env(),
+        })
+    }
+}
+
+impl Model for Decoder<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+        State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
+    }
+
+    fn forward(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        super::forward(self, st, tokens, logits, out, threads)
+    }
+}
+
+impl ForwardBody for Decoder<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    #[inline(always)]
+    fn forward_body(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        let n = tokens.len();
+        let d = self.info.n_embd;
+        let (s, pos0) = (&mut st.s, st.pos);
+        embed(&self.tok_embd, tokens, &mut s.x)?;
+        let c = LayerCtx {
+            a: &self.attn,
+            rope: &self.rope,
+            eps: self.eps,
+            act: Activation::Silu,
+            threads,
+            tap: &self.tap,
+        };
+        for (l, layer) in self.layers.iter().enumerate() {
+            layer.forward(&c, l, s, &mut st.kv, pos0, n);
+        }
+        st.pos += n;
+
+        let rows = logits.rows(n);
+        if rows > 0 {
+            let n_vocab = self.info.n_vocab;
+            output_logits(
+                &self.output_norm,
+                self.eps,
+                &self.output,
+                s,
+                n,
+                rows,
+                out,
+                threads,
+            );
+            if let Some(b) = &self.output_bias {
+                add_bias_rows(out, b, rows);
+            }
+            let pos = st.pos - rows;
+            self.tap.rows("result_norm", 0, pos, &s.h[..rows * d], rows);
+            self.tap
+                .rows("result_output", 0, pos, &out[..rows * n_vocab], rows);
+        }
+        Ok(())
+    }
+}

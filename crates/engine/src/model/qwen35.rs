@@ -1,0 +1,542 @@
+//! `qwen35`: the Qwen 3.5 hybrid, as llama.cpp's `src/models/qwen35.cpp` runs it. Gated
+//! delta-net layers (linear attention with a recurrent state) alternate with gated full-attention
+//! layers; every layer has the same FFN.
+//!
+//! ```text
+//! x = token_embd[token]
+//! per layer:  h = norm(x)
+//!   delta net:   q, k, v = split(silu(conv1d(Wqkv · h)))          (causal, d_conv taps, stateful)
+//!                beta = sigmoid(Wbeta · h),  g = softplus(Walpha · h + dt_bias) * a
+//!                o = gated_delta_rule(l2norm(q), l2norm(k), v, g, beta)   (per value head, stateful)
+//!                x += Wout · (norm(o) * silu(Wgate · h))                  (norm per head)
+//!   attention:   q | gate = Wq · h  (per head),  k = Wk · h,  v = Wv · h
+//!                q, k = rope(head_norm(q)), rope(head_norm(k))
+//!                x += Wo · (attn(q, k, v) * sigmoid(gate))
+//!             x += Wdown · (silu(Wgate · post_norm(x)) * (Wup · post_norm(x)))
+//! logits = Woutput · norm(x)
+//! ```
+//! Key heads serve value heads in turn (value head `h` reads key head `h % n_k_heads`, as ggml's
+//! op indexes them). RoPE is interleaved M-RoPE over the first `rope.dimension_count` dims of a
+//! head; for text every position id but the fourth is the token's position and the fourth is 0,
+//! so the pairs that follow the fourth section do not turn (see [`imrope_for_text`]). The
+//! delta-net arithmetic is in [`crate::delta_net`].
+
+use synapse_gguf::{GgufFile, Value};
+
+use super::blocks::{
+    attend_causal, embed, matrix, norm_rows, output_logits, output_matrix, rope_and_store,
+    Activation, Dims, Ffn,
+};
+use super::{
+    attn_shape, mm, mm_many, vector, HParams, Logits, Model, ModelInfo, Scratch, ScratchDims, State,
+};
+use crate::attention::AttnShape;
+use crate::delta_net::{
+    conv_step, delta_rule_step, DeltaNetBuffers, DeltaNetShape, RecurrentState,
+};
+use crate::kv::KvCache;
+use crate::matmul::{Acts, Matrix, Threads};
+use crate::ops::{
+    add_inplace, l2_norm_inplace, rms_norm_inplace, rms_norm_rows, sigmoid, silu_rows, softplus,
+    Rope, RopeStyle,
+};
+use crate::{ModelError, Tap};
+
+/// A gated full-attention layer's weights; its keys and values go to cache layer `kv_layer`.
+struct GatedAttention<'a> {
+    /// `(2 * n_head * head_dim, n_embd)`: per head, the query then its gate.
+    wq: Matrix<'a>,
+    wk: Matrix<'a>,
+    wv: Matrix<'a>,
+    wo: Matrix<'a>,
+    q_norm: Vec<f32>,
+    k_norm: Vec<f32>,
+    kv_layer: usize,
+}
+
+/// A gated delta-net layer's weights; its state is recurrent layer `rs_layer`.
+struct DeltaNet<'a> {
+    wqkv: Matrix<'a>,
+    wgate: Matrix<'a>,
+    wbeta: Matrix<'a>,
+    walpha: Matrix<'a>,
+    /// `(conv_dim, d_conv)`.
+    conv1d: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// `-exp(A_log)` per value head.
+    a: Vec<f32>,
+    norm: Vec<f32>,
+    wout: Matrix<'a>,
+    rs_layer: usize,
+}
+
+enum Mixer<'a> {
+    Attention(GatedAttention<'a>),
+    DeltaNet(DeltaNet<'a>),
+}
+
+struct Layer<'a> {
+    attn_norm: Vec<f32>,
+    mixer: Mixer<'a>,
+    post_norm: Vec<f32>,
+    ffn: Ffn<'a>,
+}
+
+pub struct Qwen35<'a> {
+    info: ModelInfo,
+    n_ff: usize,
+    eps: f32,
+    attn: AttnShape,
+    rope: Rope,
+    dn: DeltaNetShape,
+    n_attn_layers: usize,
+    n_dn_layers: usize,
+    tok_embd: Matrix<'a>,
+    layers: Vec<Layer<'a>>,
+    output_norm: Vec<f32>,
+    output: Matrix<'a>,
+    tap: Tap,
+}
+
+/// Which layers are recurrent: `attention.recurrent_layers` (one flag per layer), or every layer
+/// but each `full_attention_interval`-th (4 when absent).
+fn recurrent_layers(hp: &HParams, n_layer: usize) -> Result<Vec<bool>, ModelError> {
+    let key = hp.key("attention.recurrent_layers");
+    if let Some(Value::Array(a)) = hp.md.get(&key) {
+        let flags: Option<Vec<bool>> = (0..a.len()).map(|i| a.get(i)?.as_bool()).collect();
+        return match flags {
+            Some(f) if f.len() >= n_layer => Ok(f[..n_layer].to_vec()),
+            _ => Err(ModelError::Hparams(format!(
+                "`{key}` must hold {n_layer} bools"
+            ))),
+        };
+    }
+    let interval = hp.usize_or("full_attention_interval", 4)?;
+    if interval == 0 {
+        return Err(ModelError::Hparams("full_attention_interval is 0".into()));
+    }
+    Ok((0..n_layer).map(|i| (i + 1) % interval != 0).collect())
+}
+
+/// ggml's interleaved M-RoPE (`GGML_ROPE_TYPE_IMROPE`) for text, as a NeoX RoPE: pair `i`
+/// follows section `i % 3` of `sections` (t, h, w) while `i % sum(sections)` lies within three
+/// times that section's size, else the fourth (e). For text the t, h and w position ids all equal
+/// the position and e is 0: so the pair turns by the position's angle, or not at all. A pair that
+/// does not turn gets an infinite divisor (angle `theta / inf = 0`: cosine 1, sine 0, as ggml's
+/// `theta_e = 0`).
+fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Result<Rope, ModelError> {
+    let sect_dims: usize = sections.iter().sum();
+    if sections[..3].iter().all(|&s| s == 0) {
+        return Err(ModelError::Hparams(format!(
+            "rope.dimension_sections {sections:?} has no t, h or w section"
+        )));
+    }
+    let follows_e = |i: usize| {
+        let sector = i % sect_dims;
+        let within = |k: usize| sector % 3 == k && sector < 3 * sections[k];
+        !(within(0) || within(1) || within(2))
+    };
+    let factors: Vec<f32> = (0..n_rot / 2)
+        .map(|i| if follows_e(i) { f32::INFINITY } else { 1.0 })
+        .collect();
+    Ok(Rope {
+        style: RopeStyle::Neox,
+        n_rot,
+        base,
+        freq_factors: factors.iter().any(|f| f.is_infinite()).then_some(factors),
+    })
+}
+
+impl<'a> Qwen35<'a> {
+    pub fn load(file: &'a GgufFile) -> Result<Qwen35<'a>, ModelError> {
+        let md = file.metadata();
+        let hp = HParams { md, arch: "qwen35" };
+        let dims = Dims::read(&hp)?;
+        // `block_count` includes the multi-token-prediction blocks stored after the trunk
+        // (`nextn_predict_layers`); llama.cpp's main pass, and synapse's, runs the trunk only.
+        let n_nextn = hp.usize_or("nextn_predict_layers", 0)?;
+        if n_nextn >= dims.n_layer {
+            return Err(ModelError::Hparams(format!(
+                "{n_nextn} prediction blocks of {} leave no trunk",
+                dims.n_layer
+            )));
+        }
+        let (n_embd, n_layer, n_ff) = (dims.n_embd, dims.n_layer - n_nextn, dims.n_ff);
+        let eps = hp.f32("attention.layer_norm_rms_epsilon")?;
+        super::reject_rope_scaling(&hp)?;
+        let key = hp.key("rope.dimension_sections");
+        let sections: Vec<usize> = match md.get(&key) {
+            Some(Value::Array(a)) => (0..a.len())
+                .map(|i| a.get(i).and_then(|v| v.as_u64()).map(|v| v as usize))
+                .collect::<Option<_>>()
+                .unwrap_or_default(),
+            _ => vec![],
+        };
+        let sections: [usize; 4] = match sections.get(..4) {
+            Some(s) => [s[0], s[1], s[2], s[3]],
+            None => {
+                return Err(ModelError::Hparams(format!(
+                    "`{key}` must hold 4 section sizes"
+                )))
+            }
+        };
+        let rope = imrope_for_text(sections, dims.n_rot, hp.f32_or("rope.freq_base", 10000.0)?)?;
+
+        let dn = DeltaNetShape {
+            n_k_heads: hp.usize("ssm.group_count")?,
+            n_v_heads: hp.usize("ssm.time_step_rank")?,
+            head_dim: hp.usize("ssm.state_size")?,
+            d_conv: hp.usize("ssm.conv_kernel")?,
+        };
+        let d_inner = hp.usize("ssm.inner_size")?;
+        if dn.n_k_heads == 0
+            || dn.n_v_heads % dn.n_k_heads != 0
+            || dn.head_dim == 0
+            || d_inner != dn.value_dim()
+            || dn.d_conv < 2
+        {
+            return Err(ModelError::Hparams(format!(
+                "delta net of {} key heads, {} value heads of {} (inner size {d_inner}), {} taps",
+                dn.n_k_heads, dn.n_v_heads, dn.head_dim, dn.d_conv
+            )));
+        }
+
+        let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
+        let (q_dim, kv_dim) = (attn.n_head * attn.head_dim, attn.n_head_kv * attn.head_dim);
+        let tok_embd = matrix(file, "token_embd.weight", n_embd, None)?;
+        let n_vocab = tok_embd.rows;
+        let recurrent = recurrent_layers(&hp, n_layer)?;
+        let (mut n_attn_layers, mut n_dn_layers) = (0, 0);
+        let mut layers = Vec::with_capacity(n_layer);
+        for (i, &rec) in recurrent.iter().enumerate() {
+            let p = |s: &str| format!("blk.{i}.{s}");
+            let mixer = if rec {
+                n_dn_layers += 1;
+                Mixer::DeltaNet(DeltaNet {
+                    wqkv: matrix(file, &p("attn_qkv.weight"), n_embd, Some(dn.conv_dim()))?,
+                    wgate: matrix(file, &p("attn_gate.weight"), n_embd, Some(dn.value_dim()))?,
+                    wbeta: matrix(file, &p("ssm_beta.weight"), n_embd, Some(dn.n_v_heads))?,
+                    walpha: matrix(file, &p("ssm_alpha.weight"), n_embd, Some(dn.n_v_heads))?,
+                    conv1d: vector(file, &p("ssm_conv1d.weight"), dn.conv_dim() * dn.d_conv)?,
+                    dt_bias: vector(file, &p("ssm_dt.bias"), dn.n_v_heads)?,
+                    a: vector(file, &p("ssm_a"), dn.n_v_heads)?,
+                    norm: vector(file, &p("ssm_norm.weight"), dn.head_dim)?,
+                    wout: matrix(file, &p("ssm_out.weight"), dn.value_dim(), Some(n_embd))?,
+                    rs_layer: n_dn_layers - 1,
+                })
+            } else {
+                for b in [
+                    "attn_q.bias",
+                    "attn_k.bias",
+                    "attn_v.bias",
+                    "attn_qkv.weight",
+                ] {
+                    if file.tensor(&p(b)).is_ok() {
+                        return Err(ModelError::Hparams(format!(
+                            "tensor `{}` is not supported in a qwen35 attention layer",
+                            p(b)
+                        )));
+                    }
+                }
+                n_attn_layers += 1;
+                Mixer::Attention(GatedAttention {
+                    wq: matrix(file, &p("attn_q.weight"), n_embd, Some(2 * q_dim))?,
+                    wk: matrix(file, &p("attn_k.weight"), n_embd, Some(kv_dim))?,
+                    wv: matrix(file, &p("attn_v.weight"), n_embd, Some(kv_dim))?,
+                    wo: matrix(file, &p("attn_output.weight"), q_dim, Some(n_embd))?,
+                    q_norm: vector(file, &p("attn_q_norm.weight"), attn.head_dim)?,
+                    k_norm: vector(file, &p("attn_k_norm.weight"), attn.head_dim)?,
+                    kv_layer: n_attn_layers - 1,
+                })
+            };
+            layers.push(Layer {
+                attn_norm: vector(file, &p("attn_norm.weight"), n_embd)?,
+                mixer,
+                post_norm: vector(file, &p("post_attention_norm.weight"), n_embd)?,
+                ffn: Ffn::load(file, i, n_embd, n_ff)?,
+            });
+        }
+        Ok(Qwen35 {
+            info: ModelInfo {
+                arch: "qwen35".into(),
+                n_vocab,
+                n_ctx_train: hp.usize_or("context_length", 262144)?,
+                n_embd,
+                n_layer,
+            },
+            n_ff,
+            eps,
+            attn,
+            rope,
+            dn,
+            n_attn_layers,
+            n_dn_layers,
+            tok_embd,
+            layers,
+            output_norm: vector(file, "output_norm.weight", n_embd)?,
+            output: output_matrix(file, tok_embd, n_embd)?,
+            tap: Tap::from_env(),
+        })
+    }
+
+    /// A gated attention layer over the `n` normed rows of `s.h`, into `s.o`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn attention(
+        &self,
+        w: &GatedAttention,
+        l: usize,
+        s: &mut Scratch,
+        kv: &mut KvCache,
+        pos0: usize,
+        n: usize,
+        threads: &Threads,
+    ) {
+        let a = &self.attn;
+        let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        let tap = &self.tap;
+        mm_many(
+            &[&w.wq, &w.wk, &w.wv],
+            &s.h,
+            n,
+            &mut s.acts,
+            &mut [&mut s.q_full, &mut s.k, &mut s.v],
+            threads,
+        );
+        // The queries: the first half of each head's pair.
+        for (q, full) in s.q[..n * q_dim]
+            .chunks_exact_mut(hd)
+            .zip(s.q_full.chunks_exact(2 * hd))
+        {
+            q.copy_from_slice(&full[..hd]);
+        }
+        norm_rows(&mut s.q, hd, n * a.n_head, &w.q_norm, self.eps);
+        norm_rows(&mut s.k, hd, n * a.n_head_kv, &w.k_norm, self.eps);
+        tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
+        tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
+        rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, n, a);
+        tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
+        tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
+        attend_causal(a, s, kv, w.kv_layer, pos0, n, None, threads);
+        tap.rows("attn_pregate", l, pos0, &s.att[..n * q_dim], n);
+        // Each head's output times the sigmoid of its gate (the second half of the pair).
+        for (o, full) in s.att[..n * q_dim]
+            .chunks_exact_mut(hd)
+            .zip(s.q_full.chunks_exact(2 * hd))
+        {
+            for (o, &g) in o.iter_mut().zip(&full[hd..]) {
+                *o *= sigmoid(g);
+            }
+        }
+        tap.rows("attn_gated", l, pos0, &s.att[..n * q_dim], n);
+        mm(&w.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+    }
+
+    /// A gated delta-net layer over the `n` normed rows of `s.h`, into `s.o`, carrying its
+    /// recurrent state token by token.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn delta_net(
+        &self,
+        w: &DeltaNet,
+        l: usize,
+        s: &mut Scratch,
+        rs: &mut RecurrentState,
+        pos0: usize,
+        n: usize,
+        threads: &Threads,
+    ) {
+        let dn = &self.dn;
+        let (hd, h_v, h_k) = (dn.head_dim, dn.n_v_heads, dn.n_k_heads);
+        let (conv_dim, key_dim, value_dim) = (dn.conv_dim(), dn.key_dim(), dn.value_dim());
+        let tap = &self.tap;
+        let b: &mut DeltaNetBuffers = &mut s.dn;
+        mm_many(
+            &[&w.wqkv, &w.wgate, &w.wbeta, &w.walpha],
+            &s.h,
+            n,
+            &mut s.acts,
+            &mut [&mut b.mixed, &mut b.z, &mut b.beta, &mut b.g],
+            threads,
+        );
+        tap.rows(
+            "linear_attn_qkv_mixed",
+            l,
+            pos0,
+            &b.mixed[..n * conv_dim],
+            n,
+        );
+        tap.rows("z", l, pos0, &b.z[..n * value_dim], n);
+        b.beta[..n * h_v].iter_mut().for_each(|x| *x = sigmoid(*x));
+        // g = softplus(alpha + dt_bias) * a: three ggml ops, each rounded.
+        for row in b.g[..n * h_v].chunks_exact_mut(h_v) {
+            for ((g, &dt), &a) in row.iter_mut().zip(&w.dt_bias).zip(&w.a) {
+                *g = softplus(*g + dt) * a;
+            }
+        }
+        tap.rows("beta_sigmoid", l, pos0, &b.beta[..n * h_v], n);
+        tap.rows("gate", l, pos0, &b.g[..n * h_v], n);
+
+        let (conv_state, ssm) = rs.layer(w.rs_layer);
+        for (x, out) in b.mixed[..n * conv_dim]
+            .chunks_exact(conv_dim)
+            .zip(b.conv.chunks_exact_mut(conv_dim))
+        {
+            conv_step(conv_state, &w.conv1d, x, out, dn.d_conv);
+        }
+        tap.rows("conv_output_raw", l, pos0, &b.conv[..n * conv_dim], n);
+        silu_rows(&mut b.conv[..n * conv_dim], conv_dim);
+        tap.rows("conv_output_silu", l, pos0, &b.conv[..n * conv_dim], n);
+        // L2-normalised query and key heads (ggml: an RMSNorm with eps / head_dim, then a scale
+        // by 1 / sqrt(head_dim)).
+        for row in b.conv[..n * conv_dim].chunks_exact_mut(conv_dim) {
+            for head in row[..2 * key_dim].chunks_exact_mut(hd) {
+                l2_norm_inplace(head, self.eps);
+            }
+        }
+
+        for t in 0..n {
+            let row = &b.conv[t * conv_dim..(t + 1) * conv_dim];
+            let (q, rest) = row.split_at(key_dim);
+            let (k, v) = rest.split_at(key_dim);
+            for h in 0..h_v {
+                let kh = h % h_k;
+                delta_rule_step(
+                    &mut ssm[h * hd * hd..(h + 1) * hd * hd],
+                    &q[kh * hd..(kh + 1) * hd],
+                    &k[kh * hd..(kh + 1) * hd],
+                    &v[h * hd..(h + 1) * hd],
+                    b.g[t * h_v + h],
+                    b.beta[t * h_v + h],
+                    &mut b.delta,
+                    &mut b.core[t * value_dim + h * hd..t * value_dim + (h + 1) * hd],
+                );
+            }
+        }
+        tap.rows("attn_output", l, pos0, &b.core[..n * value_dim], n);
+
+        // Gated norm per head: norm(o) * silu(z).
+        silu_rows(&mut b.z[..n * value_dim], hd);
+        for (o, z) in b.core[..n * value_dim]
+            .chunks_exact_mut(hd)
+            .zip(b.z.chunks_exact(hd))
+        {
+            rms_norm_inplace(o, &w.norm, self.eps);
+            o.iter_mut().zip(z).for_each(|(o, &z)| *o *= z);
+        }
+        tap.rows("final_output", l, pos0, &b.core[..n * value_dim], n);
+        mm(&w.wout, &b.core, n, &mut s.acts, &mut s.o, threads);
+    }
+}
+
+impl Model for Qwen35<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+        let a = &self.attn;
+        let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        let mut s = Scratch::new(&ScratchDims {
+            n_batch,
+            n_embd: self.info.n_embd,
+            q_dim,
+            kv_dim,
+            n_ff: self.n_ff,
+            head_dim: a.head_dim,
+        });
+        s.q_full = vec![0.0; n_batch * 2 * q_dim];
+        s.dn = DeltaNetBuffers::new(n_batch, &self.dn);
+        let widest = [self.info.n_embd, q_dim, self.n_ff, self.dn.value_dim()]
+            .into_iter()
+            .max()
+            .unwrap_or(0);
+        s.acts = Acts::with_capacity(n_batch, widest);
+        State {
+            pos: 0,
+            n_batch,
+            kv: KvCache::new(self.n_attn_layers, n_ctx, kv_dim),
+            rs: RecurrentState::new(self.n_dn_layers, self.dn),
+            s,
+        }
+    }
+
+    fn forward(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        super::forward(self, st, tokens, logits, out, threads)
+    }
+}
+
+impl super::ForwardBody for Qwen35<'_> {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    #[inline(always)]
+    fn forward_body(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        let n = tokens.len();
+        let (d, eps) = (self.info.n_embd, self.eps);
+        let (s, pos0) = (&mut st.s, st.pos);
+        let tap = &self.tap;
+        embed(&self.tok_embd, tokens, &mut s.x)?;
+
+        for (l, layer) in self.layers.iter().enumerate() {
+            rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
+            tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
+            let name = match &layer.mixer {
+                Mixer::Attention(w) => {
+                    self.attention(w, l, s, &mut st.kv, pos0, n, threads);
+                    "attn_output"
+                }
+                Mixer::DeltaNet(w) => {
+                    self.delta_net(w, l, s, &mut st.rs, pos0, n, threads);
+                    "linear_attn_out"
+                }
+            };
+            tap.rows(name, l, pos0, &s.o[..n * d], n);
+            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            tap.rows("attn_residual", l, pos0, &s.x[..n * d], n);
+
+            rms_norm_rows(&s.x[..n * d], &layer.post_norm, eps, &mut s.h, d);
+            tap.rows("attn_post_norm", l, pos0, &s.h[..n * d], n);
+            layer
+                .ffn
+                .forward(Activation::Silu, s, n, threads, tap, l, pos0);
+            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            tap.rows("l_out", l, pos0, &s.x[..n * d], n);
+        }
+        st.pos += n;
+
+        let rows = logits.rows(n);
+        if rows > 0 {
+            let n_vocab = self.info.n_vocab;
+            output_logits(
+                &self.output_norm,
+                eps,
+                &self.output,
+                s,
+                n,
+                rows,
+                out,
+                threads,
+            );
+            let pos = st.pos - rows;
+            tap.rows("result_norm", 0, pos, &s.h[..rows * d], rows);
+            tap.rows("result_output", 0, pos, &out[..rows * n_vocab], rows);
+        }
+        Ok(())
+    }
+}

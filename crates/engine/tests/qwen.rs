@@ -1,0 +1,147 @@
+//! Qwen2, Qwen3 and Qwen 3.5 (hybrid gated delta net + gated attention) against llama.cpp, on
+//! small random-weight files with the real layer structure, and the batch (G1) and thread (D1)
+//! invariance contracts on each. Golden data: `scripts/golden/forward_qwen.py` (llama.cpp run
+//! token by token, one thread).
+
+mod common;
+use common::*;
+
+use synapse_engine::{load, supported_architectures, Logits, Threads};
+use synapse_gguf::{GgufFile, GgufWriter, Value};
+
+/// Synapse's logits for the golden ids against llama.cpp's: the bounds, then the bits;
+/// then G1 (batch sizes 1, 7, 64, 93) and D1 (1 to 4 threads), bit for bit.
+fn check(file_name: &str, arch: &str) {
+    let file = GgufFile::open(data(&format!("{file_name}.gguf"))).unwrap();
+    let model = load(&file).unwrap();
+    assert_eq!(model.info().arch, arch);
+    let golden = GgufFile::open(data(&format!("{file_name}.logits.gguf"))).unwrap();
+    let ids = ints(&golden, "ids");
+    let want = floats(&golden, "logits");
+    let n_vocab = model.info().n_vocab;
+    assert!(
+        ids.len() > 93,
+        "the golden ids must outrun the largest batch"
+    );
+
+    let got = run(model.as_ref(), &ids, 1, 1);
+    let (mut kl_sum, mut agree) = (0.0, 0);
+    for (g, w) in got.chunks(n_vocab).zip(want.chunks(n_vocab)) {
+        let (lg, lw) = (log_softmax(g), log_softmax(w));
+        kl_sum += lw
+            .iter()
+            .zip(&lg)
+            .map(|(a, b)| a.exp() * (a - b))
+            .sum::<f64>();
+        agree += (argmax(g) == argmax(w)) as usize;
+    }
+    let mean_kl = kl_sum / ids.len() as f64;
+    let exact = got
+        .chunks(n_vocab)
+        .zip(want.chunks(n_vocab))
+        .filter(|(g, w)| g == w)
+        .count();
+    eprintln!(
+        "{file_name}: mean KL {mean_kl:.2e}, top-1 {agree}/{n}, bit-identical positions {exact}/{n}",
+        n = ids.len()
+    );
+    assert!(mean_kl <= 1e-3, "{file_name}: mean KL {mean_kl:.3e}");
+    assert!(
+        agree as f64 >= 0.99 * ids.len() as f64,
+        "{file_name}: top-1 {agree}/{}",
+        ids.len()
+    );
+    // Stronger than the bounds: synapse does llama.cpp's arithmetic in its order (x86 AVX-512
+    // build), so the logits are its, to the bit.
+    assert!(got == want, "{file_name}: logits differ from llama.cpp's");
+
+    for batch in [7, 64, 93] {
+        assert!(
+            run(model.as_ref(), &ids, batch, 1) == got,
+            "{file_name}: batch {batch} differs from token by token"
+        );
+    }
+    for threads in [2, 3, 4] {
+        assert!(
+            run(model.as_ref(), &ids, 64, threads) == got,
+            "{file_name}: {threads} threads differ from one"
+        );
+    }
+}
+
+#[test]
+fn qwen2_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check("tiny-qwen2-Q8_0", "qwen2");
+}
+
+#[test]
+fn qwen3_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check("tiny-qwen3-Q4_K", "qwen3");
+}
+
+#[test]
+fn qwen35_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check("tiny-qwen35-Q4_K", "qwen35");
+}
+
+/// The unsupported-architecture error lists every supported one, the Qwens included.
+#[test]
+fn the_qwen_architectures_are_listed_as_supported() {
+    let archs = supported_architectures();
+    let src = GgufFile::open(data("tiny-qwen2-Q8_0.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    w.set("general.architecture", Value::String("qwen99".into()));
+    for t in src.tensors() {
+        w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+            .unwrap();
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("qwen99"), "{e}");
+    for arch in ["llama", "gemma3", "qwen2", "qwen3", "qwen35"] {
+        assert!(archs.contains(&arch), "{arch} missing from {archs:?}");
+        assert!(e.contains(arch), "{arch} missing from: {e}");
+    }
+}
+
+/// A state reused after `reset` gives the logits of a fresh one: the recurrent state (conv and
+/// delta-rule states) is cleared with the position.
+#[test]
+fn a_reset_state_starts_over() {
+    for name in ["tiny-qwen2-Q8_0", "tiny-qwen3-Q4_K", "tiny-qwen35-Q4_K"] {
+        let file = GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
+        let model = load(&file).unwrap();
+        let threads = Threads::new(1);
+        let ids: Vec<u32> = (10..30).collect();
+        let mut st = model.new_state(64, 8);
+        let first = model
+            .prefill(&mut st, &ids, 8, Logits::All, &threads)
+            .unwrap();
+        st.reset();
+        let again = model
+            .prefill(&mut st, &ids, 8, Logits::All, &threads)
+            .unwrap();
+        assert!(first == again, "{name}");
+    }
+}
+
+/// A Qwen 3.5 file's `block_count` counts its multi-token-prediction blocks, which the main pass
+/// does not run (llama.cpp's `n_layer()`): they are left out.
+#[test]
+fn qwen35_leaves_out_prediction_blocks() {
+    let src = GgufFile::open(data("tiny-qwen35-Q4_K.gguf")).unwrap();
+    let mut w = GgufWriter::new();
+    w.set_all(src.metadata());
+    w.set("qwen35.nextn_predict_layers", Value::U32(1));
+    for t in src.tensors() {
+        w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+            .unwrap();
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    assert_eq!(load(&f).unwrap().info().n_layer, 3);
+    w.set("qwen35.nextn_predict_layers", Value::U32(4));
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let e = load(&f).err().unwrap().to_string();
+    assert!(e.contains("prediction blocks"), "{e}");
+}
