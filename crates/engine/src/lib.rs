@@ -8,6 +8,7 @@ pub mod attention;
 pub mod chat;
 pub mod kv;
 pub mod matmul;
+pub mod membw;
 pub mod model;
 pub mod ops;
 pub mod pool;

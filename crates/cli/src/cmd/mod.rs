@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod bench_kernels;
 pub mod chat;
 pub mod common;
