@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
 use synapse_engine::{membw, Logits, Threads};
 use synapse_gguf::GgufFile;
@@ -30,18 +30,18 @@ pub struct BenchArgs {
     /// GGUF model file(s); repeat -m for several.
     #[arg(short = 'm', long = "model")]
     pub models: Vec<PathBuf>,
-    /// Prompt lengths to test (comma list or ranges like 32-128*2; 0 skips the pp test).
-    #[arg(short = 'p', long = "n-prompt", default_value = "64")]
-    pub n_prompt: String,
-    /// Tokens to generate (comma list; 0 skips the tg test).
-    #[arg(short = 'n', long = "n-gen", default_value = "32")]
-    pub n_gen: String,
-    /// Thread counts (comma list or range like 1-4) [default: 1 up to the CPUs available].
-    #[arg(short = 't', long = "threads")]
-    pub threads: Option<String>,
-    /// Batch sizes for prompt processing (comma list).
-    #[arg(short = 'b', long = "batch-size", default_value = "64")]
-    pub batch: String,
+    /// Prompt lengths to test (comma list or ranges like 32-128*2, repeatable; 0 skips the pp test).
+    #[arg(short = 'p', long = "n-prompt", action = ArgAction::Append, default_value = "64")]
+    pub n_prompt: Vec<String>,
+    /// Tokens to generate (comma list, repeatable; 0 skips the tg test).
+    #[arg(short = 'n', long = "n-gen", action = ArgAction::Append, default_value = "32")]
+    pub n_gen: Vec<String>,
+    /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to the CPUs available].
+    #[arg(short = 't', long = "threads", action = ArgAction::Append)]
+    pub threads: Vec<String>,
+    /// Batch sizes for prompt processing (comma list, repeatable).
+    #[arg(short = 'b', long = "batch-size", action = ArgAction::Append, default_value = "64")]
+    pub batch: Vec<String>,
     /// Timed repetitions of each test (after one warm-up run).
     #[arg(short = 'r', long = "repetitions", default_value_t = 3)]
     pub reps: usize,
@@ -119,6 +119,15 @@ pub fn parse_list(flag: &str, s: &str) -> Result<Vec<usize>> {
     Ok(out)
 }
 
+/// Every occurrence of a repeatable list flag (`-t 1 -t 2` is `-t 1,2`), in order.
+fn parse_lists(flag: &str, items: &[String]) -> Result<Vec<usize>> {
+    let mut out = Vec::new();
+    for s in items {
+        out.extend(parse_list(flag, s)?);
+    }
+    Ok(out)
+}
+
 /// What the command checks before touching any model.
 struct Plan {
     n_prompt: Vec<usize>,
@@ -128,20 +137,21 @@ struct Plan {
 }
 
 fn plan(args: &BenchArgs) -> Result<Plan> {
-    let threads = match &args.threads {
-        Some(s) => parse_list("-t", s)?,
-        None => (1..=std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    let threads = if args.threads.is_empty() {
+        (1..=std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+    } else {
+        parse_lists("-t", &args.threads)?
     };
     let max = max_threads();
     if let Some(&t) = threads.iter().find(|&&t| t == 0 || t > max) {
         bail!("-t {t}: thread counts must be between 1 and {max} (four per CPU on this machine)");
     }
-    let batch = parse_list("-b", &args.batch)?;
+    let batch = parse_lists("-b", &args.batch)?;
     if let Some(&b) = batch.iter().find(|&&b| b == 0 || b > 65536) {
         bail!("-b {b}: batch sizes must be between 1 and 65536");
     }
-    let n_prompt = parse_list("-p", &args.n_prompt)?;
-    let n_gen = parse_list("-n", &args.n_gen)?;
+    let n_prompt = parse_lists("-p", &args.n_prompt)?;
+    let n_gen = parse_lists("-n", &args.n_gen)?;
     if n_prompt.iter().chain(&n_gen).any(|&n| n > 1 << 20) {
         bail!("-p/-n: at most {} tokens per test", 1 << 20);
     }

@@ -6,4 +6,5 @@ pub mod dequantize;
 pub mod eval;
 pub mod info;
 pub mod run;
+pub mod synth;
 pub mod tokenize;
