@@ -265,3 +265,95 @@ fn bench_rejects_bad_requests_clearly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A GGUF holding only the first `n` tokens of a synthesized file's tokenizer.
+fn vocab_file(dir: &Path, src: &Path, n: usize) -> std::path::PathBuf {
+    use synapse_gguf::{Array, GgufWriter, Value};
+    let f = GgufFile::open(src).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata().iter() {
+        if !k.starts_with("tokenizer.") {
+            continue;
+        }
+        let v = match v {
+            Value::Array(Array::String(t)) => {
+                Value::Array(Array::String(t[..n.min(t.len())].to_vec()))
+            }
+            Value::Array(Array::I32(t)) => Value::Array(Array::I32(t[..n].to_vec())),
+            v => v.clone(),
+        };
+        w.set(k, v);
+    }
+    let out = dir.join(format!("vocab-{n}.gguf"));
+    w.write_file(&out).unwrap();
+    out
+}
+
+#[test]
+fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = synth(dir.path(), "tiny-llama", "F32");
+    let small = vocab_file(dir.path(), &src, 600);
+    let out = dir.path().join("borrowed.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-gemma3".as_ref(),
+        "--type".as_ref(),
+        "F32".as_ref(),
+        "--vocab-from".as_ref(),
+        small.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let f = GgufFile::open(&out).unwrap();
+    let tokens = f.metadata().array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens.len(), 1024);
+    assert_eq!(
+        tokens.get(600),
+        Some(synapse_gguf::Value::String("<synth_pad_600>".into()))
+    );
+    let tok = synapse_engine::tokenizer::Tokenizer::from_metadata(f.metadata()).unwrap();
+    assert_eq!(tok.encode("ok", false, true), [b'o' as u32, b'k' as u32]);
+    synapse_engine::load(&f).unwrap();
+
+    // A vocabulary larger than the shape's cannot be borrowed.
+    let big = synth(dir.path(), "tiny-llama", "Q8_0");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-qwen2".as_ref(),
+        "--vocab-from".as_ref(),
+        vocab_file(dir.path(), &big, 1024).as_os_str(),
+        "--layers".as_ref(),
+        "1".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.status.success(), "same size is fine");
+    let larger = dir.path().join("larger.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "smollm2-135m".as_ref(),
+        "--layers".as_ref(),
+        "1".as_ref(),
+        "--type".as_ref(),
+        "Q8_0".as_ref(),
+        "-o".as_ref(),
+        larger.as_os_str(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-llama".as_ref(),
+        "--vocab-from".as_ref(),
+        larger.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("has 49152 tokens, more than the 1024 of this shape"),
+        "{err}"
+    );
+}
