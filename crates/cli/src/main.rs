@@ -40,6 +40,11 @@ enum Command {
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Write the logits of every position of a prompt (n_tokens x n_vocab f32) for comparisons.
     Eval(cmd::eval::EvalArgs),
+    /// Prompt-processing and generation speed (llama-bench's tests and fields), with the
+    /// achieved weight bandwidth against this machine's measured read bandwidth.
+    Bench(cmd::bench::BenchArgs),
+    /// Write a random-weight GGUF with the shapes of a named model (for speed comparisons).
+    Synth(cmd::synth::SynthArgs),
     /// Time the matrix-vector kernels of every format against the measured read bandwidth.
     BenchKernels(cmd::bench_kernels::BenchKernelsArgs),
     /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
@@ -82,6 +87,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Chat(args) => cmd::chat::run(&args),
         Command::Tokenize(args) => cmd::tokenize::run(&args),
         Command::Eval(args) => cmd::eval::run(&args),
+        Command::Bench(args) => cmd::bench::run(&args),
+        Command::Synth(args) => cmd::synth::run(&args),
         Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
     }
 }

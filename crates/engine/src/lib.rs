@@ -9,6 +9,7 @@ pub mod chat;
 pub mod delta_net;
 pub mod kv;
 pub mod matmul;
+pub mod membw;
 pub mod model;
 pub mod ops;
 pub mod pool;

@@ -1,27 +1,65 @@
-//! `synapse bench-kernels`: the matrix-vector kernels alone, per format, against this machine's
-//! measured read bandwidth.
+//! `synapse bench-kernels`: the matrix kernels alone, per format, against this machine's
+//! measured read bandwidth (`synapse_engine::membw`'s probe at the same thread count).
 //!
-//! gemv-bench: a 4096 x 4096 matrix of random blocks times one token, fused (the kernel synapse
-//! runs) against dequantize-to-f32 then an f32 dot (what a naive engine would do). Each timing is
-//! the best of several runs over a matrix larger than the caches' share, so it measures streaming
-//! weights from memory, as decode does.
+//! - gemv-bench: a 4096 x 4096 matrix of random blocks times one token on one thread, fused (the
+//!   kernel synapse runs) against dequantize-to-f32 then an f32 dot (what a naive engine would
+//!   do).
+//! - kbench: the matrices of Llama-3.2-1B (2048x2048 Q/O, 512x2048 K/V, 8192x2048 gate/up,
+//!   2048x8192 down, 128256x2048 output; rows x columns) times n = 1, 64 and 93 tokens, through
+//!   the engine's own `matmul` on its thread pool, as a model runs them.
+//!
+//! Each timing is the best of several runs; GB/s counts the weight bytes once per product (the
+//! weights are read once per row tile whatever the number of tokens).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use synapse_gguf::GgmlType;
+use synapse_engine::matmul::{matmul, Acts, Matrix};
+use synapse_engine::{membw, Threads};
+use synapse_gguf::{GgmlType, TensorInfo, TensorView};
 
 #[derive(Args, Debug)]
 pub struct BenchKernelsArgs {
-    /// Rows and columns of the matrix.
+    /// Which benchmark: gemv (gemv-bench), kbench, or all.
+    #[arg(value_enum, default_value_t = Which::All)]
+    pub which: Which,
+    /// Rows and columns of the gemv-bench matrix.
     #[arg(long, default_value_t = 4096)]
     pub size: usize,
     /// Repetitions; the best is reported.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub reps: usize,
+    /// kbench: weight formats (comma list of ggml type names, or `all`).
+    #[arg(long, default_value = "Q4_K,Q6_K,Q8_0")]
+    pub formats: String,
+    /// kbench: token counts.
+    #[arg(long, default_value = "1,64,93")]
+    pub tokens: String,
+    /// kbench: thread counts.
+    #[arg(short = 't', long, default_value = "1")]
+    pub threads: String,
+    /// Buffer of the read-bandwidth probe, MiB.
+    #[arg(long, default_value_t = synapse_engine::membw::DEFAULT_BYTES >> 20)]
+    pub membw_mib: usize,
 }
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Which {
+    Gemv,
+    Kbench,
+    All,
+}
+
+/// Llama-3.2-1B's matrices, (rows, columns) and what they are.
+const KBENCH_SHAPES: &[(usize, usize, &str)] = &[
+    (2048, 2048, "attn_q/attn_output"),
+    (512, 2048, "attn_k/attn_v"),
+    (8192, 2048, "ffn_gate/ffn_up"),
+    (2048, 8192, "ffn_down"),
+    (128256, 2048, "output"),
+];
 
 const FORMATS: &[GgmlType] = &[
     GgmlType::Q4_0,
@@ -85,31 +123,146 @@ fn best_of(reps: usize, mut f: impl FnMut()) -> Duration {
         .unwrap_or_default()
 }
 
-/// Read bandwidth of one thread streaming a buffer much larger than the caches.
-pub fn read_bandwidth_gbs(reps: usize) -> f64 {
-    let buf = vec![1u64; 64 << 20]; // 512 MiB
-    let t = best_of(reps, || {
-        let mut acc = [0u64; 8];
-        for c in buf.chunks_exact(8) {
-            for (a, &x) in acc.iter_mut().zip(c) {
-                *a = a.wrapping_add(x);
-            }
-        }
-        black_box(acc);
-    });
-    (buf.len() * 8) as f64 / t.as_secs_f64() / 1e9
+pub fn run(args: &BenchKernelsArgs) -> Result<()> {
+    if args.reps == 0 || args.membw_mib == 0 {
+        bail!("-r and --membw-mib must be at least 1");
+    }
+    let threads = super::bench::parse_list("-t", &args.threads)?;
+    if threads.iter().any(|&t| t == 0 || t > 1024) {
+        bail!(
+            "-t {}: thread counts must be between 1 and 1024",
+            args.threads
+        );
+    }
+    let mut counts = threads.clone();
+    if !counts.contains(&1) {
+        counts.insert(0, 1);
+    }
+    let peaks = membw::probe(&counts, args.membw_mib << 20, args.reps);
+    let list: Vec<String> = peaks
+        .iter()
+        .map(|b| format!("{} thread(s) {:.1} GB/s", b.threads, b.gbs))
+        .collect();
+    println!(
+        "read bandwidth ({} loads, {} MiB, best of {}): {}",
+        membw::isa(),
+        args.membw_mib,
+        args.reps,
+        list.join(", ")
+    );
+    println!("kernel path: {}\n", super::bench::kernel_isa());
+    let peak_at = |t: usize| peaks.iter().find(|b| b.threads == t).map_or(0.0, |b| b.gbs);
+    if args.which != Which::Kbench {
+        gemv_bench(args, peak_at(1))?;
+    }
+    if args.which != Which::Gemv {
+        kbench(args, &threads, &peak_at)?;
+    }
+    Ok(())
 }
 
-pub fn run(args: &BenchKernelsArgs) -> Result<()> {
-    let n = args.size;
-    let peak = read_bandwidth_gbs(args.reps);
+fn parse_formats(s: &str) -> Result<Vec<GgmlType>> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(FORMATS.to_vec());
+    }
+    s.split(',')
+        .map(|f| {
+            let f = f.trim();
+            GgmlType::from_name(f)
+                .filter(|t| FORMATS.contains(t))
+                .with_context(|| format!("--formats: `{f}` is not one of the benchmarked formats"))
+        })
+        .collect()
+}
+
+fn kbench(
+    args: &BenchKernelsArgs,
+    threads: &[usize],
+    peak_at: &dyn Fn(usize) -> f64,
+) -> Result<()> {
+    let formats = parse_formats(&args.formats)?;
+    let tokens = super::bench::parse_list("--tokens", &args.tokens)?;
+    if tokens.iter().any(|&n| n == 0 || n > 4096) {
+        bail!("--tokens: token counts must be between 1 and 4096");
+    }
+    let max_n = tokens.iter().copied().max().unwrap_or(1);
     println!(
-        "read bandwidth, one thread: {peak:.1} GB/s (512 MiB sum, best of {})",
-        args.reps
+        "kbench: Llama-3.2-1B's matrices (rows x columns) times n tokens, engine matmul; best of {}; \
+         n = 1 cycles through copies of the matrix larger than {} MiB (weights cold, as in decode)",
+        args.reps, args.membw_mib
     );
+    println!("| format | matrix | shape | n | threads | ms | weights GB/s | of peak | tok/s |");
+    println!("|---|---|---|--:|--:|--:|--:|--:|--:|");
+    for &ty in &formats {
+        for &(rows, cols, what) in KBENCH_SHAPES {
+            let w = random_matrix(ty, rows, cols);
+            let info = TensorInfo {
+                name: format!("kbench.{what}"),
+                ggml_type: ty,
+                shape: vec![cols as u64, rows as u64],
+                offset: 0,
+                size: w.len() as u64,
+            };
+            // Decode streams each matrix from memory (the whole model does not fit in the
+            // caches): for one token, cycle through copies of the matrix that together exceed
+            // the probe's buffer, so that each product finds its weights cold. With more tokens
+            // the product is bound by arithmetic and one (warm) copy is timed.
+            let copies = (((args.membw_mib << 20) / w.len().max(1)) + 1).min(4096);
+            let ws: Vec<Vec<u8>> = (0..copies).map(|_| w.clone()).collect();
+            let ms = ws
+                .iter()
+                .map(|w| {
+                    Matrix::new(
+                        TensorView {
+                            info: &info,
+                            data: w,
+                        },
+                        cols,
+                        Some(rows),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let x: Vec<f32> = (0..max_n * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut acts = Acts::with_capacity(max_n, cols);
+            let mut out = vec![0f32; max_n * rows];
+            for &t in threads {
+                let pool = Threads::new(t);
+                for &n in &tokens {
+                    acts.quantize(ms[0].act_type(), &x[..n * cols], cols);
+                    let cycle = if n == 1 { &ms[..] } else { &ms[..1] };
+                    let d = best_of(args.reps, || {
+                        for m in cycle {
+                            matmul(m, &acts, &mut out[..n * rows], &pool);
+                            black_box(&out);
+                        }
+                    }) / cycle.len() as u32;
+                    let gbs = w.len() as f64 / d.as_secs_f64() / 1e9;
+                    let peak = peak_at(t);
+                    println!(
+                        "| {} | {what} | {rows}x{cols} | {n} | {t} | {:.3} | {gbs:.1} | {} | {:.0} |",
+                        ty.name(),
+                        d.as_secs_f64() * 1e3,
+                        if peak > 0.0 { format!("{:.0}%", 100.0 * gbs / peak) } else { "-".into() },
+                        n as f64 / d.as_secs_f64(),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gemv_bench(args: &BenchKernelsArgs, peak: f64) -> Result<()> {
+    let n = args.size;
+    if n == 0 || n % 256 != 0 {
+        bail!("--size {n}: a positive multiple of 256 (the largest block)");
+    }
     println!(
-        "gemv {n} x {n}, one token, one thread; best of {}",
-        args.reps
+        "gemv-bench: {n} x {n}, one token, one thread; best of {}; fused timed over copies of the \
+         matrix larger than {} MiB (weights cold), dequant+dot on one (it is bound by arithmetic)",
+        args.reps, args.membw_mib
     );
     println!(
         "| format | weights MiB | fused ms | fused GB/s | of peak | dequant+dot ms | fused speed-up |"
@@ -127,10 +280,16 @@ pub fn run(args: &BenchKernelsArgs) -> Result<()> {
         synapse_quant::quantize_act_row(kernel.act, &x, &mut a)?;
         let row_bytes = w.len() / n;
         let mut out = vec![0f32; n];
+        // Cold weights, as in decode: cycle through copies larger than the probe's buffer.
+        let copies = (((args.membw_mib << 20) / w.len().max(1)) + 1).min(4096);
+        let ws: Vec<Vec<u8>> = (0..copies).map(|_| w.clone()).collect();
         let fused = best_of(args.reps, || {
-            (kernel.gemv)(&w, row_bytes, &a, &mut out).expect("sizes agree");
-            black_box(&out);
-        });
+            for w in &ws {
+                (kernel.gemv)(w, row_bytes, &a, &mut out).expect("sizes agree");
+                black_box(&out);
+            }
+        }) / copies as u32;
+        drop(ws);
         let mut row = vec![0f32; n];
         let naive = best_of(args.reps, || {
             for (r, o) in out.iter_mut().enumerate() {
@@ -152,5 +311,6 @@ pub fn run(args: &BenchKernelsArgs) -> Result<()> {
             naive.as_secs_f64() / fused.as_secs_f64(),
         );
     }
+    println!();
     Ok(())
 }

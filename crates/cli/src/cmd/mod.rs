@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod bench_kernels;
 pub mod chat;
 pub mod common;
@@ -5,4 +6,5 @@ pub mod dequantize;
 pub mod eval;
 pub mod info;
 pub mod run;
+pub mod synth;
 pub mod tokenize;

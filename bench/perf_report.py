@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Write docs/PERF.md and the roofline plot from the raw results of bench/compare.sh.
+
+Everything above the marker line in PERF.md is regenerated; everything below it (hand-written
+analysis) is kept as it is.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+from collections import defaultdict
+
+MARKER = "<!-- Everything below this line is hand-written and kept by bench/compare.sh. -->"
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def mean_sd(xs):
+    if not xs:
+        return float("nan"), float("nan")
+    m = statistics.fmean(xs)
+    sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return m, sd
+
+
+def collect(raw):
+    """{(engine, base, threads): {"pp": [ts...], "tg": [ts...], "rows": [...]}}"""
+    res = defaultdict(lambda: {"pp": [], "tg": [], "rows": []})
+    # In the order the runs were made (the script's order of files).
+    for path in sorted(glob.glob(os.path.join(raw, "*--*--t*--r*.json")), key=os.path.getmtime):
+        name = os.path.basename(path)[: -len(".json")]
+        engine, base, t, _ = name.split("--")
+        t = int(t[1:])
+        try:
+            rows = load_json(path)
+        except (json.JSONDecodeError, OSError) as e:
+            print(f"perf_report: {path}: {e}", file=sys.stderr)
+            continue
+        for r in rows:
+            kind = "pp" if r["n_prompt"] > 0 and r["n_gen"] == 0 else "tg" if r["n_gen"] > 0 and r["n_prompt"] == 0 else None
+            if kind is None:
+                continue
+            samples = r.get("samples_ts") or [r["avg_ts"]]
+            res[(engine, base, t)][kind].extend(samples)
+            res[(engine, base, t)]["rows"].append(r)
+    return res
+
+
+def peaks(raw):
+    best = {}
+    isa = "?"
+    for path in sorted(glob.glob(os.path.join(raw, "membw-*.json"))):
+        for r in load_json(path):
+            best[r["n_threads"]] = max(best.get(r["n_threads"], 0.0), r["gbs"])
+            isa = r.get("isa", isa)
+    return best, isa
+
+
+def machine(raw):
+    text = open(os.path.join(raw, "machine.txt")).read()
+    lscpu = {}
+    for line in text.split("---")[0].splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            lscpu[k.strip()] = v.strip()
+    mem = re.search(r"^Mem:\s+(\d+)", text, re.M)
+    flags = lscpu.get("Flags", "").split()
+    simd = [f for f in ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "asimd", "asimddp"] if f in flags]
+    load = text.split("---")[-1].strip()
+    return {
+        "model": lscpu.get("Model name", "?"),
+        "cpus": lscpu.get("CPU(s)", "?"),
+        "tpc": lscpu.get("Thread(s) per core", "?"),
+        "l3": lscpu.get("L3 cache", "?"),
+        "hyp": lscpu.get("Hypervisor vendor", ""),
+        "mem": mem.group(1) + " GiB" if mem else "?",
+        "simd": simd,
+        "load": load,
+    }
+
+
+def label(base):
+    names = {
+        "SmolLM2-135M-Instruct.Q4_1": "SmolLM2-135M Q4_1 (real)",
+        "gemma-3-270m-q4_k_m": "Gemma-3-270M Q4_K_M (real)",
+    }
+    if base in names:
+        return names[base]
+    m = re.match(r"llama-3\.2-1b-L(\d+)-(.+)", base)
+    if m:
+        return f"Llama-3.2-1B shape, {m.group(1)} layers, {m.group(2)} (synth)"
+    m = re.match(r"fmt-L(\d+)-(.+)", base)
+    if m:
+        return f"{m.group(2)} (1B matrices, {m.group(1)} layers, synth)"
+    return base
+
+
+def short(base):
+    m = re.match(r"fmt-L\d+-(.+)", base)
+    if m:
+        return m.group(1).replace("_M", "")
+    return {
+        "SmolLM2-135M-Instruct.Q4_1": "SmolLM2\nQ4_1",
+        "gemma-3-270m-q4_k_m": "Gemma3\nQ4_K_M",
+    }.get(base, re.sub(r"llama-3\.2-1b-L\d+-", "1B\n", base))
+
+
+def outside(raw, n_gen_check):
+    path = os.path.join(raw, "outside.jsonl")
+    if not os.path.exists(path):
+        return []
+    runs = defaultdict(list)
+    for line in open(path):
+        r = json.loads(line)
+        runs[(r["threads"], r["prompt"], r["n_predict"])].append(r["wall_s"])
+    out = []
+    for t in sorted({k[0] for k in runs}):
+        g = max(k[2] for k in runs if k[0] == t) - 1
+        t_long = statistics.median(runs[(t, "p64", g + 1)])
+        t_one = statistics.median(runs[(t, "p64", 1)])
+        t_p1 = statistics.median(runs[(t, "p1", 1)])
+        t_dec = t_long - t_one
+        tg_out = g / t_dec if t_dec > 0 else float("nan")
+        t_pp = t_one - t_p1 + t_dec / g
+        pp_out = 64 / t_pp if t_pp > 0 else float("nan")
+        inside = load_json(os.path.join(raw, f"inside-t{t}.json"))
+        pp_in = next(r["avg_ts"] for r in inside if r["n_prompt"] == 64)
+        tg_in = next(r["avg_ts"] for r in inside if r["n_gen"] > 0)
+        out.append(dict(t=t, g=g, t_long=t_long, t_one=t_one, t_p1=t_p1, tg_out=tg_out, pp_out=pp_out, pp_in=pp_in, tg_in=tg_in))
+    return out
+
+
+def plot(res, bases, peak, svg):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    threads = sorted({t for (_, _, t) in res})
+    fig, axes = plt.subplots(len(threads), 1, figsize=(max(8, 0.75 * len(bases) + 2), 3.6 * len(threads)), squeeze=False)
+    for ax, t in zip(axes[:, 0], threads):
+        xs = range(len(bases))
+        syn, lla = [], []
+        for b in bases:
+            s = res.get(("synapse", b, t))
+            bpt = s["rows"][0]["weight_bytes_per_token"] if s and s["rows"] else 0
+            syn.append(bpt * mean_sd(s["tg"])[0] / 1e9 if s and s["tg"] else 0)
+            lo = res.get(("llama", b, t))
+            lla.append(bpt * mean_sd(lo["tg"])[0] / 1e9 if lo and lo["tg"] else 0)
+        w = 0.38
+        ax.bar([x - w / 2 for x in xs], lla, w, label="llama.cpp", color="#9aa5b1")
+        ax.bar([x + w / 2 for x in xs], syn, w, label="synapse", color="#d9480f")
+        if t in peak:
+            ax.axhline(peak[t], color="black", linestyle="--", linewidth=1)
+            ax.text(len(bases) - 0.5, peak[t], f"measured read bandwidth, {t} thread(s): {peak[t]:.1f} GB/s", ha="right", va="bottom", fontsize=8)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([short(b) for b in bases], fontsize=8)
+        ax.set_ylabel("weight GB/s in decode")
+        ax.set_title(f"Decode (tg): bytes of weights per token x tokens/s, {t} thread(s)", fontsize=10)
+        ax.legend(fontsize=8, loc="upper left")
+        top = max([peak.get(t, 0)] + syn + lla)
+        ax.set_ylim(0, top * 1.18 if top > 0 else 1)
+    fig.tight_layout()
+    fig.savefig(svg, format="svg")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--svg", required=True)
+    ap.add_argument("--quick", type=int, default=0)
+    ap.add_argument("--p", type=int, default=64)
+    ap.add_argument("--n", type=int, default=32)
+    a = ap.parse_args()
+
+    res = collect(a.raw)
+    peak, probe_isa = peaks(a.raw)
+    m = machine(a.raw)
+    bases = []
+    for (_, b, _) in res:
+        if b not in bases:
+            bases.append(b)
+    plot(res, bases, peak, a.svg)
+
+    commit = open(os.path.join(a.raw, "commit.txt")).read().strip()
+    llama_v = open(os.path.join(a.raw, "llama_version.txt")).read().strip()
+    isa = next((r["kernel_isa"] for k, v in res.items() if k[0] == "synapse" for r in v["rows"]), "?")
+    L = []
+    L.append("# Performance")
+    L.append("")
+    L.append("Generated by `bench/compare.sh` (one command; `--quick` for a short check of the script), "
+             f"at synapse commit `{commit}`, against llama.cpp from `{llama_v}` (`scripts/build-llama.sh`). "
+             "Do not edit above the marker line near the end: the next run rewrites it.")
+    L.append("")
+    if a.quick:
+        L.append("> **Quick mode**: small files, one round, one repetition. These numbers check the script, "
+                 "not the engines; run `bench/compare.sh` without `--quick` for real ones.")
+        L.append("")
+    L.append("## Machine")
+    L.append("")
+    L.append(f"- CPU: {m['model']}, {m['cpus']} CPUs ({m['tpc']} thread(s) per core){', ' + m['hyp'] + ' VM' if m['hyp'] else ''}; "
+             f"L3 {m['l3']}; memory {m['mem']}.")
+    L.append(f"- Vector features: {', '.join(m['simd'])}. synapse's kernel path: `{isa}`.")
+    L.append(f"- Load when the run started: `{m['load']}` (the numbers are only as good as the machine was quiet).")
+    L.append("- Read bandwidth (`synapse bench --membw`: each thread of synapse's pool streams its own share "
+             f"of a 1 GiB buffer with {probe_isa} loads, best of 5, better of a probe before and after the runs):")
+    L.append("")
+    L.append("| threads | read GB/s |")
+    L.append("|--:|--:|")
+    for t in sorted(peak):
+        L.append(f"| {t} | {peak[t]:.1f} |")
+    L.append("")
+
+    L.append(f"## Side by side: synapse / llama.cpp, pp{a.p} and tg{a.n}")
+    L.append("")
+    L.append("Same file, same thread count, engines alternating (llama-bench, then `synapse bench`, "
+             "repeated); each rate is the mean ± standard deviation over every repetition of every round. "
+             "Ratios above 1 mean synapse is faster. Weight GB/s: bytes of weights one decode step reads "
+             "(from `synapse bench`) times tokens/s; of peak: against the read bandwidth at that thread count.")
+    L.append("")
+    L.append(f"| model | threads | llama.cpp pp{a.p} | synapse pp{a.p} | pp ratio | llama.cpp tg{a.n} | synapse tg{a.n} | tg ratio | synapse GB/s | of peak | llama.cpp of peak |")
+    L.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for b in bases:
+        for t in sorted({k[2] for k in res if k[1] == b}):
+            s = res.get(("synapse", b, t))
+            lo = res.get(("llama", b, t))
+            if not s or not lo:
+                continue
+            spp, sppd = mean_sd(s["pp"])
+            stg, stgd = mean_sd(s["tg"])
+            lpp, lppd = mean_sd(lo["pp"])
+            ltg, ltgd = mean_sd(lo["tg"])
+            bpt = s["rows"][0]["weight_bytes_per_token"]
+            sg = bpt * stg / 1e9
+            lg = bpt * ltg / 1e9
+            pk = peak.get(t, 0)
+            L.append(f"| {label(b)} | {t} | {lpp:.1f} ± {lppd:.1f} | {spp:.1f} ± {sppd:.1f} | **{spp / lpp:.2f}x** | "
+                     f"{ltg:.1f} ± {ltgd:.1f} | {stg:.1f} ± {stgd:.1f} | **{stg / ltg:.2f}x** | {sg:.1f} | "
+                     f"{100 * sg / pk:.0f}% | {100 * lg / pk:.0f}% |" if pk else
+                     f"| {label(b)} | {t} | {lpp:.1f} | {spp:.1f} | {spp / lpp:.2f}x | {ltg:.1f} | {stg:.1f} | {stg / ltg:.2f}x | {sg:.1f} | - | - |")
+    L.append("")
+    L.append("## Roofline: decode against the measured read bandwidth")
+    L.append("")
+    L.append("![achieved weight bandwidth in decode per file and thread count, against the measured peak](perf-roofline.svg)")
+    L.append("")
+    L.append("[perf-roofline.svg](perf-roofline.svg): for each file and thread count, the weight bandwidth each engine "
+             "reaches while decoding (bytes of weights per token x tokens/s), under the dashed line of the machine's "
+             "measured read bandwidth. Decode reads every weight once per token, so the dashed line is its ceiling. "
+             "(KV-cache traffic is not counted: at these short contexts it is small.)")
+    L.append("")
+
+    L.append("## Kernels")
+    L.append("")
+    for name, title in [("gemv.md", "gemv-bench"), ("kbench.md", "kbench")]:
+        p = os.path.join(a.raw, name)
+        if os.path.exists(p):
+            L.append(f"### {title}")
+            L.append("")
+            L.append(open(p).read().strip())
+            L.append("")
+    L.append("Matrices that fit in the last-level cache can exceed the read bandwidth when they are warm; "
+             "both benchmarks time one-token products over copies of the matrix larger than the probe's "
+             "buffer, so that the weights come from memory as in decode.")
+    L.append("")
+
+    L.append("## Does `synapse bench` measure what a user sees? An outside clock")
+    L.append("")
+    o = outside(a.raw, a.n)
+    if o:
+        L.append("`synapse run` timed from outside by `/usr/bin/time` (whole-process wall time, loading "
+                 "included) on the Llama-3.2-1B-shaped file, whose generated byte-level vocabulary makes a "
+                 "63-letter prompt plus BOS exactly 64 tokens. Differences of wall times cancel loading: decode "
+                 "rate = G / (T(64-token prompt, G+1 tokens) − T(64-token prompt, 1 token)); prefill time of 64 "
+                 "tokens = T(64-token prompt, 1 token) − T(1-token prompt, 1 token) + one decode step. Medians "
+                 "of 3 (quick) or 5 runs each, against `synapse bench -p 64 -n G` on the same file (its decode runs at "
+                 "positions 0..G, the outside one at 64..64+G: slightly more attention work outside).")
+        L.append("")
+        L.append("| threads | G | outside pp64 tok/s | bench pp64 tok/s | bench / outside | outside tg tok/s | bench tg tok/s | bench / outside |")
+        L.append("|--:|--:|--:|--:|--:|--:|--:|--:|")
+        for r in o:
+            L.append(f"| {r['t']} | {r['g']} | {r['pp_out']:.1f} | {r['pp_in']:.1f} | {r['pp_in'] / r['pp_out']:.2f} | "
+                     f"{r['tg_out']:.1f} | {r['tg_in']:.1f} | {r['tg_in'] / r['tg_out']:.2f} |")
+        L.append("")
+        worst = max(max(abs(r["pp_in"] / r["pp_out"] - 1), abs(r["tg_in"] / r["tg_out"] - 1)) for r in o)
+        L.append(f"Largest disagreement: {100 * worst:.0f}% ({'within' if worst <= 0.10 else 'NOT within'} the 10% the issue asks for).")
+        L.append("")
+
+    L.append("## Commands")
+    L.append("")
+    L.append("Every command the run executed, in order (`LD_LIBRARY_PATH` pointed at llama.cpp's build directory):")
+    L.append("")
+    L.append("```sh")
+    L.append(open(os.path.join(a.raw, "commands.txt")).read().strip())
+    L.append("```")
+    L.append("")
+
+    kept = ""
+    if os.path.exists(a.out):
+        old = open(a.out).read()
+        if MARKER in old:
+            kept = old.split(MARKER, 1)[1]
+    text = "\n".join(L) + "\n" + MARKER + "\n"
+    if kept.strip():
+        text += kept.lstrip("\n")
+    with open(a.out, "w") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+
+if __name__ == "__main__":
+    main()

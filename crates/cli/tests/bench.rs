@@ -1,0 +1,359 @@
+//! `synapse synth` and `synapse bench` from the outside: synthesized files load and run, bench
+//! prints llama-bench's fields, bad requests get clear errors.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use synapse_engine::{Logits, Threads};
+use synapse_gguf::{GgmlType, GgufFile};
+
+fn synapse<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_synapse"))
+        .args(args)
+        .output()
+        .expect("run synapse")
+}
+
+fn synth(dir: &Path, shape: &str, ty: &str) -> std::path::PathBuf {
+    let out = dir.join(format!("{shape}-{ty}.gguf"));
+    let r = synapse(&[
+        "synth".as_ref(),
+        shape.as_ref(),
+        "--type".as_ref(),
+        ty.as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(
+        r.status.success(),
+        "synth {shape} {ty}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    out
+}
+
+/// Tensor names and shapes (ggml order: columns first) of a file.
+fn shape_of(f: &GgufFile, name: &str) -> Vec<u64> {
+    f.tensor(name)
+        .unwrap_or_else(|_| panic!("{name} missing"))
+        .info
+        .shape
+        .clone()
+}
+
+#[test]
+fn synthesized_llama_and_gemma3_load_and_run_a_forward_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    // (shape, type, its matrices' type, KV width: heads x head dim)
+    for (shape, ty, gty, kv) in [
+        ("tiny-llama", "F32", GgmlType::F32, 128),
+        ("tiny-llama", "Q8_0", GgmlType::Q8_0, 128),
+        ("tiny-gemma3", "F16", GgmlType::F16, 64),
+    ] {
+        let path = synth(dir.path(), shape, ty);
+        let f = GgufFile::open(&path).unwrap();
+        assert_eq!(
+            f.tensor("blk.1.ffn_down.weight").unwrap().info.ggml_type,
+            gty
+        );
+        assert_eq!(shape_of(&f, "blk.0.attn_k.weight"), [256, kv]);
+        assert_eq!(shape_of(&f, "blk.1.ffn_down.weight"), [512, 256]);
+        assert_eq!(shape_of(&f, "token_embd.weight"), [256, 1024]);
+        let model = synapse_engine::load(&f).unwrap();
+        assert_eq!(model.info().n_vocab, 1024);
+        assert_eq!(model.info().n_layer, 2);
+        let mut st = model.new_state(32, 8);
+        let threads = Threads::new(2);
+        let logits = model
+            .prefill(&mut st, &[256, 72, 101, 108], 8, Logits::Last, &threads)
+            .unwrap();
+        assert_eq!(logits.len(), 1024);
+        assert!(logits.iter().all(|x| x.is_finite()), "{shape} {ty}");
+        // Random weights still give logits that depend on the input.
+        let mut st2 = model.new_state(32, 8);
+        let other = model
+            .prefill(&mut st2, &[256, 73, 101, 108], 8, Logits::Last, &threads)
+            .unwrap();
+        assert_ne!(logits, other, "{shape} {ty}");
+        // The generated vocabulary tokenizes text to its bytes.
+        let tok = synapse_engine::tokenizer::Tokenizer::from_metadata(f.metadata()).unwrap();
+        assert_eq!(tok.encode("Hi", false, true), [b'H' as u32, b'i' as u32]);
+    }
+}
+
+#[test]
+fn synthesized_shapes_are_the_named_models() {
+    let dir = tempfile::tempdir().unwrap();
+    // Only two layers of the 1B shape, to keep the file small: the matrices are the real ones.
+    let out = dir.path().join("l.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "llama-3.2-1b".as_ref(),
+        "--layers".as_ref(),
+        "1".as_ref(),
+        "--type".as_ref(),
+        "Q8_0".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let f = GgufFile::open(&out).unwrap();
+    assert_eq!(shape_of(&f, "token_embd.weight"), [2048, 128256]);
+    assert_eq!(shape_of(&f, "blk.0.attn_q.weight"), [2048, 2048]);
+    assert_eq!(shape_of(&f, "blk.0.attn_k.weight"), [2048, 512]);
+    assert_eq!(shape_of(&f, "blk.0.ffn_up.weight"), [2048, 8192]);
+    assert_eq!(shape_of(&f, "blk.0.ffn_down.weight"), [8192, 2048]);
+    assert_eq!(shape_of(&f, "rope_freqs.weight"), [32]);
+    assert!(f.tensor("output.weight").is_err(), "tied embeddings");
+    assert_eq!(
+        f.metadata().u64("llama.attention.head_count_kv").unwrap(),
+        8
+    );
+    // Qwen-style files carry their architecture's extra tensors.
+    let q2 = GgufFile::open(synth(dir.path(), "tiny-qwen2", "F32")).unwrap();
+    assert_eq!(q2.metadata().str("general.architecture").unwrap(), "qwen2");
+    assert_eq!(shape_of(&q2, "blk.0.attn_k.bias"), [128]);
+    let q3 = GgufFile::open(synth(dir.path(), "tiny-qwen3", "F32")).unwrap();
+    assert_eq!(shape_of(&q3, "blk.0.attn_q.weight"), [256, 512]);
+    assert_eq!(shape_of(&q3, "blk.0.attn_k_norm.weight"), [128]);
+}
+
+#[test]
+fn synth_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "gpt-5".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unknown shape `gpt-5`"));
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-llama".as_ref(),
+        "--type".as_ref(),
+        "Q4_K_M".as_ref(),
+        "--llama-quantize".as_ref(),
+        dir.path().join("nope").as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("needs llama.cpp's llama-quantize"));
+}
+
+#[test]
+fn bench_prints_llama_bench_fields_as_json_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "Q8_0");
+    let common = [
+        "bench",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "--membw-mib",
+        "8",
+    ];
+    let r = synapse(&[&common[..], &["-t", "1,2", "-o", "json"]].concat());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4, "pp8 and tg4 at 1 and 2 threads");
+    for row in rows {
+        for key in [
+            "model_filename",
+            "model_type",
+            "model_size",
+            "n_threads",
+            "n_prompt",
+            "n_gen",
+            "n_batch",
+            "avg_ns",
+            "stddev_ns",
+            "avg_ts",
+            "stddev_ts",
+            "kernel_isa",
+            "peak_gbs",
+        ] {
+            assert!(row.get(key).is_some(), "{key} missing in {row}");
+        }
+        assert!(row["avg_ts"].as_f64().unwrap() > 0.0);
+        assert_eq!(row["samples_ns"].as_array().unwrap().len(), 2);
+        let tokens = row["n_prompt"].as_u64().unwrap() + row["n_gen"].as_u64().unwrap();
+        // avg_ts is the mean of per-repetition rates, each tokens / time.
+        let mean: f64 = row["samples_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|ns| tokens as f64 * 1e9 / ns.as_f64().unwrap())
+            .sum::<f64>()
+            / 2.0;
+        assert!((row["avg_ts"].as_f64().unwrap() - mean).abs() < 1e-6 * mean);
+        if row["n_gen"].as_u64().unwrap() > 0 {
+            assert!(row["weight_gbs"].as_f64().unwrap() > 0.0);
+            assert!(row["peak_gbs"].as_f64().unwrap() > 0.0);
+        }
+    }
+    // -t repeats as in llama-bench: `-t 1 -t 2` is `-t 1,2`.
+    let r = synapse(&[&common[..], &["-o", "csv", "-t", "1", "-t", "2"]].concat());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8(r.stdout).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(header.contains("model_filename") && header.contains("avg_ts"));
+    assert_eq!(text.lines().count(), 5, "{text}");
+}
+
+#[test]
+fn membw_probe_prints_one_rate_per_thread_count() {
+    let r = synapse(&[
+        "bench",
+        "--membw",
+        "-t",
+        "1,2",
+        "--membw-mib",
+        "16",
+        "-o",
+        "json",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["gbs"].as_f64().unwrap() > 0.0));
+}
+
+#[test]
+fn bench_rejects_bad_requests_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "F32");
+    let m = model.to_str().unwrap();
+    for (args, want) in [
+        (vec!["-m", "/no/such/model.gguf"], "no such model file"),
+        (
+            vec!["-m", m, "-t", "0"],
+            "-t 0: thread counts must be between 1 and",
+        ),
+        (vec!["-m", m, "-t", "100000"], "-t 100000: thread counts"),
+        (
+            vec!["-m", m, "-p", "0", "-n", "0"],
+            "-p 0 -n 0: nothing to measure",
+        ),
+        (vec!["-m", m, "-t", "1,,2"], "-t 1,,2: empty item"),
+        (
+            vec!["-m", m, "-t", "two"],
+            "`two` is not a non-negative integer",
+        ),
+        (vec!["-m", m, "-p", "8-4"], "runs backwards"),
+        (vec!["-m", m, "-b", "0"], "-b 0: batch sizes"),
+        (vec!["-m", m, "-r", "0"], "-r 0: repetitions"),
+        (vec![], "no model"),
+    ] {
+        let mut all = vec!["bench", "--no-membw"];
+        all.extend(&args);
+        let r = synapse(&all);
+        assert!(!r.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+/// A GGUF holding only the first `n` tokens of a synthesized file's tokenizer.
+fn vocab_file(dir: &Path, src: &Path, n: usize) -> std::path::PathBuf {
+    use synapse_gguf::{Array, GgufWriter, Value};
+    let f = GgufFile::open(src).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata().iter() {
+        if !k.starts_with("tokenizer.") {
+            continue;
+        }
+        let v = match v {
+            Value::Array(Array::String(t)) => {
+                Value::Array(Array::String(t[..n.min(t.len())].to_vec()))
+            }
+            Value::Array(Array::I32(t)) => Value::Array(Array::I32(t[..n].to_vec())),
+            v => v.clone(),
+        };
+        w.set(k, v);
+    }
+    let out = dir.join(format!("vocab-{n}.gguf"));
+    w.write_file(&out).unwrap();
+    out
+}
+
+#[test]
+fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = synth(dir.path(), "tiny-llama", "F32");
+    let small = vocab_file(dir.path(), &src, 600);
+    let out = dir.path().join("borrowed.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-gemma3".as_ref(),
+        "--type".as_ref(),
+        "F32".as_ref(),
+        "--vocab-from".as_ref(),
+        small.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let f = GgufFile::open(&out).unwrap();
+    let tokens = f.metadata().array("tokenizer.ggml.tokens").unwrap();
+    assert_eq!(tokens.len(), 1024);
+    assert_eq!(
+        tokens.get(600),
+        Some(synapse_gguf::Value::String("<synth_pad_600>".into()))
+    );
+    let tok = synapse_engine::tokenizer::Tokenizer::from_metadata(f.metadata()).unwrap();
+    assert_eq!(tok.encode("ok", false, true), [b'o' as u32, b'k' as u32]);
+    synapse_engine::load(&f).unwrap();
+
+    // A vocabulary larger than the shape's cannot be borrowed.
+    let big = synth(dir.path(), "tiny-llama", "Q8_0");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-qwen2".as_ref(),
+        "--vocab-from".as_ref(),
+        vocab_file(dir.path(), &big, 1024).as_os_str(),
+        "--layers".as_ref(),
+        "1".as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(r.status.success(), "same size is fine");
+    let larger = dir.path().join("larger.gguf");
+    let r = synapse(&[
+        "synth".as_ref(),
+        "smollm2-135m".as_ref(),
+        "--layers".as_ref(),
+        "1".as_ref(),
+        "--type".as_ref(),
+        "Q8_0".as_ref(),
+        "-o".as_ref(),
+        larger.as_os_str(),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = synapse(&[
+        "synth".as_ref(),
+        "tiny-llama".as_ref(),
+        "--vocab-from".as_ref(),
+        larger.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("has 49152 tokens, more than the 1024 of this shape"),
+        "{err}"
+    );
+}

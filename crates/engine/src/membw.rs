@@ -1,0 +1,290 @@
+//! This machine's read bandwidth: the roofline ceiling every speed number is measured against.
+//!
+//! Decoding a token reads every weight once, so a decoder's best possible speed is the memory
+//! bandwidth divided by the bytes of weights touched per token. The probe measures that ceiling
+//! the way a kernel would reach it: each thread of the engine's own persistent pool streams over
+//! its own contiguous slice of a buffer several times larger than the last-level cache, with the
+//! widest vector loads the CPU has (AVX-512 or AVX2 chosen at run time, NEON on aarch64, a
+//! portable loop elsewhere), several independent accumulators so that no dependency chain
+//! limits the loads, and the best of several repetitions (the least disturbed one).
+//!
+//! A scalar sum, or one thread's loop compiled without vectors, measures the core's issue rate
+//! rather than the memory: on a Sapphire Rapids VM such a loop reports about 9 GB/s where this
+//! probe reports about 30 on one core.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use crate::matmul::{parallel_for, Threads};
+
+/// One cache line, the probe's unit of work (and its alignment).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u64; 8]);
+
+/// The default buffer: 1 GiB, several times any LLC a VM is likely to see (the probe is
+/// meaningless when the buffer fits in cache).
+pub const DEFAULT_BYTES: usize = 1 << 30;
+
+/// Which loop the probe runs on this CPU.
+pub fn isa() -> &'static str {
+    kernel().0
+}
+
+type ReadFn = fn(&[Line]) -> u64;
+
+/// The widest loop this CPU runs, chosen once.
+fn kernel() -> (&'static str, ReadFn) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return ("avx512", x86::read_avx512);
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return ("avx2", x86::read_avx2);
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return ("neon", arm::read_neon);
+        }
+    }
+    ("portable", read_portable)
+}
+
+/// XOR of every word, eight independent lanes (compilers vectorise it to the baseline ISA).
+fn read_portable(lines: &[Line]) -> u64 {
+    let mut acc = [0u64; 8];
+    for l in lines {
+        for (a, &x) in acc.iter_mut().zip(&l.0) {
+            *a ^= x;
+        }
+    }
+    acc.iter().fold(0, |a, &b| a ^ b)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::Line;
+    use std::arch::x86_64::*;
+
+    pub fn read_avx512(lines: &[Line]) -> u64 {
+        // SAFETY: chosen only when the CPU has AVX-512F (`kernel` checks it).
+        unsafe { avx512(lines) }
+    }
+
+    pub fn read_avx2(lines: &[Line]) -> u64 {
+        // SAFETY: chosen only when the CPU has AVX2 (`kernel` checks it).
+        unsafe { avx2(lines) }
+    }
+
+    /// Four 64-byte loads per iteration into four accumulators. Written as assembly so that it
+    /// needs no AVX-512 intrinsics (newer than the crate's minimum Rust) and so that the
+    /// compiler cannot narrow or drop the loads.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    unsafe fn avx512(lines: &[Line]) -> u64 {
+        let quads = lines.len() / 4;
+        let mut out: u64;
+        let p = lines.as_ptr();
+        // SAFETY: reads `quads * 256` bytes from `p`, all inside `lines`; the loop runs only
+        // when `quads > 0`; every vector register it writes is declared clobbered (all of them
+        // are caller-saved in the C ABI).
+        unsafe {
+            std::arch::asm!(
+                "vpxorq zmm4, zmm4, zmm4",
+                "vpxorq zmm5, zmm5, zmm5",
+                "vpxorq zmm6, zmm6, zmm6",
+                "vpxorq zmm7, zmm7, zmm7",
+                "test rcx, rcx",
+                "jz 3f",
+                "2:",
+                "vpxorq zmm4, zmm4, zmmword ptr [rsi]",
+                "vpxorq zmm5, zmm5, zmmword ptr [rsi + 64]",
+                "vpxorq zmm6, zmm6, zmmword ptr [rsi + 128]",
+                "vpxorq zmm7, zmm7, zmmword ptr [rsi + 192]",
+                "add rsi, 256",
+                "dec rcx",
+                "jnz 2b",
+                "3:",
+                "vpxorq zmm4, zmm4, zmm5",
+                "vpxorq zmm6, zmm6, zmm7",
+                "vpxorq zmm4, zmm4, zmm6",
+                "vextracti64x4 ymm5, zmm4, 1",
+                "vpxor ymm4, ymm4, ymm5",
+                "vextracti128 xmm5, ymm4, 1",
+                "vpxor xmm4, xmm4, xmm5",
+                "vpshufd xmm5, xmm4, 0x4e",
+                "vpxor xmm4, xmm4, xmm5",
+                "vmovq rax, xmm4",
+                "vzeroupper",
+                inout("rsi") p => _,
+                inout("rcx") quads => _,
+                lateout("rax") out,
+                clobber_abi("C"),
+                options(nostack, readonly),
+            );
+        }
+        out ^ super::read_portable(&lines[quads * 4..])
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(lines: &[Line]) -> u64 {
+        let mut acc = [_mm256_setzero_si256(); 4];
+        for pair in lines.chunks_exact(2) {
+            let p = pair.as_ptr() as *const __m256i;
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `pair` is two 64-byte aligned lines: four aligned 32-byte vectors.
+                *a = _mm256_xor_si256(*a, unsafe { _mm256_load_si256(p.add(k)) });
+            }
+        }
+        let x = _mm256_xor_si256(
+            _mm256_xor_si256(acc[0], acc[1]),
+            _mm256_xor_si256(acc[2], acc[3]),
+        );
+        let x = _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+        let tail = lines.chunks_exact(2).remainder();
+        (_mm_cvtsi128_si64(x) ^ _mm_extract_epi64::<1>(x)) as u64 ^ super::read_portable(tail)
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::Line;
+    use std::arch::aarch64::*;
+
+    pub fn read_neon(lines: &[Line]) -> u64 {
+        // SAFETY: chosen only when the CPU has NEON (`kernel` checks it).
+        unsafe { neon(lines) }
+    }
+
+    /// # Safety
+    /// The CPU must have NEON.
+    #[target_feature(enable = "neon")]
+    unsafe fn neon(lines: &[Line]) -> u64 {
+        let mut acc = [vdupq_n_u64(0); 4];
+        for l in lines {
+            let p = l.0.as_ptr();
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: a line is 8 u64: four 2-lane vectors.
+                *a = veorq_u64(*a, unsafe { vld1q_u64(p.add(2 * k)) });
+            }
+        }
+        let x = veorq_u64(veorq_u64(acc[0], acc[1]), veorq_u64(acc[2], acc[3]));
+        vgetq_lane_u64::<0>(x) ^ vgetq_lane_u64::<1>(x)
+    }
+}
+
+/// A buffer for the probe: `bytes` rounded down to whole lines, every page written once (so
+/// that it is really backed by memory, not by the shared zero page). On Linux it asks for
+/// transparent huge pages: with 4 KiB pages a VM pays a two-level page walk every 4 KiB, which
+/// measures the TLB rather than the memory.
+pub struct ProbeBuffer {
+    map: memmap2::MmapMut,
+    n: usize,
+}
+
+impl ProbeBuffer {
+    pub fn new(bytes: usize) -> ProbeBuffer {
+        let n = (bytes / 64).max(1);
+        let mut map = memmap2::MmapMut::map_anon(n * 64).expect("map the probe buffer");
+        #[cfg(target_os = "linux")]
+        if std::env::var_os("SYNAPSE_MEMBW_NO_HUGEPAGES").is_none() {
+            // Only a hint: without huge pages the probe still runs.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        for (i, w) in map.chunks_exact_mut(8).enumerate() {
+            w.copy_from_slice(&((i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes());
+        }
+        ProbeBuffer { map, n }
+    }
+
+    fn lines(&self) -> &[Line] {
+        // SAFETY: the map is page-aligned (so 64-byte aligned), holds `n * 64` initialised
+        // bytes, and `Line` is plain `u64`s, valid for any bits.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr() as *const Line, self.n) }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.n * 64
+    }
+}
+
+/// Read bandwidth in GB/s (1e9 bytes/s) of `threads`, each streaming its own contiguous share
+/// of `buf`: best of `reps` passes (after one untimed pass).
+pub fn read_bandwidth(buf: &ProbeBuffer, threads: &Threads, reps: usize) -> f64 {
+    let (_, read) = kernel();
+    let n = threads.n();
+    let lines = buf.lines();
+    let pass = || {
+        parallel_for(threads, n, |r| {
+            for i in r {
+                let (s, e) = (i * lines.len() / n, (i + 1) * lines.len() / n);
+                black_box(read(&lines[s..e]));
+            }
+        })
+    };
+    pass();
+    let best = (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            pass();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::MAX);
+    buf.bytes() as f64 / best.as_secs_f64() / 1e9
+}
+
+/// One probe result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bandwidth {
+    pub threads: usize,
+    pub gbs: f64,
+}
+
+/// The probe for each thread count in `counts`, on one buffer of `bytes`.
+pub fn probe(counts: &[usize], bytes: usize, reps: usize) -> Vec<Bandwidth> {
+    let buf = ProbeBuffer::new(bytes);
+    counts
+        .iter()
+        .map(|&t| {
+            let threads = Threads::new(t);
+            Bandwidth {
+                threads: t,
+                gbs: read_bandwidth(&buf, &threads, reps),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_loop_reads_every_word() {
+        // The XOR of all words is the same whichever loop computes it, tails included.
+        for n in [0, 1, 2, 3, 5, 8, 13, 64, 67] {
+            let b = ProbeBuffer::new(n * 64);
+            let lines = &b.lines()[..n.min(b.lines().len())];
+            let want = read_portable(lines);
+            assert_eq!(kernel().1(lines), want, "{} on rcx lines", isa());
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                assert_eq!(x86::read_avx2(lines), want, "avx2 on rcx lines");
+            }
+        }
+    }
+
+    #[test]
+    fn probe_gives_a_positive_finite_rate_per_thread_count() {
+        let r = probe(&[1, 2], 8 << 20, 2);
+        assert_eq!(r.iter().map(|b| b.threads).collect::<Vec<_>>(), [1, 2]);
+        assert!(r.iter().all(|b| b.gbs.is_finite() && b.gbs > 0.0), "{r:?}");
+    }
+}
