@@ -211,7 +211,7 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
     let mut kernels = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
-        use crate::x86::{avx512, tile};
+        use crate::x86::{avx512_tile as avx512, tile};
         let repacked = repacked && llama_cpp_repacks(ty, 8);
         if avx512::available() && !repacked {
             let k: Option<GemmFn> = match ty {

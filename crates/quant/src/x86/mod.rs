@@ -1,7 +1,7 @@
 //! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
 
 pub mod avx2;
-pub mod avx512;
+pub mod avx512_tile;
 pub mod tile;
 
 use crate::blocks::*;
