@@ -295,8 +295,9 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
 /// formats, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
-/// second time for those features. Either way every float operation and its order are the reference's, so the
-/// results are bit-identical to it (tested); only the instructions differ.
+/// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
+/// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
+/// so the results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     let reference = codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
         ty,
@@ -311,6 +312,14 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
                 gemv: k.2,
             });
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some((f, gemv)) = crate::aarch64::vec_dot(ty) {
+        return Ok(VecDot {
+            f,
+            gemv,
+            ..reference
+        });
     }
     Ok(reference)
 }
@@ -420,6 +429,10 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
     let base = vec_dot_kernel(ty)?;
     if !repacked {
         return Ok(base);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some((f, gemv)) = crate::aarch64::rows8(ty) {
+        return Ok(VecDot { f, gemv, ..base });
     }
     Ok(match ty {
         #[cfg(target_arch = "x86_64")]

@@ -10,6 +10,8 @@
 //!
 //! This crate knows nothing of models: it turns bytes into numbers and rows into dot products.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod reference;
