@@ -212,7 +212,7 @@ pub fn cast_blocks_mut<B: Block>(bytes: &mut [u8]) -> Result<&mut [B], QuantErro
 }
 
 fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
-    if len % size_of::<B>() != 0 {
+    if !len.is_multiple_of(size_of::<B>()) {
         QuantError::ByteLength {
             ty: B::TYPE,
             bytes: len,
@@ -229,7 +229,7 @@ fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
 /// Check that `n_values` values of `B` are exactly `n_bytes` bytes.
 fn check_sizes<B: Block>(n_values: usize, n_bytes: usize) -> Result<usize, QuantError> {
     let len = B::TYPE.block_len();
-    if n_values % len != 0 {
+    if !n_values.is_multiple_of(len) {
         return Err(QuantError::NotBlockMultiple {
             ty: B::TYPE,
             values: n_values,
@@ -303,6 +303,14 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
         ty,
         what: "dot product",
     })?;
+    #[cfg(target_arch = "x86_64")]
+    if let Some((f, gemv)) = crate::x86::avx512_vec_dot(ty) {
+        return Ok(VecDot {
+            f,
+            gemv,
+            ..reference
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         if let Some(k) = V3_KERNELS.iter().find(|k| k.0 == ty) {
@@ -416,7 +424,7 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
 /// multiple of 8. A fixed rule, not a property of the host: synapse computes the same bits on
 /// every machine.
 pub fn llama_cpp_repacks(ty: GgmlType, rows: usize) -> bool {
-    rows % 8 == 0
+    rows.is_multiple_of(8)
         && matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_K | GgmlType::Q2_K
@@ -429,6 +437,10 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
     let base = vec_dot_kernel(ty)?;
     if !repacked {
         return Ok(base);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some((f, gemv)) = crate::x86::avx512_rows8(ty) {
+        return Ok(VecDot { f, gemv, ..base });
     }
     #[cfg(target_arch = "aarch64")]
     if let Some((f, gemv)) = crate::aarch64::rows8(ty) {

@@ -15,6 +15,8 @@ mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod reference;
+#[cfg(test)]
+mod test_util;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

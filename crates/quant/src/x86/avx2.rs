@@ -17,7 +17,7 @@ use crate::blocks::*;
 /// of a scalar compiles to a `vpinsrw` into a live vector register, which chained every block
 /// of the loop through the previous block's accumulator (measured: 2.5x slower).
 #[inline(always)]
-fn f32_of(h: half::f16) -> f32 {
+pub(super) fn f32_of(h: half::f16) -> f32 {
     h.to_f32_const()
 }
 
@@ -27,7 +27,7 @@ fn f32_of(h: half::f16) -> f32 {
 /// scalar F16C conversion suffers (see [`f32_of`]).
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn head_f16x2<B>(b: &B) -> __m128 {
+pub(super) fn head_f16x2<B>(b: &B) -> __m128 {
     const { assert!(size_of::<B>() >= 8) };
     // SAFETY: `b` is at least 8 readable bytes (asserted at compile time).
     _mm_cvtph_ps(unsafe { _mm_loadl_epi64((b as *const B).cast()) })
@@ -36,7 +36,7 @@ fn head_f16x2<B>(b: &B) -> __m128 {
 /// The 32 nibbles of a block as bytes: low nibbles (values 0..16) then high nibbles (16..32).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn nibbles(qs: &[u8; 16]) -> __m256i {
+pub(super) fn nibbles(qs: &[u8; 16]) -> __m256i {
     // SAFETY: `qs` is 16 readable bytes; unaligned loads are allowed.
     let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
     let hi = _mm_srli_epi16(lo, 4);
@@ -46,7 +46,7 @@ fn nibbles(qs: &[u8; 16]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load32(q: &[i8; 32]) -> __m256i {
+pub(super) fn load32(q: &[i8; 32]) -> __m256i {
     // SAFETY: `q` is 32 readable bytes; unaligned loads are allowed.
     unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
 }
@@ -69,7 +69,7 @@ fn lanes_ss(x: __m256i, y: __m256i) -> __m256 {
 /// `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum(a: __m256) -> f32 {
+pub(super) fn hsum(a: __m256) -> f32 {
     let r = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -163,7 +163,7 @@ fn halves_i16(a: i16, b: i16) -> __m256i {
 /// Sum of eight i32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_i32(v: __m256i) -> i32 {
+pub(super) fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
