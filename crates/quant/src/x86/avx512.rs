@@ -1,5 +1,6 @@
-//! AVX-512 kernels with VNNI (`vpdpbusd`, `vpdpwssd`) for the hottest formats: Q4_0, Q4_1 and
-//! Q8_0 against Q8_0/Q8_1, Q4_K (both orders) and Q6_K against Q8_K.
+//! AVX-512 kernels with VNNI (`vpdpbusd`, `vpdpwssd`) for the hottest formats: Q4_0 (both
+//! orders), Q4_1 and Q8_0 against Q8_0/Q8_1, several rows at a time; Q4_K (both orders) and Q6_K
+//! against Q8_K.
 //!
 //! The float side is [`super::avx2`]'s, which is the reference's: eight float lanes, one fused
 //! multiply-add per block (super-block), the same horizontal-sum tree. Only the exact integer
@@ -20,67 +21,97 @@ fn dot_us(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(acc, u, s)
 }
 
+// The 32-value formats: each block's fused multiply-add waits for the previous one's (the
+// reference's order), so one row runs at the latency of that chain, not at the throughput of the
+// integer work. These kernels take `R` rows at once, each with its own accumulators and exactly
+// its own operations in the reference's order: `R` independent chains interleaved.
+
+/// Lanes of `Σ (q - 8) * a` for Q4_0's nibbles `q`: `Σ q * a - Σ 8 * a`, both exact.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    let eight = _mm256_set1_epi8(8);
-    let mut acc = _mm256_setzero_ps();
-    for (x, y) in x.iter().zip(y) {
-        let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
-        let a = load32(&y.qs);
-        // Σ (q - 8) * a = Σ q * a - Σ 8 * a, both exact.
-        let lanes = _mm256_sub_epi32(
-            dot_us(_mm256_setzero_si256(), nibbles(&x.qs), a),
-            dot_us(_mm256_setzero_si256(), eight, a),
-        );
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
-    }
-    hsum(acc)
+fn q4_0_lanes(x: &BlockQ4_0, a: __m256i) -> __m256i {
+    let zero = _mm256_setzero_si256();
+    _mm256_sub_epi32(
+        dot_us(zero, nibbles(&x.qs), a),
+        dot_us(zero, _mm256_set1_epi8(8), a),
+    )
 }
 
-/// Q4_0 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
+/// Q4_0 over `R` rows (each `y.len()` blocks long) in `vec_dot` order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_0_q8_0_rows8(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    let eight = _mm256_set1_epi8(8);
-    let mut acc = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        let a = load32(&y.qs);
-        let lanes = _mm256_sub_epi32(
-            dot_us(_mm256_setzero_si256(), nibbles(&x.qs), a),
-            dot_us(_mm256_setzero_si256(), eight, a),
-        );
-        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
-        acc = (hsum_i32(lanes) as f32).mul_add(d, acc);
+pub fn vec_dot_q4_0_q8_0_xr<const R: usize>(x: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let x = x.map(|r| &r[..y.len()]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (b, y) in y.iter().enumerate() {
+        let (hy, a) = (head_f16x2(y), load32(&y.qs));
+        for (acc, x) in acc.iter_mut().zip(x) {
+            let x = &x[b];
+            let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
+            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, a)), *acc);
+        }
+    }
+    acc.map(|a| hsum(a))
+}
+
+/// Q4_0 over `R` rows in the order of llama.cpp's repacked gemv
+/// (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub fn vec_dot_q4_0_q8_0_rows8_xr<const R: usize>(
+    x: [&[BlockQ4_0]; R],
+    y: &[BlockQ8_0],
+) -> [f32; R] {
+    let x = x.map(|r| &r[..y.len()]);
+    let mut acc = [0.0f32; R];
+    for (b, y) in y.iter().enumerate() {
+        let (hy, a) = (head_f16x2(y), load32(&y.qs));
+        for (acc, x) in acc.iter_mut().zip(x) {
+            let x = &x[b];
+            let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), hy));
+            *acc = (hsum_i32(q4_0_lanes(x, a)) as f32).mul_add(d, *acc);
+        }
     }
     acc
 }
 
+/// Q4_1 over `R` rows in `vec_dot` order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+pub fn vec_dot_q4_1_q8_1_xr<const R: usize>(x: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
+    let x = x.map(|r| &r[..y.len()]);
+    let mut acc = [_mm256_setzero_ps(); R];
     // Lane 1 runs the min terms: fma(m_x, s_y, mins), block by block.
-    let mut mins = _mm_setzero_ps();
-    for (x, y) in x.iter().zip(y) {
-        let (hx, hy) = (head_f16x2(x), head_f16x2(y));
-        mins = _mm_fmadd_ps(hx, hy, mins);
-        let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
-        let lanes = dot_us(_mm256_setzero_si256(), nibbles(&x.qs), load32(&y.qs));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+    let mut mins = [_mm_setzero_ps(); R];
+    for (b, y) in y.iter().enumerate() {
+        let (hy, a) = (head_f16x2(y), load32(&y.qs));
+        for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(x) {
+            let x = &x[b];
+            let hx = head_f16x2(x);
+            *mins = _mm_fmadd_ps(hx, hy, *mins);
+            let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
+            let lanes = dot_us(_mm256_setzero_si256(), nibbles(&x.qs), a);
+            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+        }
     }
-    hsum(acc) + _mm_cvtss_f32(_mm_movehdup_ps(mins))
+    std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[r])))
 }
 
+/// Q8_0 over `R` rows in `vec_dot` order.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (x, y) in x.iter().zip(y) {
-        let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
-        let (qx, qy) = (load32(&x.qs), load32(&y.qs));
-        // |x| * (y with x's sign): exact for activations in -127..=127 (ggml's quantizers).
-        let u = _mm256_sign_epi8(qx, qx);
-        let lanes = dot_us(_mm256_setzero_si256(), u, _mm256_sign_epi8(qy, qx));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc);
+pub fn vec_dot_q8_0_q8_0_xr<const R: usize>(x: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let x = x.map(|r| &r[..y.len()]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (b, y) in y.iter().enumerate() {
+        let (hy, qy) = (head_f16x2(y), load32(&y.qs));
+        for (acc, x) in acc.iter_mut().zip(x) {
+            let x = &x[b];
+            let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
+            let qx = load32(&x.qs);
+            // |x| * (y with x's sign): exact for activations in -127..=127 (ggml's quantizers).
+            let u = _mm256_sign_epi8(qx, qx);
+            let lanes = dot_us(_mm256_setzero_si256(), u, _mm256_sign_epi8(qy, qx));
+            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+        }
     }
-    hsum(acc)
+    acc.map(|a| hsum(a))
 }
 
 /// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block as bytes (see [`k_scale_min`]),

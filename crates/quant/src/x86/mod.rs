@@ -7,7 +7,7 @@ mod tests;
 
 use crate::blocks::*;
 use crate::codec::GemvFn;
-use crate::codec::{dot_row, gemv_rows};
+use crate::codec::{cast_blocks, dot_row, gemv_rows, Block, DotBlock};
 use crate::{GgmlType, QuantError};
 
 macro_rules! avx2_entry {
@@ -76,13 +76,82 @@ macro_rules! avx512_entry {
 }
 
 avx512_entry! {
-    q4_0_512, q4_0_512_gemv: BlockQ4_0 => avx512::vec_dot_q4_0_q8_0;
-    q4_1_512, q4_1_512_gemv: BlockQ4_1 => avx512::vec_dot_q4_1_q8_1;
-    q8_0_512, q8_0_512_gemv: BlockQ8_0 => avx512::vec_dot_q8_0_q8_0;
     q4_k_512, q4_k_512_gemv: BlockQ4K => avx512::vec_dot_q4_k_q8_k;
     q6_k_512, q6_k_512_gemv: BlockQ6K => avx512::vec_dot_q6_k_q8_k;
-    q4_0_rows8_512, q4_0_rows8_512_gemv: BlockQ4_0 => avx512::vec_dot_q4_0_q8_0_rows8;
     q4_k_rows8_512, q4_k_rows8_512_gemv: BlockQ4K => avx512::vec_dot_q4_k_q8_k_rows8;
+}
+
+/// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
+/// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
+/// checked as [`gemv_rows`] checks them.
+fn gemv_by<B: DotBlock, const R: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+    dot: impl Fn([&[B]; R], &[B::Act]) -> [f32; R],
+    one: impl Fn([&[B]; 1], &[B::Act]) -> [f32; 1],
+) -> Result<(), QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let per_row = row_bytes / size_of::<B>();
+    // These kernels pair formats of equal block length: one activation block per weight block.
+    let fits = per_row > 0
+        && per_row * size_of::<B>() == row_bytes
+        && x.len() == per_row * out.len()
+        && per_row * B::TYPE.block_len() == y.len() * B::Act::TYPE.block_len()
+        && per_row == y.len();
+    if !fits {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: w.len() / size_of::<B>() * B::TYPE.block_len(),
+            activations: y.len() * B::Act::TYPE.block_len(),
+        });
+    }
+    let mut rows = x.chunks_exact(per_row);
+    let mut groups = out.chunks_exact_mut(R);
+    for o in &mut groups {
+        let group: [&[B]; R] = std::array::from_fn(|_| rows.next().unwrap_or_default());
+        o.copy_from_slice(&dot(group, y));
+    }
+    for (o, row) in groups.into_remainder().iter_mut().zip(rows) {
+        *o = one([row], y)[0];
+    }
+    Ok(())
+}
+
+macro_rules! avx512_rows_entry {
+    ($( $name:ident, $gemv:ident: $block:ty => $kernel:ident; )*) => {$(
+        /// Type-erased entry to the AVX-512 VNNI kernel.
+        pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+            // SAFETY: `avx512_vec_dot`/`avx512_rows8` hand these entries out only after
+            // `has_avx512_vnni` found every feature the kernel is compiled for.
+            dot_row::<$block>(w, a, |x, y| unsafe { avx512::$kernel::<1>([x], y)[0] })
+        }
+
+        /// Type-erased entry to the AVX-512 VNNI kernel, over consecutive rows, four at a time.
+        pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+            // SAFETY: as above.
+            unsafe {
+                gemv_by::<$block, 4>(
+                    w,
+                    row_bytes,
+                    a,
+                    out,
+                    |x, y| avx512::$kernel::<4>(x, y),
+                    |x, y| avx512::$kernel::<1>(x, y),
+                )
+            }
+        }
+    )*};
+}
+
+avx512_rows_entry! {
+    q4_0_512, q4_0_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_xr;
+    q4_1_512, q4_1_512_gemv: BlockQ4_1 => vec_dot_q4_1_q8_1_xr;
+    q8_0_512, q8_0_512_gemv: BlockQ8_0 => vec_dot_q8_0_q8_0_xr;
+    q4_0_rows8_512, q4_0_rows8_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
 }
 
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
