@@ -173,33 +173,49 @@ fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
     (fold(sumi), prod)
 }
 
+/// `[d_x * d_y, dmin_x * d_y, .., ..]`: a Q4_K block's two f16 scales in one conversion.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q4_k_scales(x: &BlockQ4K, y: &BlockQ8K) -> __m128 {
+    _mm_mul_ps(head_f16x2(x), _mm_set1_ps(y.d))
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        let d = y.d * f32_of(x.d);
-        let dmin = -y.d * f32_of(x.dmin);
+        let dd = q4_k_scales(x, y);
+        let d = _mm256_broadcastss_ps(dd);
+        // -(dmin_x * d_y) is -d_y * dmin_x exactly.
+        let dmin = _mm_set1_ps(-_mm_cvtss_f32(_mm_movehdup_ps(dd)));
         let (sumi, prod) = q4_k_lanes(x, y);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
     hsum(acc) + _mm_cvtss_f32(m)
 }
 
-/// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`).
+/// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`):
+/// its two running floats (main and min terms) are lanes 0 and 1 of one vector, each lane's
+/// fused multiply-add the reference's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub fn vec_dot_q4_k_q8_k_rows8(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    let mut acc = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let (sumi, prod) = q4_k_lanes(x, y);
-        let msum = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
-        main = (hsum_i32(sumi) as f32).mul_add(f32_of(x.d) * y.d, main);
-        mins = (msum as f32).mul_add(f32_of(x.dmin) * y.d, mins);
+        // [isum, msum, isum, msum], exact.
+        let t = _mm_add_epi32(
+            _mm256_castsi256_si128(sumi),
+            _mm256_extracti128_si256::<1>(sumi),
+        );
+        let h = _mm_hadd_epi32(t, prod);
+        let h = _mm_hadd_epi32(h, h);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(h), q4_k_scales(x, y), acc);
     }
-    main - mins
+    _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
