@@ -76,9 +76,7 @@ macro_rules! avx512_entry {
 }
 
 avx512_entry! {
-    q4_k_512, q4_k_512_gemv: BlockQ4K => avx512::vec_dot_q4_k_q8_k;
     q6_k_512, q6_k_512_gemv: BlockQ6K => avx512::vec_dot_q6_k_q8_k;
-    q4_k_rows8_512, q4_k_rows8_512_gemv: BlockQ4K => avx512::vec_dot_q4_k_q8_k_rows8;
 }
 
 /// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
@@ -166,7 +164,6 @@ pub(crate) fn avx512_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
         GgmlType::Q4_0 => (q4_0_512 as DotFn, q4_0_512_gemv as GemvFn),
         GgmlType::Q4_1 => (q4_1_512 as DotFn, q4_1_512_gemv as GemvFn),
         GgmlType::Q8_0 => (q8_0_512 as DotFn, q8_0_512_gemv as GemvFn),
-        GgmlType::Q4_K => (q4_k_512 as DotFn, q4_k_512_gemv as GemvFn),
         GgmlType::Q6_K => (q6_k_512 as DotFn, q6_k_512_gemv as GemvFn),
         _ => return None,
     })
@@ -180,7 +177,6 @@ pub(crate) fn avx512_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
     }
     Some(match ty {
         GgmlType::Q4_0 => (q4_0_rows8_512 as DotFn, q4_0_rows8_512_gemv as GemvFn),
-        GgmlType::Q4_K => (q4_k_rows8_512 as DotFn, q4_k_rows8_512_gemv as GemvFn),
         _ => return None,
     })
 }

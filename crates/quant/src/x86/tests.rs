@@ -63,7 +63,7 @@ fn avx2_kernels_are_bit_identical_to_the_reference() {
 fn avx512_vnni_kernels_are_bit_identical_to_the_reference() {
     if !has_avx512_vnni() {
         eprintln!("no AVX-512 VNNI on this CPU: the AVX-512 kernels cannot run here");
-        assert!(avx512_vec_dot(GgmlType::Q4_K).is_none());
+        assert!(avx512_vec_dot(GgmlType::Q6_K).is_none());
         return;
     }
     let mut cases: Vec<Case> = Vec::new();
@@ -71,16 +71,13 @@ fn avx512_vnni_kernels_are_bit_identical_to_the_reference() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q8_0,
-        GgmlType::Q4_K,
         GgmlType::Q6_K,
     ] {
         let (f, g) = avx512_vec_dot(ty).unwrap();
         cases.push((ty, f, g, reference(ty)));
     }
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_K] {
-        let (f, g) = avx512_rows8(ty).unwrap();
-        cases.push((ty, f, g, reference_rows8(ty)));
-    }
+    let (f, g) = avx512_rows8(GgmlType::Q4_0).unwrap();
+    cases.push((GgmlType::Q4_0, f, g, reference_rows8(GgmlType::Q4_0)));
     for seed in 100..120 {
         check(seed, &cases);
     }
