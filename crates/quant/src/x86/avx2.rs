@@ -324,11 +324,21 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
-        let total: i32 = (0..8)
-            .map(|j| pairs[j].1 as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
-            .sum();
-        mins = (-y.d * f32_of(x.dmin)).mul_add(total as f32, mins);
+        let (sc, mn) = scales_mins(&x.scales);
+        // SAFETY: 16 readable bytes each.
+        let (bs_lo, bs_hi) = unsafe {
+            (
+                _mm_loadu_si128(y.bsums.as_ptr().cast()),
+                _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+            )
+        };
+        let mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mn)));
+        let prod = _mm_madd_epi16(mn, _mm_hadd_epi16(bs_lo, bs_hi));
+        let total = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        // [d_x * d_y, dmin_x * d_y]; -(dmin_x * d_y) is -d_y * dmin_x exactly.
+        let dd = _mm_mul_ps(head_f16x2(x), _mm_set1_ps(y.d));
+        let dmin = -_mm_cvtss_f32(_mm_movehdup_ps(dd));
+        mins = dmin.mul_add(total as f32, mins);
         // SAFETY: 32 readable bytes.
         let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
         let high = |bit: i32| {
@@ -350,16 +360,12 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
                 _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                 high(2 * j as i32 + 1),
             );
-            let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+            let (sl, sh) = (sc[2 * j] as i16, sc[2 * j + 1] as i16);
             let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q5l, q8l));
             let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q5h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(y.d * f32_of(x.d)),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc) + mins
 }
