@@ -132,9 +132,9 @@ fn q4_k_lanes<D: Dot>(dt: D, x: &BlockQ4K, y: &BlockQ8K) -> (Lanes, int32x4_t) {
 #[inline]
 #[target_feature(enable = "neon")]
 fn scales_mins(scales: &[u8; 12]) -> ([i32; 8], int16x8_t) {
-    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(scales, j));
-    let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
-    (pairs.map(|p| p.0 as i32), ld_s16(&mins, 0))
+    let (sc, mn) = k_scales_mins(scales);
+    let mins = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(u64::from_le_bytes(mn))));
+    (sc.map(i32::from), mins)
 }
 
 /// Four lanes, lane `p`: `min[2p] * sub(2p) + min[2p + 1] * sub(2p + 1)` where `sub(j) =

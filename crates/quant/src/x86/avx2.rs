@@ -170,24 +170,12 @@ pub(super) fn hsum_i32(v: __m256i) -> i32 {
     _mm_cvtsi128_si32(s)
 }
 
-/// The eight 6-bit scales and mins of a Q4_K/Q5_K super-block as bytes (see [`k_scale_min`]),
-/// unpacked four at a time in 32-bit words.
-#[inline]
-fn scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
-    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-    let (w0, w1, w2) = (w(0), w(1), w(2));
-    let sc_hi = (w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030);
-    let mn_hi = ((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030);
-    let join = |lo: u32, hi: u32| ((lo as u64) | ((hi as u64) << 32)).to_le_bytes();
-    (join(w0 & 0x3F3F_3F3F, sc_hi), join(w1 & 0x3F3F_3F3F, mn_hi))
-}
-
 /// Per super-block of Q4_K: the eight exact lanes of the main term and the four of the min.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let (sc, mn) = scales_mins(&x.scales);
+    let (sc, mn) = k_scales_mins(&x.scales);
     // SAFETY: 16 readable bytes each.
     let (bs_lo, bs_hi) = unsafe {
         (
@@ -324,7 +312,7 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        let (sc, mn) = scales_mins(&x.scales);
+        let (sc, mn) = k_scales_mins(&x.scales);
         // SAFETY: 16 readable bytes each.
         let (bs_lo, bs_hi) = unsafe {
             (
