@@ -8,3 +8,5 @@ scripts/fetch-models.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The NEON kernels and the engine on aarch64, under qemu-user (installs what it needs).
+scripts/test-aarch64.sh

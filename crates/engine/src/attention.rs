@@ -233,7 +233,7 @@ mod tests {
         for d in -2i32..=2 {
             let c = half::f16::from_bits((guess.to_bits() as i32 + d) as u16);
             let (ec, eb) = ((c.to_f64() - x).abs(), (best.to_f64() - x).abs());
-            if ec < eb || (ec == eb && c.to_bits() % 2 == 0) {
+            if ec < eb || (ec == eb && c.to_bits().is_multiple_of(2)) {
                 best = c;
             }
         }

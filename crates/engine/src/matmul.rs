@@ -23,8 +23,10 @@ pub struct Matrix<'a> {
     row_bytes: usize,
     act: GgmlType,
     gemv: synapse_quant::GemvFn,
-    /// The tiled kernel for batches (and for the four-row gemv), where the CPU has one.
+    /// The tiled kernel for batches, where the CPU has one.
     gemm: Option<synapse_quant::GemmFn>,
+    /// The tiled kernel for one token, where it beats `gemv`.
+    gemm1: Option<synapse_quant::GemmFn>,
 }
 
 impl<'a> Matrix<'a> {
@@ -65,6 +67,7 @@ impl<'a> Matrix<'a> {
             act: vd.act,
             gemv: vd.gemv,
             gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
+            gemm1: synapse_quant::decode_tile_kernel(info.ggml_type, repacked),
         })
     }
 
@@ -209,12 +212,17 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
         unsafe { std::slice::from_raw_parts_mut(out.0.add(start), len) }
     };
     let w_rows = |r0: usize, r1: usize| &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
+    let (w_gemm1, gemv, row_bytes) = (w.gemm1, w.gemv, w.row_bytes);
     match w.gemm {
         // One token: the thread's rows are contiguous in `out`.
-        Some(gemm) if n == 1 => {
+        _ if n == 1 => {
             let o = out_slice(rows.start, rows.len());
-            gemm(w_rows(rows.start, rows.end), w.row_bytes, acts.row(0), 1, o)
-                .expect("sizes agree by construction");
+            let (w, a) = (w_rows(rows.start, rows.end), acts.row(0));
+            match w_gemm1 {
+                Some(gemm) => gemm(w, row_bytes, a, 1, o),
+                None => gemv(w, row_bytes, a, o),
+            }
+            .expect("sizes agree by construction");
         }
         Some(gemm) => {
             let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];

@@ -125,7 +125,7 @@ impl GgmlType {
     /// overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let t = self.traits();
-        if n % t.block_len as u64 != 0 {
+        if !n.is_multiple_of(t.block_len as u64) {
             return None;
         }
         (n / t.block_len as u64).checked_mul(t.block_bytes as u64)

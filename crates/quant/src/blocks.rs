@@ -253,6 +253,18 @@ pub fn k_scale_min(scales: &[u8; 12], j: usize) -> (u8, u8) {
     }
 }
 
+/// The eight 6-bit scales and the eight mins of a Q4_K/Q5_K super-block ([`k_scale_min`] for
+/// every sub-block at once), unpacked four at a time in 32-bit words.
+#[inline]
+pub fn k_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let sc_hi = (w2 & 0x0F0F_0F0F) | ((w0 >> 2) & 0x3030_3030);
+    let mn_hi = ((w2 >> 4) & 0x0F0F_0F0F) | ((w1 >> 2) & 0x3030_3030);
+    let join = |lo: u32, hi: u32| ((lo as u64) | ((hi as u64) << 32)).to_le_bytes();
+    (join(w0 & 0x3F3F_3F3F, sc_hi), join(w1 & 0x3F3F_3F3F, mn_hi))
+}
+
 /// The 6-bit scale (0..64, before subtracting 32) of group `g` (0..16) of a Q3_K block.
 #[inline]
 pub fn q3k_scale(scales: &[u8; 12], g: usize) -> u8 {
@@ -271,4 +283,31 @@ pub fn iq4xs_scale(b: &BlockIQ4XS, j: usize) -> u8 {
     let low = (b.scales_l[j / 2] >> (4 * (j % 2))) & 0xF;
     let high = ((b.scales_h >> (2 * j)) & 3) as u8;
     low | (high << 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_scales_mins_unpacks_as_k_scale_min() {
+        // Random scale bytes (xorshift).
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..4096 {
+            let scales: [u8; 12] = std::array::from_fn(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            });
+            let (sc, mn) = k_scales_mins(&scales);
+            for j in 0..8 {
+                assert_eq!(
+                    (sc[j], mn[j]),
+                    k_scale_min(&scales, j),
+                    "{scales:?} sub-block {j}"
+                );
+            }
+        }
+    }
 }

@@ -205,6 +205,21 @@ pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
     gemm_kernels(ty, repacked).first().map(|k| k.1)
 }
 
+/// The kernel for one token (decode) where a tile beats [`VecDot::gemv`]: Q5_0 and Q5_1, whose
+/// row kernels take one row at a time (the tiles take four). The other formats' row kernels take
+/// several rows at once and are faster for one token than the tiles, which pay for their
+/// token-sharing layout (best of 3000, one thread, 64x2048: Q4_K 31 against 24 Gmac/s, Q6_K 32
+/// against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7).
+pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
+    match ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => gemm_kernels(ty, repacked)
+            .into_iter()
+            .find(|k| k.0 == "avx2")
+            .map(|k| k.1),
+        _ => None,
+    }
+}
+
 /// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
 /// instruction set: all give the same bits (tested), so this is for tests and benchmarks.
 pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)> {
@@ -299,7 +314,7 @@ pub fn cast_blocks_mut<B: Block>(bytes: &mut [u8]) -> Result<&mut [B], QuantErro
 }
 
 fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
-    if len % size_of::<B>() != 0 {
+    if !len.is_multiple_of(size_of::<B>()) {
         QuantError::ByteLength {
             ty: B::TYPE,
             bytes: len,
@@ -316,7 +331,7 @@ fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
 /// Check that `n_values` values of `B` are exactly `n_bytes` bytes.
 fn check_sizes<B: Block>(n_values: usize, n_bytes: usize) -> Result<usize, QuantError> {
     let len = B::TYPE.block_len();
-    if n_values % len != 0 {
+    if !n_values.is_multiple_of(len) {
         return Err(QuantError::NotBlockMultiple {
             ty: B::TYPE,
             values: n_values,
@@ -382,13 +397,22 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
 /// formats, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
-/// second time for those features. Either way every float operation and its order are the reference's, so the
-/// results are bit-identical to it (tested); only the instructions differ.
+/// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
+/// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
+/// so the results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     let reference = codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
         ty,
         what: "dot product",
     })?;
+    #[cfg(target_arch = "x86_64")]
+    if let Some((f, gemv)) = crate::x86::avx512_vec_dot(ty) {
+        return Ok(VecDot {
+            f,
+            gemv,
+            ..reference
+        });
+    }
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         if let Some(k) = V3_KERNELS.iter().find(|k| k.0 == ty) {
@@ -398,6 +422,14 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
                 gemv: k.2,
             });
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some((f, gemv)) = crate::aarch64::vec_dot(ty) {
+        return Ok(VecDot {
+            f,
+            gemv,
+            ..reference
+        });
     }
     Ok(reference)
 }
@@ -532,7 +564,7 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
 /// multiple of 8. A fixed rule, not a property of the host: synapse computes the same bits on
 /// every machine.
 pub fn llama_cpp_repacks(ty: GgmlType, rows: usize) -> bool {
-    rows % 8 == 0
+    rows.is_multiple_of(8)
         && matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_K | GgmlType::Q2_K
@@ -545,6 +577,14 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
     let base = vec_dot_kernel(ty)?;
     if !repacked {
         return Ok(base);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some((f, gemv)) = crate::x86::avx512_rows8(ty) {
+        return Ok(VecDot { f, gemv, ..base });
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Some((f, gemv)) = crate::aarch64::rows8(ty) {
+        return Ok(VecDot { f, gemv, ..base });
     }
     Ok(match ty {
         #[cfg(target_arch = "x86_64")]

@@ -10,15 +10,20 @@
 //!
 //! This crate knows nothing of models: it turns bytes into numbers and rows into dot products.
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod reference;
+#[cfg(test)]
+mod test_util;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 pub use codec::{
-    act_quantizer, codec, gemm_kernel, gemm_kernels, llama_cpp_repacks, matrix_kernel,
-    supported_types, vec_dot_kernel, Block, Codec, DotBlock, GemmFn, GemvFn, QuantizeBlock, VecDot,
+    act_quantizer, codec, decode_tile_kernel, gemm_kernel, gemm_kernels, llama_cpp_repacks,
+    matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock, GemmFn, GemvFn,
+    QuantizeBlock, VecDot,
 };
 pub use synapse_gguf::GgmlType;
 

@@ -421,3 +421,42 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
     }
     let _ = tested;
 }
+
+/// Over several rows at once (odd row counts), the chosen kernels' gemv gives, row by row, the
+/// bits of the single-row dot product: the reference for `vec_dot` order, and the (tested above)
+/// repacked-order kernel for matrices llama.cpp repacks.
+#[test]
+fn chosen_gemv_is_row_by_row_bit_identical() {
+    let mut rng = StdRng::seed_from_u64(6);
+    for &ty in WEIGHT_TYPES {
+        let act = vec_dot_type(ty).unwrap();
+        let block = ty.block_len().max(act.block_len());
+        for repacked in [false, true] {
+            if repacked && !synapse_quant::llama_cpp_repacks(ty, 8) {
+                continue;
+            }
+            let kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+            for (n_blocks, n_rows) in [(1, 1), (3, 3), (8, 7), (13, 13), (2, 8)] {
+                let n = n_blocks * block;
+                let w = random_weights(&mut rng, ty, n_rows * n / ty.block_len());
+                let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let row_bytes = w.len() / n_rows;
+                let mut out = vec![f32::NAN; n_rows];
+                (kernel.gemv)(&w, row_bytes, &a, &mut out).unwrap();
+                for (r, (wr, got)) in w.chunks_exact(row_bytes).zip(&out).enumerate() {
+                    let want = if repacked {
+                        (kernel.f)(wr, &a).unwrap()
+                    } else {
+                        vec_dot(ty, wr, &a).unwrap()
+                    };
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{ty} (repacked: {repacked}) x {n}, row {r} of {n_rows}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -175,16 +175,15 @@ pub(super) fn hsum_i32(v: __m256i) -> i32 {
 #[target_feature(enable = "avx2")]
 fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
-    let mins: [i16; 8] = pairs.map(|p| p.1 as i16);
+    let (sc, mn) = k_scales_mins(&x.scales);
     // SAFETY: 16 readable bytes each.
-    let (bs_lo, bs_hi, mins) = unsafe {
+    let (bs_lo, bs_hi) = unsafe {
         (
             _mm_loadu_si128(y.bsums.as_ptr().cast()),
             _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
-            _mm_loadu_si128(mins.as_ptr().cast()),
         )
     };
+    let mins = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mn)));
     // bsum[2k] + bsum[2k+1]: the sums of the eight 32-value sub-blocks.
     let prod = _mm_madd_epi16(mins, _mm_hadd_epi16(bs_lo, bs_hi));
     let mut sumi = _mm256_setzero_si256();
@@ -199,7 +198,7 @@ fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
         };
         let q4l = _mm256_and_si256(q4, m4);
         let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-        let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+        let (sl, sh) = (sc[2 * j] as i16, sc[2 * j + 1] as i16);
         let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q4l, q8l));
         let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q4h, q8h));
         sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
@@ -207,33 +206,54 @@ fn q4_k_lanes(x: &BlockQ4K, y: &BlockQ8K) -> (__m256i, __m128i) {
     (sumi, prod)
 }
 
+/// `[d_x * d_y, dmin_x * d_y, .., ..]`: a Q4_K block's two f16 scales in one conversion.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_k_scales(x: &BlockQ4K, y: &BlockQ8K) -> __m128 {
+    _mm_mul_ps(head_f16x2(x), _mm_set1_ps(y.d))
+}
+
+/// `[Σ main lanes, Σ min lanes, (the same again)]`, exact.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn totals(sumi: __m256i, prod: __m128i) -> __m128i {
+    let t = _mm_add_epi32(
+        _mm256_castsi256_si128(sumi),
+        _mm256_extracti128_si256::<1>(sumi),
+    );
+    let h = _mm_hadd_epi32(t, prod);
+    _mm_hadd_epi32(h, h)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        let d = y.d * f32_of(x.d);
-        let dmin = -y.d * f32_of(x.dmin);
+        let dd = q4_k_scales(x, y);
+        let d = _mm256_broadcastss_ps(dd);
+        // -(dmin_x * d_y) is -d_y * dmin_x exactly.
+        let dmin = _mm_set1_ps(-_mm_cvtss_f32(_mm_movehdup_ps(dd)));
         let (sumi, prod) = q4_k_lanes(x, y);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
     hsum(acc) + _mm_cvtss_f32(m)
 }
 
-/// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`).
+/// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`):
+/// its two running floats (main and min terms) are lanes 0 and 1 of one vector, each lane's
+/// fused multiply-add the reference's.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_q4_k_q8_k_rows8(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let (mut main, mut mins) = (0.0f32, 0.0f32);
+    let mut acc = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
         let (sumi, prod) = q4_k_lanes(x, y);
-        let msum = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
-        main = (hsum_i32(sumi) as f32).mul_add(f32_of(x.d) * y.d, main);
-        mins = (msum as f32).mul_add(f32_of(x.dmin) * y.d, mins);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals(sumi, prod)), q4_k_scales(x, y), acc);
     }
-    main - mins
+    _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -292,11 +312,21 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        let pairs: [(u8, u8); 8] = std::array::from_fn(|j| k_scale_min(&x.scales, j));
-        let total: i32 = (0..8)
-            .map(|j| pairs[j].1 as i32 * (y.bsums[2 * j] as i32 + y.bsums[2 * j + 1] as i32))
-            .sum();
-        mins = (-y.d * f32_of(x.dmin)).mul_add(total as f32, mins);
+        let (sc, mn) = k_scales_mins(&x.scales);
+        // SAFETY: 16 readable bytes each.
+        let (bs_lo, bs_hi) = unsafe {
+            (
+                _mm_loadu_si128(y.bsums.as_ptr().cast()),
+                _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+            )
+        };
+        let mn = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mn)));
+        let prod = _mm_madd_epi16(mn, _mm_hadd_epi16(bs_lo, bs_hi));
+        let total = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        // [d_x * d_y, dmin_x * d_y]; -(dmin_x * d_y) is -d_y * dmin_x exactly.
+        let dd = _mm_mul_ps(head_f16x2(x), _mm_set1_ps(y.d));
+        let dmin = -_mm_cvtss_f32(_mm_movehdup_ps(dd));
+        mins = dmin.mul_add(total as f32, mins);
         // SAFETY: 32 readable bytes.
         let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
         let high = |bit: i32| {
@@ -318,16 +348,12 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
                 _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
                 high(2 * j as i32 + 1),
             );
-            let (sl, sh) = (pairs[2 * j].0 as i16, pairs[2 * j + 1].0 as i16);
+            let (sl, sh) = (sc[2 * j] as i16, sc[2 * j + 1] as i16);
             let pl = _mm256_madd_epi16(_mm256_set1_epi16(sl), _mm256_maddubs_epi16(q5l, q8l));
             let ph = _mm256_madd_epi16(_mm256_set1_epi16(sh), _mm256_maddubs_epi16(q5h, q8h));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(y.d * f32_of(x.d)),
-            _mm256_cvtepi32_ps(sumi),
-            acc,
-        );
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dd), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc) + mins
 }

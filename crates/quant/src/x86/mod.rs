@@ -1,12 +1,16 @@
 //! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
 
 pub mod avx2;
+pub mod avx512;
 pub mod avx512_tile;
+#[cfg(test)]
+mod tests;
 pub mod tile;
 
 use crate::blocks::*;
-use crate::codec::{dot_row, gemv_rows};
-use crate::QuantError;
+use crate::codec::GemvFn;
+use crate::codec::{cast_blocks, dot_row, gemv_rows, Block, DotBlock};
+use crate::{GgmlType, QuantError};
 
 macro_rules! avx2_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
@@ -40,4 +44,141 @@ avx2_entry! {
     iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
     q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
+}
+
+/// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C.
+fn has_avx512_vnni() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    })
+}
+
+macro_rules! avx512_entry {
+    ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
+        /// Type-erased entry to the AVX-512 VNNI kernel.
+        pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+            // SAFETY: `avx512_vec_dot`/`avx512_rows8` hand these entries out only after
+            // `has_avx512_vnni` found every feature the kernel is compiled for.
+            dot_row::<$block>(w, a, |x, y| unsafe { $kernel(x, y) })
+        }
+
+        /// Type-erased entry to the AVX-512 VNNI kernel, over consecutive rows.
+        pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+            // SAFETY: as above.
+            gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
+        }
+    )*};
+}
+
+avx512_entry! {
+    q6_k_512, q6_k_512_gemv: BlockQ6K => avx512::vec_dot_q6_k_q8_k;
+}
+
+/// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
+/// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
+/// checked as [`gemv_rows`] checks them.
+fn gemv_by<B: DotBlock, const R: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+    dot: impl Fn([&[B]; R], &[B::Act]) -> [f32; R],
+    one: impl Fn([&[B]; 1], &[B::Act]) -> [f32; 1],
+) -> Result<(), QuantError> {
+    let x = cast_blocks::<B>(w)?;
+    let y = cast_blocks::<B::Act>(a)?;
+    let per_row = row_bytes / size_of::<B>();
+    // These kernels pair formats of equal block length: one activation block per weight block.
+    let fits = per_row > 0
+        && per_row * size_of::<B>() == row_bytes
+        && x.len() == per_row * out.len()
+        && per_row * B::TYPE.block_len() == y.len() * B::Act::TYPE.block_len()
+        && per_row == y.len();
+    if !fits {
+        return Err(QuantError::DotLength {
+            ty: B::TYPE,
+            act: B::Act::TYPE,
+            weights: w.len() / size_of::<B>() * B::TYPE.block_len(),
+            activations: y.len() * B::Act::TYPE.block_len(),
+        });
+    }
+    let mut rows = x.chunks_exact(per_row);
+    let mut groups = out.chunks_exact_mut(R);
+    for o in &mut groups {
+        let group: [&[B]; R] = std::array::from_fn(|_| rows.next().unwrap_or_default());
+        o.copy_from_slice(&dot(group, y));
+    }
+    for (o, row) in groups.into_remainder().iter_mut().zip(rows) {
+        *o = one([row], y)[0];
+    }
+    Ok(())
+}
+
+macro_rules! avx512_rows_entry {
+    ($( $name:ident, $gemv:ident: $block:ty => $kernel:ident; )*) => {$(
+        /// Type-erased entry to the AVX-512 VNNI kernel.
+        pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+            // SAFETY: `avx512_vec_dot`/`avx512_rows8` hand these entries out only after
+            // `has_avx512_vnni` found every feature the kernel is compiled for.
+            dot_row::<$block>(w, a, |x, y| unsafe { avx512::$kernel::<1>([x], y)[0] })
+        }
+
+        /// Type-erased entry to the AVX-512 VNNI kernel, over consecutive rows, four at a time.
+        pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+            // SAFETY: as above.
+            unsafe {
+                gemv_by::<$block, 4>(
+                    w,
+                    row_bytes,
+                    a,
+                    out,
+                    |x, y| avx512::$kernel::<4>(x, y),
+                    |x, y| avx512::$kernel::<1>(x, y),
+                )
+            }
+        }
+    )*};
+}
+
+avx512_rows_entry! {
+    q4_0_512, q4_0_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_xr;
+    q4_1_512, q4_1_512_gemv: BlockQ4_1 => vec_dot_q4_1_q8_1_xr;
+    q8_0_512, q8_0_512_gemv: BlockQ8_0 => vec_dot_q8_0_q8_0_xr;
+    q4_0_rows8_512, q4_0_rows8_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
+}
+
+type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
+
+/// The AVX-512 VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has those
+/// features and there is one.
+pub(crate) fn avx512_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
+    if !has_avx512_vnni() {
+        return None;
+    }
+    Some(match ty {
+        GgmlType::Q4_0 => (q4_0_512 as DotFn, q4_0_512_gemv as GemvFn),
+        GgmlType::Q4_1 => (q4_1_512 as DotFn, q4_1_512_gemv as GemvFn),
+        GgmlType::Q8_0 => (q8_0_512 as DotFn, q8_0_512_gemv as GemvFn),
+        GgmlType::Q6_K => (q6_k_512 as DotFn, q6_k_512_gemv as GemvFn),
+        _ => return None,
+    })
+}
+
+/// The AVX-512 VNNI kernel in the order of llama.cpp's repacked gemv, if this CPU has those
+/// features and there is one.
+pub(crate) fn avx512_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
+    if !has_avx512_vnni() {
+        return None;
+    }
+    Some(match ty {
+        GgmlType::Q4_0 => (q4_0_rows8_512 as DotFn, q4_0_rows8_512_gemv as GemvFn),
+        _ => return None,
+    })
 }

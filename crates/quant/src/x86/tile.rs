@@ -283,28 +283,12 @@ struct Q4KPrep {
     dmin: f32,
 }
 
-/// The eight 6-bit scales and eight 6-bit mins of a Q4_K (or Q5_K) super-block, as bytes
-/// (`blocks::k_scale_min`, four at a time with 32-bit masks).
-#[inline(always)]
-fn k_scales_mins(s: &[u8; 12]) -> (u64, u64) {
-    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-    let (w0, w1, w2) = (word(0), word(1), word(2));
-    let top2 = |w: u32| ((w >> 6) & 0x0303_0303) << 4;
-    let scales_lo = w0 & 0x3f3f_3f3f;
-    let scales_hi = (w2 & 0x0f0f_0f0f) | top2(w0);
-    let mins_lo = w1 & 0x3f3f_3f3f;
-    let mins_hi = ((w2 >> 4) & 0x0f0f_0f0f) | top2(w1);
-    (
-        scales_lo as u64 | (scales_hi as u64) << 32,
-        mins_lo as u64 | (mins_hi as u64) << 32,
-    )
-}
-
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k_prep(x: &BlockQ4K) -> Q4KPrep {
     let m4 = _mm256_set1_epi8(0x0F);
     let (scales, mins) = k_scales_mins(&x.scales);
+    let (scales, mins) = (u64::from_le_bytes(scales), u64::from_le_bytes(mins));
     // The eight scales as i16 in both halves; scale `k` spread over a register by a shuffle
     // that repeats its two bytes.
     let scales16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64)));
