@@ -434,6 +434,28 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     Ok(reference)
 }
 
+/// The best tier of kernels this CPU runs, for reports (`synapse bench`): `avx512vnni` (with
+/// AVX2 for the formats it lacks), `avx2`, `neon+dotprod`, `neon` or `reference`.
+pub fn kernel_isa() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    let isa = if crate::x86::has_avx512_vnni() {
+        "avx512vnni"
+    } else if has_v3() {
+        "avx2"
+    } else {
+        "reference"
+    };
+    #[cfg(target_arch = "aarch64")]
+    let isa = if std::arch::is_aarch64_feature_detected!("dotprod") {
+        "neon+dotprod"
+    } else {
+        "neon"
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let isa = "reference";
+    isa
+}
+
 /// Whether the CPU has AVX2, FMA and F16C (x86-64-v3's vector features).
 #[cfg(target_arch = "x86_64")]
 fn has_v3() -> bool {

@@ -21,9 +21,9 @@ mod test_util;
 mod x86;
 
 pub use codec::{
-    act_quantizer, codec, decode_tile_kernel, gemm_kernel, gemm_kernels, llama_cpp_repacks,
-    matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock, GemmFn, GemvFn,
-    QuantizeBlock, VecDot,
+    act_quantizer, codec, decode_tile_kernel, gemm_kernel, gemm_kernels, kernel_isa,
+    llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,
+    GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
 pub use synapse_gguf::GgmlType;
 

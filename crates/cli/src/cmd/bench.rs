@@ -216,17 +216,9 @@ pub struct Row {
     pub peak_fraction: f64,
 }
 
-/// The kernel path the weights run on: `synapse_quant` picks its x86 kernels when the CPU has
-/// AVX2, FMA and F16C, else runs the portable reference.
+/// The kernel path the weights run on (see `synapse_quant::kernel_isa`).
 pub fn kernel_isa() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
-        return "avx2";
-    }
-    "reference"
+    synapse_quant::kernel_isa()
 }
 
 /// The CPU's model name (lscpu's), or the architecture.

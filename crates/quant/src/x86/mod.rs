@@ -47,7 +47,7 @@ avx2_entry! {
 }
 
 /// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C.
-fn has_avx512_vnni() -> bool {
+pub(crate) fn has_avx512_vnni() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
         std::arch::is_x86_feature_detected!("avx512f")
