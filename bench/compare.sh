@@ -4,6 +4,7 @@
 #
 #   bench/compare.sh            # the full run (about 30-40 minutes on a quiet 2-core machine)
 #   bench/compare.sh --quick    # end-to-end check of the script: small files, one round, minutes
+#   ROUNDS=2 bench/compare.sh   # fewer alternating rounds (default 3)
 #
 # What it does, in order (every command it runs is recorded and printed in PERF.md):
 #   1. builds llama.cpp (scripts/build-llama.sh) if llama-bench is missing, and synapse (release);
@@ -62,7 +63,7 @@ if ((quick)); then
     formats=(Q4_0 Q8_0)
     outside_reps=3
 else
-    rounds=3
+    rounds=${ROUNDS:-3}
     reps=2
     p=64
     n=32

@@ -223,6 +223,8 @@ pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
 /// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
 /// instruction set: all give the same bits (tested), so this is for tests and benchmarks.
 pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)> {
+    // Only x86-64 has tiles so far (NEON runs the row kernels for batches too).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut kernels = Vec::new();
     #[cfg(target_arch = "x86_64")]
     {
