@@ -4,7 +4,7 @@
 #
 #   bench/compare.sh            # the full run (about 30-40 minutes on a quiet 2-core machine)
 #   bench/compare.sh --quick    # end-to-end check of the script: small files, one round, minutes
-#   ROUNDS=2 bench/compare.sh   # fewer alternating rounds (default 3)
+#   ROUNDS=1 bench/compare.sh   # fewer alternations (default 3; REPS, default 2, is -r of each run)
 #
 # What it does, in order (every command it runs is recorded and printed in PERF.md):
 #   1. builds llama.cpp (scripts/build-llama.sh) if llama-bench is missing, and synapse (release);
@@ -63,7 +63,7 @@ if ((quick)); then
     formats=(Q4_0 Q8_0)
     outside_reps=3
 else
-    rounds=${ROUNDS:-3}
+    rounds=3
     reps=2
     p=64
     n=32
@@ -72,6 +72,8 @@ else
     formats=(Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS F16)
     outside_reps=5
 fi
+rounds=${ROUNDS:-$rounds}
+reps=${REPS:-$reps}
 threads=(1 2)
 
 # --- files -------------------------------------------------------------------------------------
@@ -141,15 +143,16 @@ fi
 
 # --- outside clock -----------------------------------------------------------------------------
 # `synapse run` on the 1B-shaped file, whose generated vocabulary makes one token of each byte:
-# a 63-letter prompt plus BOS is exactly 64 tokens. Differences of whole-process wall times
-# cancel loading: decode = T(p64, n=1+G) - T(p64, n=1) for G steps; prefill of 64 tokens =
-# T(p64, n=1) - T(p1, n=1) + one decode step.
+# a 63-letter prompt plus BOS is exactly 64 tokens, "a" without BOS one. Differences of
+# whole-process wall times cancel loading: decode = T(p1, n=1+G) - T(p1, n=1) for G steps (at
+# positions 1..G, as the bench's tgG at 0..G-1); prefill of 64 tokens = T(p64, n=1) - T(p1, n=1)
+# plus one decode step.
 say "outside-clock check"
 f1b=$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf
 prompt64=$(printf 'a%.0s' $(seq 1 63))
 for t in "${threads[@]}"; do
     for k in $(seq 1 "$outside_reps"); do
-        for spec in "p1:1" "p64:1" "p64:$((1 + n * 2))"; do
+        for spec in "p1:1" "p1:$((1 + n * 2))" "p64:1"; do
             pr=${spec%%:*}
             np=${spec##*:}
             # One token: "a" without BOS; 64 tokens: 63 letters and BOS.
@@ -163,7 +166,7 @@ for t in "${threads[@]}"; do
     run "$syn" bench -m "$f1b" -p 64 -n "$((n * 2))" -b 64 -t "$t" -r 3 -o json --no-membw -q >"$raw/inside-t$t.json"
 done
 rm -f "$raw/time.tmp"
-echo "/usr/bin/time -f %e $syn run -m $f1b -p <63 letters> -n {1,$((1 + n * 2))} --temp 0 -t {1,2} -b 64; and -p a --no-bos -n 1 ($outside_reps times each)" >>"$cmds"
+echo "/usr/bin/time -f %e $syn run -m $f1b -p <63 letters> -n 1, and -p a --no-bos -n {1,$((1 + n * 2))}; --temp 0 -t {1,2} -b 64 ($outside_reps times each)" >>"$cmds"
 
 say "writing docs/PERF.md"
 python3 bench/perf_report.py --raw "$raw" --quick "$quick" --p "$p" --n "$n" \

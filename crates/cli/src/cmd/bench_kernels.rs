@@ -191,8 +191,10 @@ fn kbench(
          n = 1 cycles through copies of the matrix larger than {} MiB (weights cold, as in decode)",
         args.reps, args.membw_mib
     );
-    println!("| format | matrix | shape | n | threads | ms | weights GB/s | of peak | tok/s |");
-    println!("|---|---|---|--:|--:|--:|--:|--:|--:|");
+    println!(
+        "| format | matrix | shape | n | threads | ms | weights GB/s | of peak | GMAC/s | tok/s |"
+    );
+    println!("|---|---|---|--:|--:|--:|--:|--:|--:|--:|");
     for &ty in &formats {
         for &(rows, cols, what) in KBENCH_SHAPES {
             let w = random_matrix(ty, rows, cols);
@@ -241,10 +243,11 @@ fn kbench(
                     let gbs = w.len() as f64 / d.as_secs_f64() / 1e9;
                     let peak = peak_at(t);
                     println!(
-                        "| {} | {what} | {rows}x{cols} | {n} | {t} | {:.3} | {gbs:.1} | {} | {:.0} |",
+                        "| {} | {what} | {rows}x{cols} | {n} | {t} | {:.3} | {gbs:.1} | {} | {:.1} | {:.0} |",
                         ty.name(),
                         d.as_secs_f64() * 1e3,
                         if peak > 0.0 { format!("{:.0}%", 100.0 * gbs / peak) } else { "-".into() },
+                        (rows * cols * n) as f64 / d.as_secs_f64() / 1e9,
                         n as f64 / d.as_secs_f64(),
                     );
                 }
