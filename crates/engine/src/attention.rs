@@ -98,8 +98,9 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let hd = s.head_dim;
+    let mut scratch = HeadScratch::new();
     for (h, o) in out[..s.n_head * hd].chunks_exact_mut(hd).enumerate() {
-        attend_head(s, h, q, keys, values, n_pos, o);
+        attend_head(s, h, q, keys, values, n_pos, o, &mut scratch);
     }
 }
 
@@ -122,24 +123,49 @@ pub fn attend_batch(
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let kv_dim = s.n_head_kv * hd;
     let n = q.len() / q_dim;
-    crate::matmul::parallel_chunks_mut(threads, &mut out[..n * q_dim], hd, |u, o| {
-        let (t, h) = (u / s.n_head, u % s.n_head);
-        let pos = pos0 + t;
-        let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        attend_head(
-            s,
-            h,
-            &q[t * q_dim..(t + 1) * q_dim],
-            &kv.keys(layer, pos + 1)[first * kv_dim..],
-            &kv.values(layer, pos + 1)[first * kv_dim..],
-            pos + 1 - first,
-            o,
-        );
+    crate::matmul::parallel_chunks_mut(threads, &mut out[..n * q_dim], hd, |first, run| {
+        let mut scratch = HeadScratch::new();
+        for (u, o) in (first..).zip(run.chunks_exact_mut(hd)) {
+            let (t, h) = (u / s.n_head, u % s.n_head);
+            let pos = pos0 + t;
+            let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            attend_head(
+                s,
+                h,
+                &q[t * q_dim..(t + 1) * q_dim],
+                &kv.keys(layer, pos + 1)[first * kv_dim..],
+                &kv.values(layer, pos + 1)[first * kv_dim..],
+                pos + 1 - first,
+                o,
+                &mut scratch,
+            );
+        }
     });
+}
+
+/// One head's working rows; F16 values are held as f32 (exactly), and rounding to F16 is a trip
+/// through `h16`. Made once per thread and reused for every head it computes.
+struct HeadScratch {
+    h16: [half::f16; MAX_HEAD_DIM],
+    qf: [f32; MAX_HEAD_DIM],
+    acc: [f32; MAX_HEAD_DIM],
+    row: [f32; MAX_HEAD_DIM],
+}
+
+impl HeadScratch {
+    fn new() -> HeadScratch {
+        HeadScratch {
+            h16: [half::f16::ZERO; MAX_HEAD_DIM],
+            qf: [0.0; MAX_HEAD_DIM],
+            acc: [0.0; MAX_HEAD_DIM],
+            row: [0.0; MAX_HEAD_DIM],
+        }
+    }
 }
 
 /// Head `h` of [`attend`]: `out` is that head's `head_dim` values.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn attend_head(
     s: &AttnShape,
     h: usize,
@@ -148,27 +174,25 @@ fn attend_head(
     values: &[half::f16],
     n_pos: usize,
     out: &mut [f32],
+    scratch: &mut HeadScratch,
 ) {
     use half::f16;
     use half::slice::HalfFloatSliceExt;
-    const MAX: usize = MAX_HEAD_DIM;
     let hd = s.head_dim;
     let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
     let group = s.n_head / s.n_head_kv;
-    // F16 values are held as f32 (exactly); rounding to F16 is a trip through an F16 buffer.
-    let (mut h16, mut qf) = ([f16::ZERO; MAX], [0.0f32; MAX]);
-    let (mut acc, mut row) = ([0.0f32; MAX], [0.0f32; MAX]);
     let round_f16 = |x: &mut [f32], h16: &mut [f16]| {
         h16.convert_from_f32_slice(x);
         h16.convert_to_f32_slice(x);
     };
     let (qf, acc, row, h16) = (
-        &mut qf[..hd],
-        &mut acc[..hd],
-        &mut row[..hd],
-        &mut h16[..hd],
+        &mut scratch.qf[..hd],
+        &mut scratch.acc[..hd],
+        &mut scratch.row[..hd],
+        &mut scratch.h16[..hd],
     );
+    acc.fill(0.0);
     qf.copy_from_slice(&q[h * hd..(h + 1) * hd]);
     round_f16(qf, h16);
     let off = (h / group) * hd;

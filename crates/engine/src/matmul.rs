@@ -258,9 +258,10 @@ pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync
     threads.split(n, f)
 }
 
-/// Call `f(i, chunk)` for every `chunk`-long piece `i` of `out`, the pieces split over threads
-/// (contiguous runs of them per thread). Each piece is written by one call only, so the result
-/// does not depend on the thread count (D1).
+/// Split `out` into `chunk`-long pieces and hand each thread a contiguous run of them:
+/// `f(first, run)`, where `run` holds pieces `first..` back to back. Each piece is written by one
+/// call only, so the result does not depend on the thread count (D1); per-run set-up (scratch
+/// buffers) is paid once per thread, not once per piece.
 pub fn parallel_chunks_mut(
     threads: &Threads,
     out: &mut [f32],
@@ -271,12 +272,12 @@ pub fn parallel_chunks_mut(
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
     threads.split(n, |pieces| {
         let shared = &shared;
-        for i in pieces {
-            // SAFETY: piece `i` lies inside `out` (i < n, n * chunk <= out.len()), and the
-            // ranges `split` hands out are disjoint, so no other call touches these elements
-            // while the slice lives.
-            let piece = unsafe { std::slice::from_raw_parts_mut(shared.0.add(i * chunk), chunk) };
-            f(i, piece);
-        }
+        // SAFETY: pieces `pieces` lie inside `out` (end <= n, n * chunk <= out.len()), and the
+        // ranges `split` hands out are disjoint, so no other call touches these elements while
+        // the slice lives.
+        let run = unsafe {
+            std::slice::from_raw_parts_mut(shared.0.add(pieces.start * chunk), pieces.len() * chunk)
+        };
+        f(pieces.start, run);
     });
 }

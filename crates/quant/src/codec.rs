@@ -535,7 +535,7 @@ fn quantize_act_v3_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Resu
     Ok(())
 }
 
-#[cfg(target_arch = "x86_64")]
+/// A type-erased single-row dot product ([`VecDot::f`]).
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
 #[cfg(target_arch = "x86_64")]
@@ -603,68 +603,58 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
         return Ok(base);
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some((f, gemv)) = crate::x86::avx512_rows8(ty) {
-        return Ok(VecDot { f, gemv, ..base });
-    }
+    let tier = crate::x86::avx512_rows8(ty).or_else(|| {
+        has_v3()
+            .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
+            .flatten()
+    });
     #[cfg(target_arch = "aarch64")]
-    if let Some((f, gemv)) = crate::aarch64::rows8(ty) {
-        return Ok(VecDot { f, gemv, ..base });
-    }
-    Ok(match ty {
-        #[cfg(target_arch = "x86_64")]
-        GgmlType::Q4_0 if has_v3() => VecDot {
-            f: crate::x86::q4_0_rows8,
-            gemv: crate::x86::q4_0_rows8_gemv,
-            ..base
-        },
-        GgmlType::Q4_0 => VecDot {
-            f: rows8::q4_0,
-            gemv: rows8::q4_0_gemv,
-            ..base
-        },
-        #[cfg(target_arch = "x86_64")]
-        GgmlType::IQ4_NL if has_v3() => VecDot {
-            f: crate::x86::iq4_nl_rows8,
-            gemv: crate::x86::iq4_nl_rows8_gemv,
-            ..base
-        },
-        GgmlType::IQ4_NL => VecDot {
-            f: rows8::iq4_nl,
-            gemv: rows8::iq4_nl_gemv,
-            ..base
-        },
-        #[cfg(target_arch = "x86_64")]
-        GgmlType::Q4_K if has_v3() => VecDot {
-            f: crate::x86::q4_k_rows8,
-            gemv: crate::x86::q4_k_rows8_gemv,
-            ..base
-        },
-        GgmlType::Q4_K => VecDot {
-            f: rows8::q4_k,
-            gemv: rows8::q4_k_gemv,
-            ..base
-        },
-        #[cfg(target_arch = "x86_64")]
-        GgmlType::Q2_K if has_v3() => VecDot {
-            f: crate::x86::q2_k_rows8,
-            gemv: crate::x86::q2_k_rows8_gemv,
-            ..base
-        },
-        GgmlType::Q2_K => VecDot {
-            f: rows8::q2_k,
-            gemv: rows8::q2_k_gemv,
-            ..base
-        },
-        _ => base,
+    let tier = crate::aarch64::rows8(ty);
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let tier = None;
+    let kernel = tier.or_else(|| {
+        rows8::REFERENCE
+            .iter()
+            .find(|k| k.0 == ty)
+            .map(|k| (k.1, k.2))
+    });
+    Ok(match kernel {
+        Some((f, gemv)) => VecDot { f, gemv, ..base },
+        None => base,
     })
 }
 
+/// The AVX2 kernels in the repacked order.
+#[cfg(target_arch = "x86_64")]
+static AVX2_ROWS8: &[(GgmlType, DotFn, GemvFn)] = &[
+    (
+        GgmlType::Q4_0,
+        crate::x86::q4_0_rows8,
+        crate::x86::q4_0_rows8_gemv,
+    ),
+    (
+        GgmlType::IQ4_NL,
+        crate::x86::iq4_nl_rows8,
+        crate::x86::iq4_nl_rows8_gemv,
+    ),
+    (
+        GgmlType::Q4_K,
+        crate::x86::q4_k_rows8,
+        crate::x86::q4_k_rows8_gemv,
+    ),
+    (
+        GgmlType::Q2_K,
+        crate::x86::q2_k_rows8,
+        crate::x86::q2_k_rows8_gemv,
+    ),
+];
+
 /// Type-erased entries to the repacked-order dot products.
 mod rows8 {
-    use super::{dot_row, gemv_rows};
+    use super::{dot_row, gemv_rows, GemvFn};
     use crate::blocks::*;
     use crate::reference::dot;
-    use crate::QuantError;
+    use crate::{GgmlType, QuantError};
 
     macro_rules! entries {
         ($( $name:ident, $gemv:ident: $block:ty => $f:path; )*) => {$(
@@ -677,6 +667,14 @@ mod rows8 {
             }
         )*};
     }
+
+    /// The reference in the repacked order, for every type llama.cpp repacks.
+    pub static REFERENCE: &[(GgmlType, super::DotFn, GemvFn)] = &[
+        (GgmlType::Q4_0, q4_0, q4_0_gemv),
+        (GgmlType::IQ4_NL, iq4_nl, iq4_nl_gemv),
+        (GgmlType::Q4_K, q4_k, q4_k_gemv),
+        (GgmlType::Q2_K, q2_k, q2_k_gemv),
+    ];
 
     entries! {
         q4_0, q4_0_gemv: BlockQ4_0 => dot::vec_dot_q4_0_q8_0_rows8;

@@ -16,7 +16,7 @@ use super::blocks::{
     add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
     DecoderLayer, Dims, LayerCtx,
 };
-use super::{attn_shape, vector, ForwardBody, Logits, Model, ModelInfo, State};
+use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::Rope;
@@ -79,30 +79,13 @@ impl<'a> Decoder<'a> {
     }
 }
 
-impl Model for Decoder<'_> {
+impl ForwardBody for Decoder<'_> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
         State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
-    }
-
-    fn forward(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        super::forward(self, st, tokens, logits, out, threads)
-    }
-}
-
-impl ForwardBody for Decoder<'_> {
-    fn info(&self) -> &ModelInfo {
-        &self.info
     }
 
     #[inline(always)]

@@ -25,7 +25,7 @@ use super::blocks::{
     attend_causal, embed, matrix, norm_rows, output_logits, output_matrix, rope_and_store,
     Activation, Attention, Dims, Ffn,
 };
-use super::{vector, HParams, Logits, Model, ModelInfo, State};
+use super::{vector, HParams, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm, scale_inplace, softcap_inplace, Rope, RopeStyle};
@@ -177,30 +177,13 @@ impl<'a> Gemma3<'a> {
     }
 }
 
-impl Model for Gemma3<'_> {
+impl super::ForwardBody for Gemma3<'_> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
         State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
-    }
-
-    fn forward(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        super::forward(self, st, tokens, logits, out, threads)
-    }
-}
-
-impl super::ForwardBody for Gemma3<'_> {
-    fn info(&self) -> &ModelInfo {
-        &self.info
     }
 
     #[inline(always)]

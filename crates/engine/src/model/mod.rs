@@ -238,6 +238,9 @@ impl Scratch {
 pub(crate) trait ForwardBody {
     fn info(&self) -> &ModelInfo;
 
+    /// See [`Model::new_state`].
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State;
+
     /// The pass itself, after [`crate::check_forward`]; mark implementations `#[inline(always)]`
     /// so that the x86-64-v3 copy really is compiled with those features.
     fn forward_body(
@@ -248,6 +251,29 @@ pub(crate) trait ForwardBody {
         out: &mut [f32],
         threads: &Threads,
     ) -> Result<(), ModelError>;
+}
+
+/// Every architecture is a [`Model`] through its [`ForwardBody`]: the checks and the x86-64-v3
+/// dispatch of [`forward`] are written once, here.
+impl<M: ForwardBody + Send + Sync> Model for M {
+    fn info(&self) -> &ModelInfo {
+        ForwardBody::info(self)
+    }
+
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+        ForwardBody::new_state(self, n_ctx, n_batch)
+    }
+
+    fn forward(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        forward(self, st, tokens, logits, out, threads)
+    }
 }
 
 /// Check the request, then run the forward pass compiled for x86-64-v3 when the CPU has AVX2,

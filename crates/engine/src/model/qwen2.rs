@@ -12,19 +12,30 @@ use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
+    load_qwen(file, "qwen2", false, 32768)
+}
+
+/// The Qwen dense decoders (qwen2, and qwen3 with `qk_norm`): the llama layer with NeoX RoPE
+/// over whole heads; biases are taken wherever the file has them.
+pub(super) fn load_qwen<'a>(
+    file: &'a GgufFile,
+    arch: &'static str,
+    qk_norm: bool,
+    n_ctx_train_default: usize,
+) -> Result<Decoder<'a>, ModelError> {
     let hp = HParams {
         md: file.metadata(),
-        arch: "qwen2",
+        arch,
     };
     let dims = Dims::read(&hp)?;
     if dims.n_rot != dims.head_dim {
         return Err(ModelError::Hparams(format!(
-            "qwen2 rotates whole heads: RoPE over {} of {} dims",
+            "{arch} rotates whole heads: RoPE over {} of {} dims",
             dims.n_rot, dims.head_dim
         )));
     }
     let spec = DecoderSpec {
-        arch: "qwen2",
+        arch,
         eps: hp.f32("attention.layer_norm_rms_epsilon")?,
         rope: Rope {
             style: RopeStyle::Neox,
@@ -32,8 +43,8 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
             base: hp.f32_or("rope.freq_base", 10000.0)?,
             freq_factors: None,
         },
-        qk_norm: false,
-        n_ctx_train: hp.usize_or("context_length", 32768)?,
+        qk_norm,
+        n_ctx_train: hp.usize_or("context_length", n_ctx_train_default)?,
         dims,
     };
     super::reject_rope_scaling(&hp)?;

@@ -6,37 +6,9 @@
 
 use synapse_gguf::GgufFile;
 
-use super::blocks::Dims;
-use super::decoder::{Decoder, DecoderSpec};
-use super::HParams;
-use crate::ops::{Rope, RopeStyle};
+use super::decoder::Decoder;
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    let hp = HParams {
-        md: file.metadata(),
-        arch: "qwen3",
-    };
-    let dims = Dims::read(&hp)?;
-    if dims.n_rot != dims.head_dim {
-        return Err(ModelError::Hparams(format!(
-            "qwen3 rotates whole heads: RoPE over {} of {} dims",
-            dims.n_rot, dims.head_dim
-        )));
-    }
-    let spec = DecoderSpec {
-        arch: "qwen3",
-        eps: hp.f32("attention.layer_norm_rms_epsilon")?,
-        rope: Rope {
-            style: RopeStyle::Neox,
-            n_rot: dims.n_rot,
-            base: hp.f32_or("rope.freq_base", 10000.0)?,
-            freq_factors: None,
-        },
-        qk_norm: true,
-        n_ctx_train: hp.usize_or("context_length", 40960)?,
-        dims,
-    };
-    super::reject_rope_scaling(&hp)?;
-    Decoder::load(file, spec)
+    super::qwen2::load_qwen(file, "qwen3", true, 40960)
 }

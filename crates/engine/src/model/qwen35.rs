@@ -28,7 +28,7 @@ use super::blocks::{
     Activation, Dims, Ffn,
 };
 use super::{
-    attn_shape, mm, mm_many, vector, HParams, Logits, Model, ModelInfo, Scratch, ScratchDims, State,
+    attn_shape, mm, mm_many, vector, HParams, Logits, ModelInfo, Scratch, ScratchDims, State,
 };
 use crate::attention::AttnShape;
 use crate::delta_net::{
@@ -429,7 +429,7 @@ impl<'a> Qwen35<'a> {
     }
 }
 
-impl Model for Qwen35<'_> {
+impl super::ForwardBody for Qwen35<'_> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
@@ -459,23 +459,6 @@ impl Model for Qwen35<'_> {
             rs: RecurrentState::new(self.n_dn_layers, self.dn),
             s,
         }
-    }
-
-    fn forward(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        super::forward(self, st, tokens, logits, out, threads)
-    }
-}
-
-impl super::ForwardBody for Qwen35<'_> {
-    fn info(&self) -> &ModelInfo {
-        &self.info
     }
 
     #[inline(always)]

@@ -147,27 +147,8 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     }
 }
 
-macro_rules! gemm_entries {
-    ($( $name:ident: $pair:ty; )*) => {$(
-        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
-        pub fn $name(
-            w: &[u8],
-            row_bytes: usize,
-            a: &[u8],
-            n_tok: usize,
-            out: &mut [f32],
-        ) -> Result<(), QuantError> {
-            let (x, y, per_row) =
-                gemm_operands::<<$pair as Pair>::W>(w, row_bytes, a, n_tok, out)?;
-            // SAFETY: `gemm_kernel` hands these entries out only after `available()`; the
-            // operands' sizes agree (checked above).
-            unsafe { gemm::<$pair>(x, y, per_row, out) };
-            Ok(())
-        }
-    )*};
-}
-
 gemm_entries! {
+    Pair needs "avx512vnni";
     q4_0: Q4_0;
     q4_1: Q4_1;
     q5_0: Q5_0;

@@ -1,5 +1,28 @@
 //! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
 
+/// The safe entry points of a tiled kernel family ([`crate::GemmFn`]): check and cast the
+/// operands, then call the family's `gemm` driver for each kernel `$k` (whose weight block is
+/// `<$k as $family>::W`). `gemm_kernel` hands them out only after checking `$features`.
+macro_rules! gemm_entries {
+    ($family:ident needs $features:literal; $( $name:ident: $k:ty; )*) => {$(
+        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+        pub fn $name(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[u8],
+            n_tok: usize,
+            out: &mut [f32],
+        ) -> Result<(), QuantError> {
+            let (x, y, per_row) =
+                gemm_operands::<<$k as $family>::W>(w, row_bytes, a, n_tok, out)?;
+            // SAFETY: `gemm_kernel` hands these entries out only after detecting the CPU
+            // features `gemm` needs (named above); the operands' sizes agree (checked above).
+            unsafe { gemm::<$k>(x, y, per_row, out) };
+            Ok(())
+        }
+    )*};
+}
+
 pub mod avx2;
 pub mod avx512;
 pub mod avx512_tile;

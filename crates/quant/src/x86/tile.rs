@@ -106,27 +106,8 @@ unsafe fn gemm<K: Tile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     }
 }
 
-macro_rules! gemm_entries {
-    ($( $name:ident: $tile:ty; )*) => {$(
-        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
-        pub fn $name(
-            w: &[u8],
-            row_bytes: usize,
-            a: &[u8],
-            n_tok: usize,
-            out: &mut [f32],
-        ) -> Result<(), QuantError> {
-            let (x, y, per_row) =
-                gemm_operands::<<$tile as Tile>::W>(w, row_bytes, a, n_tok, out)?;
-            // SAFETY: `gemm_kernel` hands these entries out only after detecting AVX2, FMA and
-            // F16C on this CPU; the operands' sizes agree (checked above).
-            unsafe { gemm::<$tile>(x, y, per_row, out) };
-            Ok(())
-        }
-    )*};
-}
-
 gemm_entries! {
+    Tile needs "avx2,fma,f16c";
     q4_0: Q4_0;
     q4_0_rows8: Q4_0Rows8;
     q4_1: Q4_1;
