@@ -70,7 +70,7 @@ else
     layers_1b=16
     layers_fmt=4
     formats=(Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS F16)
-    outside_reps=5
+    outside_reps=7
 fi
 rounds=${ROUNDS:-$rounds}
 reps=${REPS:-$reps}
@@ -142,31 +142,8 @@ else
 fi
 
 # --- outside clock -----------------------------------------------------------------------------
-# `synapse run` on the 1B-shaped file, whose generated vocabulary makes one token of each byte:
-# a 63-letter prompt plus BOS is exactly 64 tokens, "a" without BOS one. Differences of
-# whole-process wall times cancel loading: decode = T(p1, n=1+G) - T(p1, n=1) for G steps (at
-# positions 1..G, as the bench's tgG at 0..G-1); prefill of 64 tokens = T(p64, n=1) - T(p1, n=1)
-# plus one decode step.
 say "outside-clock check"
-f1b=$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf
-prompt64=$(printf 'a%.0s' $(seq 1 63))
-for t in "${threads[@]}"; do
-    for k in $(seq 1 "$outside_reps"); do
-        for spec in "p1:1" "p1:$((1 + n * 2))" "p64:1"; do
-            pr=${spec%%:*}
-            np=${spec##*:}
-            # One token: "a" without BOS; 64 tokens: 63 letters and BOS.
-            if [[ $pr == p1 ]]; then args=(-p a --no-bos); else args=(-p "$prompt64"); fi
-            /usr/bin/time -f '%e' -o "$raw/time.tmp" \
-                "$syn" run -m "$f1b" "${args[@]}" -n "$np" --temp 0 -t "$t" -b 64 >/dev/null 2>&1
-            s=$(tail -1 "$raw/time.tmp")
-            echo "{\"threads\": $t, \"rep\": $k, \"prompt\": \"$pr\", \"n_predict\": $np, \"wall_s\": $s}" >>"$raw/outside.jsonl"
-        done
-    done
-    run "$syn" bench -m "$f1b" -p 64 -n "$((n * 2))" -b 64 -t "$t" -r 3 -o json --no-membw -q >"$raw/inside-t$t.json"
-done
-rm -f "$raw/time.tmp"
-echo "/usr/bin/time -f %e $syn run -m $f1b -p <63 letters> -n 1, and -p a --no-bos -n {1,$((1 + n * 2))}; --temp 0 -t {1,2} -b 64 ($outside_reps times each)" >>"$cmds"
+bench/outside-clock.sh "$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf" "$raw" "$outside_reps" "$((n * 2))"
 
 say "writing docs/PERF.md"
 python3 bench/perf_report.py --raw "$raw" --quick "$quick" --p "$p" --n "$n" \
