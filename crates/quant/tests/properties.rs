@@ -412,6 +412,8 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
         ] {
             let have = tested
                 .iter()

@@ -25,6 +25,7 @@ macro_rules! gemm_entries {
 
 pub mod avx2;
 pub mod avx512;
+pub mod avx512_ktile;
 pub mod avx512_tile;
 #[cfg(test)]
 mod tests;
@@ -32,7 +33,7 @@ pub mod tile;
 
 use crate::blocks::*;
 use crate::codec::GemvFn;
-use crate::codec::{cast_blocks, dot_row, gemv_rows, Block, DotBlock};
+use crate::codec::{cast_blocks, dot_row, gemv_rows, prefetch_ahead, Block, DotBlock};
 use crate::{GgmlType, QuantError};
 
 macro_rules! avx2_entry {
@@ -134,7 +135,8 @@ fn gemv_by<B: DotBlock, const R: usize>(
     }
     let mut rows = x.chunks_exact(per_row);
     let mut groups = out.chunks_exact_mut(R);
-    for o in &mut groups {
+    for (i, o) in (&mut groups).enumerate() {
+        prefetch_ahead(w, i * R * row_bytes..(i + 1) * R * row_bytes);
         let group: [&[B]; R] = std::array::from_fn(|_| rows.next().unwrap_or_default());
         o.copy_from_slice(&dot(group, y));
     }

@@ -1,0 +1,50 @@
+//! Times every tiled kernel this CPU runs for one format on a hot matrix:
+//! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`.
+use std::time::Instant;
+use synapse_quant::GgmlType;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let ty = GgmlType::from_name(&args[1]).expect("a ggml type name");
+    let rows: usize = args[2].parse().unwrap();
+    let cols: usize = args[3].parse().unwrap();
+    let n_tok: usize = args[4].parse().unwrap();
+    let repacked = args.get(5).is_some_and(|a| a == "repacked");
+    let act = synapse_quant::vec_dot_type(ty).unwrap();
+    let mut seed = 1u64;
+    let mut rnd = || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 33) as f32 / (1u64 << 31) as f32) * 2.0 - 1.0
+    };
+    // Random bytes with every f16 scale 1.0 (no NaN or subnormal slowing the float side).
+    let bb = ty.block_bytes();
+    let mut w: Vec<u8> = (0..rows * cols / ty.block_len() * bb)
+        .map(|_| (rnd() * 127.0) as i8 as u8)
+        .collect();
+    for b in w.chunks_exact_mut(bb) {
+        let at: &[usize] = match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q2_K => &[0, 2],
+            GgmlType::Q6_K | GgmlType::Q3_K => &[bb - 2],
+            _ => &[0],
+        };
+        for &i in at {
+            b[i..i + 2].copy_from_slice(&0x3C00u16.to_le_bytes());
+        }
+    }
+    let xf: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
+    let a = synapse_quant::quantize(act, &xf).unwrap();
+    let row_bytes = w.len() / rows;
+    let mut out = vec![0f32; rows * n_tok];
+    for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = Instant::now();
+            k(&w, row_bytes, &a, n_tok, &mut out).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let gmac = (rows * cols * n_tok) as f64 / best / 1e9;
+        println!("{ty} repacked={repacked} {isa:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s", best * 1e3);
+    }
+}
