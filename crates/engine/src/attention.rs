@@ -122,25 +122,31 @@ pub fn attend_batch(
 ) {
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = q.len() / q_dim;
-    crate::matmul::parallel_chunks_mut(threads, &mut out[..n * q_dim], hd, |first, run| {
-        let heads = Heads {
-            s,
-            q,
-            kv,
-            layer,
-            pos0,
-            window,
-        };
-        #[cfg(target_arch = "x86_64")]
-        if crate::has_x86_64_v3() {
-            // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
-            return unsafe { heads.run_v3(first, run) };
-        }
-        heads.run(first, run);
-    });
+    let heads = Heads {
+        s,
+        q,
+        kv,
+        layer,
+        pos0,
+        window,
+    };
+    crate::matmul::parallel_pieces_mut(
+        threads,
+        &mut out[..n * q_dim],
+        hd,
+        HeadScratch::new,
+        |scratch, u, o| {
+            #[cfg(target_arch = "x86_64")]
+            if crate::has_x86_64_v3() {
+                // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+                return unsafe { heads.one_v3(u, o, scratch) };
+            }
+            heads.one(u, o, scratch);
+        },
+    );
 }
 
-/// The operands of [`attend_batch`], for one thread's run of (token, head) pieces.
+/// The operands of [`attend_batch`].
 struct Heads<'a> {
     s: &'a AttnShape,
     q: &'a [f32],
@@ -151,31 +157,28 @@ struct Heads<'a> {
 }
 
 impl Heads<'_> {
-    /// Pieces `first..` (piece `u` is head `u % n_head` of token `u / n_head`) into `out`.
+    /// Piece `u` (head `u % n_head` of token `u / n_head`) into `out`.
     #[inline(always)]
-    fn run(&self, first: usize, out: &mut [f32]) {
+    fn one(&self, u: usize, out: &mut [f32], scratch: &mut HeadScratch) {
         let s = self.s;
         let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
         let kv_dim = s.n_head_kv * hd;
-        let mut scratch = HeadScratch::new();
-        for (u, o) in (first..).zip(out.chunks_exact_mut(hd)) {
-            let (t, h) = (u / s.n_head, u % s.n_head);
-            let pos = self.pos0 + t;
-            let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            attend_head(
-                s,
-                h,
-                &self.q[t * q_dim..(t + 1) * q_dim],
-                &self.kv.keys(self.layer, pos + 1)[first * kv_dim..],
-                &self.kv.values(self.layer, pos + 1)[first * kv_dim..],
-                pos + 1 - first,
-                o,
-                &mut scratch,
-            );
-        }
+        let (t, h) = (u / s.n_head, u % s.n_head);
+        let pos = self.pos0 + t;
+        let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        attend_head(
+            s,
+            h,
+            &self.q[t * q_dim..(t + 1) * q_dim],
+            &self.kv.keys(self.layer, pos + 1)[first * kv_dim..],
+            &self.kv.values(self.layer, pos + 1)[first * kv_dim..],
+            pos + 1 - first,
+            out,
+            scratch,
+        );
     }
 
-    /// [`Heads::run`] compiled for x86-64-v3: the fused multiply-adds become instructions
+    /// [`Heads::one`] compiled for x86-64-v3: the fused multiply-adds become instructions
     /// instead of calls to libm's `fmaf` (the same correctly rounded result), and the loops
     /// over a head vectorize. Same bits.
     ///
@@ -183,8 +186,8 @@ impl Heads<'_> {
     /// The CPU must have AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn run_v3(&self, first: usize, out: &mut [f32]) {
-        self.run(first, out)
+    unsafe fn one_v3(&self, u: usize, out: &mut [f32], scratch: &mut HeadScratch) {
+        self.one(u, out, scratch)
     }
 }
 

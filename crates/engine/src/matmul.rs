@@ -101,20 +101,38 @@ impl Acts {
         }
     }
 
-    /// Quantize `n` rows of `cols` values (`x` is `(n, cols)`) to `ty`.
-    pub fn quantize(&mut self, ty: GgmlType, x: &[f32], cols: usize) {
+    /// Quantize `n` rows of `cols` values (`x` is `(n, cols)`) to `ty`, tokens spread over the
+    /// threads (each row is quantized alone: the same bytes whatever the split).
+    pub fn quantize(&mut self, ty: GgmlType, x: &[f32], cols: usize, threads: &Threads) {
         let n = x.len() / cols;
         let row_bytes = ty.bytes_for(cols as u64).expect("cols checked at load") as usize;
         self.ty = ty;
         self.row_bytes = row_bytes;
         self.n = n;
         let q = synapse_quant::act_quantizer(ty).expect("activation types encode");
-        for (xr, out) in x
-            .chunks_exact(cols)
-            .zip(self.buf.chunks_exact_mut(row_bytes))
-        {
-            q(xr, out).expect("sizes agree by construction");
+        let buf = &mut self.buf[..n * row_bytes];
+        if n < 4 {
+            for (xr, out) in x.chunks_exact(cols).zip(buf.chunks_exact_mut(row_bytes)) {
+                q(xr, out).expect("sizes agree by construction");
+            }
+            return;
         }
+        let shared = SharedBytes(buf.as_mut_ptr());
+        threads.split(n, |tokens| {
+            let shared = &shared;
+            // SAFETY: rows `tokens` lie inside `buf` (end <= n), and the ranges `split` hands
+            // out are disjoint, so no other call touches these bytes while the slice lives.
+            let out = unsafe {
+                std::slice::from_raw_parts_mut(
+                    shared.0.add(tokens.start * row_bytes),
+                    tokens.len() * row_bytes,
+                )
+            };
+            let xs = &x[tokens.start * cols..tokens.end * cols];
+            for (xr, out) in xs.chunks_exact(cols).zip(out.chunks_exact_mut(row_bytes)) {
+                q(xr, out).expect("sizes agree by construction");
+            }
+        });
     }
 
     fn row(&self, t: usize) -> &[u8] {
@@ -155,6 +173,12 @@ impl Threads {
         });
     }
 }
+
+/// A pointer to a byte buffer that threads write disjoint rows of.
+struct SharedBytes(*mut u8);
+// SAFETY: `Acts::quantize` hands each thread a disjoint set of rows, inside the buffer, which
+// outlives the pool's job.
+unsafe impl Sync for SharedBytes {}
 
 /// A pointer to an output buffer that threads write disjoint elements of.
 #[derive(Clone, Copy)]
@@ -201,7 +225,7 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
     /// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each
     /// weight row once per tile and chunk, not once per token). Only the loop order: no effect
     /// on any value.
-    const ROW_TILE: usize = 16;
+    const ROW_TILE: usize = 64;
     const TOKEN_CHUNK: usize = 64;
     let n = acts.n;
     // Each slice of `out` this thread writes: rows of `rows` only.
@@ -256,6 +280,41 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
 /// Split `0..n` over threads: for per-head attention and other independent rows.
 pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync) {
     threads.split(n, f)
+}
+
+/// Split `out` into `chunk`-long pieces and deal them out round-robin: thread `i` of `T`
+/// computes pieces `i`, `i + T`, `i + 2T`, .., calling `f(&mut scratch, u, piece)` for each,
+/// with one `scratch` per thread from `init`. For work whose cost grows along `out` (causal
+/// attention over a batch, where later tokens see more positions), so that the threads get
+/// equal shares. Each piece is written by one call only, so the result does not depend on the
+/// thread count (D1).
+pub fn parallel_pieces_mut<S>(
+    threads: &Threads,
+    out: &mut [f32],
+    chunk: usize,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, usize, &mut [f32]) + Sync,
+) {
+    let n = out.len() / chunk.max(1);
+    let t = threads.n().min(n.max(1));
+    if t == 1 {
+        let mut scratch = init();
+        for (u, piece) in out[..n * chunk].chunks_exact_mut(chunk).enumerate() {
+            f(&mut scratch, u, piece);
+        }
+        return;
+    }
+    let shared = SharedOut(out.as_mut_ptr(), n * chunk);
+    threads.pool.run(&|i| {
+        let shared = &shared;
+        let mut scratch = init();
+        for u in (i..n).step_by(t) {
+            // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); the pieces of
+            // different threads differ (u mod t), so no other call touches it while it lives.
+            let piece = unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
+            f(&mut scratch, u, piece);
+        }
+    });
 }
 
 /// Split `out` into `chunk`-long pieces and hand each thread a contiguous run of them:

@@ -232,7 +232,7 @@ fn kbench(
             for &t in threads {
                 let pool = Threads::new(t);
                 for &n in &tokens {
-                    acts.quantize(ms[0].act_type(), &x[..n * cols], cols);
+                    acts.quantize(ms[0].act_type(), &x[..n * cols], cols, &pool);
                     let cycle = if n == 1 { &ms[..] } else { &ms[..1] };
                     let d = best_of(args.reps, || {
                         for m in cycle {

@@ -318,7 +318,7 @@ pub(crate) fn mm(
     out: &mut [f32],
     threads: &Threads,
 ) {
-    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols);
+    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols, threads);
     matmul(w, acts, &mut out[..n * w.rows], threads);
 }
 
@@ -335,7 +335,7 @@ pub(crate) fn mm_many(
 ) {
     let (ty, cols) = (ws[0].act_type(), ws[0].cols);
     if ws.iter().all(|w| w.act_type() == ty && w.cols == cols) {
-        acts.quantize(ty, &x[..n * cols], cols);
+        acts.quantize(ty, &x[..n * cols], cols, threads);
         crate::matmul::matmul_many(ws, acts, outs, threads);
     } else {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {

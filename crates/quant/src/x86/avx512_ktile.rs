@@ -208,17 +208,17 @@ struct Q8KTokens {
 }
 
 impl Q8KTokens {
+    #[inline]
+    #[target_feature(enable = "avx2")]
     fn new(a: &[BlockQ8K], per_row: usize, n_tok: usize) -> Q8KTokens {
-        let at = |b: usize, t: usize| &a[t * per_row + b];
-        let mut pair_sums = Vec::with_capacity(per_row * n_tok);
-        let mut d = Vec::with_capacity(per_row * n_tok);
-        for b in 0..per_row {
-            for t in 0..n_tok {
-                let y = at(b, t);
-                d.push(y.d);
-                pair_sums.push(std::array::from_fn(|k| {
-                    y.bsums[2 * k].wrapping_add(y.bsums[2 * k + 1])
-                }));
+        let mut pair_sums = vec![[0i16; 8]; per_row * n_tok];
+        let mut d = vec![0.0f32; per_row * n_tok];
+        for (t, y) in a.chunks_exact(per_row).enumerate() {
+            for (b, y) in y.iter().enumerate() {
+                d[b * n_tok + t] = y.d;
+                let ps = &mut pair_sums[b * n_tok + t];
+                // SAFETY: 16 writable bytes.
+                unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
             }
         }
         Q8KTokens {

@@ -45,6 +45,9 @@ trait Pair {
     type Tok;
     type Prep;
     type Acc: Copy;
+    /// Pairs of rows a batch tile takes (by four tokens): as many as the accumulators leave
+    /// registers for.
+    const BATCH_PAIRS: usize;
     /// # Safety
     /// The CPU must have what [`available`] checks (as for every method here).
     unsafe fn zero() -> Self::Acc;
@@ -66,13 +69,14 @@ trait Pair {
 type Act<K> = <<K as Pair>::W as DotBlock>::Act;
 
 /// `P` pairs of rows from `r0` (the last pair repeats its row A when `rows` runs out; that
-/// copy's result is not written) times tokens `t0..t0 + T`, into `out` (`(n_tok, rows)`).
+/// copy's result is not written) times tokens `t0..t0 + T`, whose per-block work is `toks`
+/// (`toks[b][t]`), into `out` (`(n_tok, rows)`).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `b` indexes every row and token of the tile
 unsafe fn tile<K: Pair, const P: usize, const T: usize>(
     w: &[K::W],
-    a: &[Act<K>],
+    toks: &[[K::Tok; T]],
     per_row: usize,
     (r0, t0): (usize, usize),
     out: &mut [f32],
@@ -85,16 +89,15 @@ unsafe fn tile<K: Pair, const P: usize, const T: usize>(
     });
     let xa: [&[K::W]; P] = pair_rows.map(|(ra, _)| row(ra));
     let xb: [&[K::W]; P] = pair_rows.map(|(_, rb)| row(rb));
-    let ys: [&[Act<K>]; T] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    let toks = &toks[..per_row];
     // SAFETY: the caller's CPU has what `available` checks, all the `Pair` methods need.
     unsafe {
         let mut acc = [[K::zero(); T]; P];
         for b in 0..per_row {
-            let toks: [K::Tok; T] = std::array::from_fn(|t| K::tok(&ys[t][b]));
             for p in 0..P {
                 let prep = K::prep(&xa[p][b], &xb[p][b]);
                 for t in 0..T {
-                    acc[p][t] = K::step(&prep, &toks[t], acc[p][t]);
+                    acc[p][t] = K::step(&prep, &toks[b][t], acc[p][t]);
                 }
             }
         }
@@ -110,8 +113,26 @@ unsafe fn tile<K: Pair, const P: usize, const T: usize>(
     }
 }
 
-/// Every row of `w` times every token of `a`: eight rows a token for one token, four rows by
-/// four tokens for batches.
+/// The per-block work of tokens `t0..t0 + T`, for every block of a row, into `toks`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tokens<K: Pair, const T: usize>(
+    a: &[Act<K>],
+    per_row: usize,
+    t0: usize,
+    toks: &mut Vec<[K::Tok; T]>,
+) {
+    toks.clear();
+    // SAFETY: the caller's CPU has what `available` checks.
+    toks.extend(
+        (0..per_row)
+            .map(|b| std::array::from_fn(|t| unsafe { K::tok(&a[(t0 + t) * per_row + b]) })),
+    );
+}
+
+/// Every row of `w` times every token of `a`: eight (or four, [`Pair::BATCH_PAIRS`]) rows by
+/// four tokens for batches, eight rows a token for the tokens left over (and for one token). A group of tokens' per-block
+/// work is done once, for every row.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32]) {
@@ -121,26 +142,34 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     // loops' conditions), which the slicing in `tile` checks again.
     unsafe {
         let mut t0 = 0;
+        let mut toks4 = Vec::new();
         while n_tok - t0 >= 4 {
+            tokens::<K, 4>(a, per_row, t0, &mut toks4);
             let mut r0 = 0;
+            while K::BATCH_PAIRS == 4 && rows - r0 >= 8 {
+                tile::<K, 4, 4>(w, &toks4, per_row, (r0, t0), out);
+                r0 += 8;
+            }
             while rows - r0 >= 4 {
-                tile::<K, 2, 4>(w, a, per_row, (r0, t0), out);
+                tile::<K, 2, 4>(w, &toks4, per_row, (r0, t0), out);
                 r0 += 4;
             }
             while r0 < rows {
-                tile::<K, 1, 4>(w, a, per_row, (r0, t0), out);
+                tile::<K, 1, 4>(w, &toks4, per_row, (r0, t0), out);
                 r0 += 2;
             }
             t0 += 4;
         }
+        let mut toks1 = Vec::new();
         for t0 in t0..n_tok {
+            tokens::<K, 1>(a, per_row, t0, &mut toks1);
             let mut r0 = 0;
             while rows - r0 >= 8 {
-                tile::<K, 4, 1>(w, a, per_row, (r0, t0), out);
+                tile::<K, 4, 1>(w, &toks1, per_row, (r0, t0), out);
                 r0 += 8;
             }
             while r0 < rows {
-                tile::<K, 1, 1>(w, a, per_row, (r0, t0), out);
+                tile::<K, 1, 1>(w, &toks1, per_row, (r0, t0), out);
                 r0 += 2;
             }
         }
@@ -267,6 +296,7 @@ macro_rules! signed_pair {
             type Tok = SignedTok;
             type Prep = SignedPrep;
             type Acc = __m512;
+            const BATCH_PAIRS: usize = 4;
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
@@ -346,6 +376,8 @@ macro_rules! unsigned_pair {
             type Tok = UnsignedTok;
             type Prep = UnsignedPrep;
             type Acc = (__m512, __m128);
+            // Sixteen accumulators and sixteen for the mins would take every register.
+            const BATCH_PAIRS: usize = 2;
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
