@@ -1,5 +1,6 @@
 //! Times every tiled kernel this CPU runs for one format on a hot matrix:
-//! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`.
+//! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`
+//! (first the row kernel, `gemv` once per token, which the engine runs where there is no tile).
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -33,10 +34,32 @@ fn main() {
             b[i..i + 2].copy_from_slice(&0x3C00u16.to_le_bytes());
         }
     }
+    // The float formats: random values in -1..1, encoded (random bytes would be NaNs).
+    if matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) {
+        let v: Vec<f32> = (0..rows * cols).map(|_| rnd()).collect();
+        w = synapse_quant::quantize(ty, &v).unwrap();
+    }
     let xf: Vec<f32> = (0..n_tok * cols).map(|_| rnd()).collect();
     let a = synapse_quant::quantize(act, &xf).unwrap();
     let row_bytes = w.len() / rows;
     let mut out = vec![0f32; rows * n_tok];
+    // The row kernel the engine runs without a tile: one gemv over all rows per token.
+    let vd = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+    let act_bytes = a.len() / n_tok;
+    let mut best = f64::MAX;
+    for _ in 0..20 {
+        let t = Instant::now();
+        for (o, at) in out.chunks_exact_mut(rows).zip(a.chunks_exact(act_bytes)) {
+            (vd.gemv)(&w, row_bytes, at, o).unwrap();
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    let gmac = (rows * cols * n_tok) as f64 / best / 1e9;
+    println!(
+        "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
+        "gemv",
+        best * 1e3
+    );
     for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
         let mut best = f64::MAX;
         for _ in 0..20 {

@@ -81,7 +81,7 @@ macro_rules! impl_blocks {
 
 impl_blocks! {
     f32: F32, dq::dequantize_f32, quantize qz::quantize_f32, dot f32 => dot::vec_dot_f32_f32;
-    f16: F16, dq::dequantize_f16, quantize qz::quantize_f16, dot f32 => dot::vec_dot_f16_f32;
+    f16: F16, dq::dequantize_f16, quantize qz::quantize_f16, dot f16 => dot::vec_dot_f16_f16;
     bf16: BF16, dq::dequantize_bf16, quantize qz::quantize_bf16, dot f32 => dot::vec_dot_bf16_f32;
     BlockQ4_0: Q4_0, dq::dequantize_q4_0, dot BlockQ8_0 => dot::vec_dot_q4_0_q8_0;
     BlockQ4_1: Q4_1, dq::dequantize_q4_1, dot BlockQ8_1 => dot::vec_dot_q4_1_q8_1;
@@ -273,6 +273,9 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));
+        }
+        if ty == GgmlType::F16 && crate::x86::f16::has_avx512() {
+            kernels.push(("avx512", crate::x86::f16::gemm_512 as GemmFn));
         }
         if has_v3() {
             let k: Option<GemmFn> = match (ty, repacked) {
@@ -553,6 +556,7 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
             GgmlType::Q8_0 => quantize_act_v3_erased::<BlockQ8_0>,
             GgmlType::Q8_1 => quantize_act_v3_erased::<BlockQ8_1>,
             GgmlType::Q8_K => quantize_act_v3_erased::<BlockQ8K>,
+            GgmlType::F16 => quantize_f16_f16c,
             _ => reference,
         });
     }
@@ -568,6 +572,16 @@ fn quantize_act_v3_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Resu
     Ok(())
 }
 
+/// F32 to F16 with F16C (`vcvtps2ph`, round to nearest even): the reference's bits.
+#[cfg(target_arch = "x86_64")]
+fn quantize_f16_f16c(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check_sizes::<f16>(src.len(), dst.len())?;
+    let y = cast_blocks_mut::<f16>(dst)?;
+    // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
+    unsafe { crate::x86::f16::quantize_f16(src, y) };
+    Ok(())
+}
+
 /// A type-erased single-row dot product ([`VecDot::f`]).
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
@@ -580,8 +594,8 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     ),
     (
         GgmlType::F16,
-        vec_dot_v3_erased::<f16>,
-        gemv_v3_erased::<f16>,
+        crate::x86::f16_avx2,
+        crate::x86::f16_avx2_gemv,
     ),
     (
         GgmlType::BF16,

@@ -21,9 +21,44 @@ pub fn vec_dot_f32_f32(x: &[f32], y: &[f32]) -> f32 {
     x.iter().zip(y).map(|(a, b)| a * b).sum()
 }
 
+/// F16 weights with F16 activations (llama.cpp rounds activations to F16 for F16 weights, to
+/// nearest even), in the order of ggml's AVX-512 `ggml_vec_dot_f16`, the kernel of its one-token
+/// products: four 16-lane f32 accumulators over 64-value steps, accumulator `j` lane `l` taking
+/// `fma(x[e], y[e], acc)` for `e = 64 i + 16 j + l`; then the accumulators added pairwise,
+/// `(a0 + a2) + (a1 + a3)`, the 16 lanes reduced as `_mm512_reduce_add_ps` does
+/// ([`reduce_add_16`]), and the `n % 64` values left over added one by one in f64 (each product
+/// rounded to f32 first). The same on every ISA: the fast kernels are tested against this.
+///
+/// (For batches llama.cpp multiplies F16 with its tinyBLAS, in another order; synapse keeps
+/// this one for every batch size, G1, and so matches llama.cpp's token-by-token logits.)
 #[inline]
-pub fn vec_dot_f16_f32(x: &[f16], y: &[f32]) -> f32 {
-    x.iter().zip(y).map(|(a, b)| a.to_f32() * b).sum()
+pub fn vec_dot_f16_f16(x: &[f16], y: &[f16]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let mut sum = reduce_add_16(v) as f64;
+    for e in np..n {
+        sum += (x[e].to_f32() * y[e].to_f32()) as f64;
+    }
+    sum as f32
+}
+
+/// The sum of 16 lanes in the order of `_mm512_reduce_add_ps`: halves, then quarters, then the
+/// last four pairwise.
+#[inline(always)]
+pub fn reduce_add_16(v: [f32; 16]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
+    let t4: [f32; 4] = std::array::from_fn(|i| t8[i] + t8[i + 4]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
 }
 
 #[inline]

@@ -1,0 +1,291 @@
+//! F16 weights against F16 activations in the order of ggml's AVX-512 `ggml_vec_dot_f16`
+//! ([`crate::reference::dot::vec_dot_f16_f16`]): four 16-lane f32 accumulators over 64-value
+//! steps, one fused multiply-add per value, then `(a0 + a2) + (a1 + a3)`, the 16 lanes reduced
+//! by halves, and the `n % 64` values left over summed in f64.
+//!
+//! F16 to f32 is exact (`vcvtph2ps`), and every kernel here runs, for each output, exactly the
+//! reference's float operations in its order; only how many outputs share a loop differs:
+//!
+//! - [`dot_512`]: AVX-512, `R` rows at once (one token), each with its own four accumulators.
+//! - [`dot_avx2`]: AVX2, each 16-lane accumulator held as two 8-lane halves.
+//! - [`gemm_512`]: AVX-512 tiles for batches, rows x tokens, the tokens converted to f32 once
+//!   per call and shared by every row.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::avx2::hsum;
+use crate::QuantError;
+
+/// Sixteen F16 values from `p` as f32.
+///
+/// # Safety
+/// `p..p + 16` must be readable; the CPU must have AVX-512 F.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn load16(p: *const f16) -> __m512 {
+    // SAFETY: the caller's bounds.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+}
+
+/// Eight F16 values from `p` as f32.
+///
+/// # Safety
+/// `p..p + 8` must be readable; the CPU must have AVX2 and F16C.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8(p: *const f16) -> __m256 {
+    // SAFETY: the caller's bounds.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+}
+
+/// `reduce_add_16` of four 16-lane accumulators combined as `(a0 + a2) + (a1 + a3)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn reduce4(acc: [__m512; 4]) -> f32 {
+    let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+    // Lanes l and l + 8 first, then `hsum`'s tree over the eight sums: the reference's order.
+    hsum(_mm256_add_ps(
+        _mm512_castps512_ps256(v),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+    ))
+}
+
+/// The `n % 64` values past `np`, added one by one in f64 to `sum`, each product in f32.
+#[inline]
+fn tail(sum: f32, x: &[f16], y: &[f16], np: usize) -> f32 {
+    let mut s = sum as f64;
+    for (a, b) in x[np..].iter().zip(&y[np..]) {
+        s += (a.to_f32() * b.to_f32()) as f64;
+    }
+    s as f32
+}
+
+/// `R` rows (each at least `y.len()` long) with one activation row, AVX-512.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub fn dot_512<const R: usize>(x: [&[f16]; R], y: &[f16]) -> [f32; R] {
+    let n = y.len();
+    let x = x.map(|r| &r[..n]);
+    let np = n & !63;
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    let mut i = 0;
+    while i < np {
+        // SAFETY: i + 64 <= np <= n, the length of `y` and of every row.
+        unsafe {
+            let yv: [__m512; 4] = std::array::from_fn(|j| load16(y.as_ptr().add(i + 16 * j)));
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_fmadd_ps(load16(x.as_ptr().add(i + 16 * j)), yv[j], *a);
+                }
+            }
+        }
+        i += 64;
+    }
+    std::array::from_fn(|r| tail(reduce4(acc[r]), x[r], y, np))
+}
+
+/// One row with one activation row, AVX2: lanes 0..8 and 8..16 of each of the reference's
+/// accumulators in two registers.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn dot_avx2(x: &[f16], y: &[f16]) -> f32 {
+    let n = y.len();
+    let x = &x[..n];
+    let np = n & !63;
+    let mut acc = [_mm256_setzero_ps(); 8];
+    let mut i = 0;
+    while i < np {
+        for (h, a) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8 h + 8 <= i + 64 <= n, the length of both rows.
+            unsafe {
+                let at = i + 8 * h;
+                *a = _mm256_fmadd_ps(load8(x.as_ptr().add(at)), load8(y.as_ptr().add(at)), *a);
+            }
+        }
+        i += 64;
+    }
+    // acc[2j] is lanes 0..8 of the reference's accumulator j, acc[2j + 1] its lanes 8..16.
+    let lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+    let hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+    tail(hsum(_mm256_add_ps(lo, hi)), x, y, np)
+}
+
+thread_local! {
+    /// The tokens of a [`gemm_512`] call as f32.
+    static TOKENS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows `r0..r0 + R` of `w` (`k` values each) times tokens `t0..t0 + T` of `a` (f32, `k` each),
+/// into `out` (`(n_tok, rows)`); `y16` is `a` in F16, for the tails.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C; the rows and tokens must exist.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `j`, `r` and `t` index every accumulator of the tile
+unsafe fn tile<const R: usize, const T: usize>(
+    w: &[f16],
+    a: &[f32],
+    y16: &[f16],
+    k: usize,
+    (r0, t0): (usize, usize),
+    rows: usize,
+    out: &mut [f32],
+) {
+    let x: [&[f16]; R] = std::array::from_fn(|r| &w[(r0 + r) * k..][..k]);
+    let y: [&[f32]; T] = std::array::from_fn(|t| &a[(t0 + t) * k..][..k]);
+    let np = k & !63;
+    let mut acc = [[[_mm512_setzero_ps(); 4]; T]; R];
+    let mut i = 0;
+    while i < np {
+        for j in 0..4 {
+            let at = i + 16 * j;
+            // SAFETY: at + 16 <= np <= k, the length of every row and token.
+            unsafe {
+                let yv: [__m512; T] =
+                    std::array::from_fn(|t| _mm512_loadu_ps(y[t].as_ptr().add(at)));
+                for r in 0..R {
+                    let xv = load16(x[r].as_ptr().add(at));
+                    for t in 0..T {
+                        acc[r][t][j] = _mm512_fmadd_ps(xv, yv[t], acc[r][t][j]);
+                    }
+                }
+            }
+        }
+        i += 64;
+    }
+    for r in 0..R {
+        for t in 0..T {
+            let yt = &y16[(t0 + t) * k..][..k];
+            out[(t0 + t) * rows + r0 + r] = tail(reduce4(acc[r][t]), x[r], yt, np);
+        }
+    }
+}
+
+/// Rows `rs` by tokens `t0..t0 + T`: `R` rows a tile, then one at a time.
+///
+/// # Safety
+/// As for [`tile`].
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn rows_by<const R: usize, const T: usize>(
+    w: &[f16],
+    a: &[f32],
+    y16: &[f16],
+    k: usize,
+    t0: usize,
+    rs: std::ops::Range<usize>,
+    out: &mut [f32],
+) {
+    let rows = w.len() / k;
+    let mut r0 = rs.start;
+    // SAFETY: the caller's CPU; every tile's rows are below `rs.end <= rows` and its tokens
+    // exist.
+    unsafe {
+        while rs.end - r0 >= R {
+            tile::<R, T>(w, a, y16, k, (r0, t0), rows, out);
+            r0 += R;
+        }
+        while r0 < rs.end {
+            tile::<1, T>(w, a, y16, k, (r0, t0), rows, out);
+            r0 += 1;
+        }
+    }
+}
+
+/// Every row of `w` (`k` values each) times every token of `y` (`k` F16 values each), into `out`
+/// (`(n_tok, rows)`): tiles of two rows by three tokens (24 accumulators), the tokens left over
+/// by two or one.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C; `w.len()` and `y.len()` must be
+/// multiples of `k > 0` and `out` `(y.len() / k) * (w.len() / k)` long.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
+    let rows = w.len() / k;
+    let n_tok = y.len() / k;
+    TOKENS.with_borrow_mut(|a| {
+        a.clear();
+        a.reserve(y.len());
+        let mut i = 0;
+        while i + 16 <= y.len() {
+            // SAFETY: i + 16 <= y.len().
+            let v = unsafe { load16(y.as_ptr().add(i)) };
+            let mut lanes = [0.0f32; 16];
+            // SAFETY: 16 floats into a 16-float array.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
+            a.extend_from_slice(&lanes);
+            i += 16;
+        }
+        a.extend(y[i..].iter().map(|v| v.to_f32()));
+        // Rows in blocks of about 128 KiB of weights, which stay in cache while every token
+        // goes by (only the loop order: no effect on any value).
+        let block = (65536 / k).clamp(1, 32) * 12;
+        for r0 in (0..rows).step_by(block) {
+            let rs = r0..(r0 + block).min(rows);
+            let mut t0 = 0;
+            // SAFETY: the caller's CPU; tokens t0..t0 + T exist (loop conditions).
+            unsafe {
+                while n_tok - t0 >= 3 {
+                    rows_by::<2, 3>(w, a, y, k, t0, rs.clone(), out);
+                    t0 += 3;
+                }
+                if n_tok - t0 == 2 {
+                    rows_by::<3, 2>(w, a, y, k, t0, rs.clone(), out);
+                } else if n_tok - t0 == 1 {
+                    rows_by::<4, 1>(w, a, y, k, t0, rs.clone(), out);
+                }
+            }
+        }
+    });
+}
+
+/// The AVX-512 F16 tile entry ([`crate::GemmFn`]).
+pub fn gemm_512(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = crate::codec::gemm_operands::<f16>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernels` hands this entry out only after `has_avx512` found the features;
+    // the operands' sizes agree (checked above).
+    unsafe { gemm_512_unchecked(x, y, per_row, out) };
+    Ok(())
+}
+
+/// Whether this CPU has what [`dot_512`] and [`gemm_512`] use: AVX-512 F, AVX2, FMA,
+/// F16C.
+pub fn has_avx512() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+/// F32 to F16, rounding to nearest even, eight at a time (`vcvtps2ph`): ggml's conversion of
+/// activations for F16 weights, and the reference's (`half`'s), bit for bit on finite values.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_f16(x: &[f32], y: &mut [f16]) {
+    let n = x.len().min(y.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, inside both slices.
+        unsafe {
+            let v = _mm256_loadu_ps(x.as_ptr().add(i));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+            _mm_storeu_si128(y.as_mut_ptr().add(i).cast(), h);
+        }
+        i += 8;
+    }
+    for (o, v) in y[i..n].iter_mut().zip(&x[i..n]) {
+        *o = f16::from_f32(*v);
+    }
+}
