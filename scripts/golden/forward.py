@@ -5,6 +5,7 @@ Not run by the test suite (the outputs are committed); run it again only to refr
 
     scripts/fetch-models.sh && scripts/build-llama.sh
     python3 scripts/golden/forward.py
+    python3 scripts/golden/forward.py tiny F16 ...   # only these tiny formats
 
 Outputs:
 - smollm2.logits.gguf: the ids of eval.txt as llama.cpp tokenizes them, and for every position of
@@ -36,14 +37,14 @@ TOP_K = 64
 TINY_FTYPES = {
     "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0", "Q5_1": "Q5_1", "Q8_0": "Q8_0",
     "Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M", "Q6_K": "Q6_K",
-    "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS",
+    "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS", "F16": "F16",
 }
 TINY_IDS = [int(x) for x in np.random.default_rng(7).integers(0, 256, 96)]
 
 
 def build_tool():
     subprocess.run(["gcc", "-O2", "-o", str(TOOL), str(ROOT / "scripts/golden/llama_golden.c"),
-                    f"-I{LLAMA}/include", f"-I{LLAMA}/ggml/include", f"-L{BIN}", "-lllama",
+                    f"-I{LLAMA}/include", f"-I{LLAMA}/ggml/include", f"-L{BIN}", "-lllama", "-lggml-base",
                     f"-Wl,-rpath,{BIN}"], check=True)
 
 
@@ -161,11 +162,13 @@ def gguf_bytes_to_unicode():
     return chars
 
 
-def tiny():
+def tiny(only=()):
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "tiny-f32.gguf"
         tiny_f32(f32)
         for name, ftype in TINY_FTYPES.items():
+            if only and name not in only:
+                continue
             out = OUT / f"tiny-{name}.gguf"
             subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
                            check=True, capture_output=True)
@@ -179,6 +182,9 @@ def tiny():
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     build_tool()
+    if sys.argv[1:2] == ["tiny"]:
+        tiny(sys.argv[2:])
+        return
     smollm2()
     tiny()
 

@@ -1,7 +1,7 @@
 //! Quantized matrix products, `out = W x` for a batch of tokens, with the weights read in place.
 //!
 //! Activations are quantized once per token to the weight format's activation type (Q8_0, Q8_1,
-//! Q8_K or F32, as llama.cpp does); then every (row, token) pair is one dot product of a weight
+//! Q8_K, F16 or F32, as llama.cpp does); then every (row, token) pair is one dot product of a weight
 //! row with a token's activation row. Every output element is computed by the same function on
 //! the same bytes whatever the batch size (G1) and whatever thread computes it (D1): threads split
 //! the output rows, never the reduction.
