@@ -115,39 +115,43 @@ thread_local! {
     static TOKENS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rows `r0..r0 + R` of `w` (`k` values each) times tokens `t0..t0 + T` of `a` (f32, `k` each),
-/// into `out` (`(n_tok, rows)`); `y16` is `a` in F16, for the tails.
+/// The accumulators of one output: the reference's four 16-lane sums.
+type Acc = [__m512; 4];
+
+/// Rows `r0..r0 + R` of `w` (`k` values each) times tokens `t0..t0 + T` of `a` (f32, `k` each)
+/// over the 64-value steps of `ks` (values `ks.start..ks.end`, both multiples of 64), carrying
+/// each output's accumulators in `acc` (`acc[r * T + t]`) from the steps before to the next.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, AVX2, FMA and F16C; the rows and tokens must exist.
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C; the rows and tokens must exist, and
+/// `ks.end <= k`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `j`, `r` and `t` index every accumulator of the tile
 unsafe fn tile<const R: usize, const T: usize>(
     w: &[f16],
     a: &[f32],
-    y16: &[f16],
     k: usize,
     (r0, t0): (usize, usize),
-    rows: usize,
-    out: &mut [f32],
+    ks: std::ops::Range<usize>,
+    acc: &mut [Acc],
 ) {
-    let x: [&[f16]; R] = std::array::from_fn(|r| &w[(r0 + r) * k..][..k]);
-    let y: [&[f32]; T] = std::array::from_fn(|t| &a[(t0 + t) * k..][..k]);
-    let np = k & !63;
-    let mut acc = [[[_mm512_setzero_ps(); 4]; T]; R];
-    let mut i = 0;
-    while i < np {
+    let x: [&[f16]; R] = std::array::from_fn(|r| &w[(r0 + r) * k..][..ks.end]);
+    let y: [&[f32]; T] = std::array::from_fn(|t| &a[(t0 + t) * k..][..ks.end]);
+    let acc = &mut acc[..R * T];
+    let mut v: [[Acc; T]; R] = std::array::from_fn(|r| std::array::from_fn(|t| acc[r * T + t]));
+    let mut i = ks.start;
+    while i < ks.end {
         for j in 0..4 {
             let at = i + 16 * j;
-            // SAFETY: at + 16 <= np <= k, the length of every row and token.
+            // SAFETY: at + 16 <= ks.end, inside every row and token (sliced above).
             unsafe {
                 let yv: [__m512; T] =
                     std::array::from_fn(|t| _mm512_loadu_ps(y[t].as_ptr().add(at)));
                 for r in 0..R {
                     let xv = load16(x[r].as_ptr().add(at));
                     for t in 0..T {
-                        acc[r][t][j] = _mm512_fmadd_ps(xv, yv[t], acc[r][t][j]);
+                        v[r][t][j] = _mm512_fmadd_ps(xv, yv[t], v[r][t][j]);
                     }
                 }
             }
@@ -156,18 +160,21 @@ unsafe fn tile<const R: usize, const T: usize>(
     }
     for r in 0..R {
         for t in 0..T {
-            let yt = &y16[(t0 + t) * k..][..k];
-            out[(t0 + t) * rows + r0 + r] = tail(reduce4(acc[r][t]), x[r], yt, np);
+            acc[r * T + t] = v[r][t];
         }
     }
 }
 
-/// Rows `rs` by tokens `t0..t0 + T`: `R` rows a tile, then one at a time.
+/// Rows `rs` by tokens `t0..t0 + T`: `R` rows a tile, then one at a time; the steps of `k` in
+/// chunks that keep the tokens' part in the first-level cache, every output's accumulators
+/// carried from chunk to chunk in order (so each sums exactly as the row kernel does); then the
+/// reduction and the tail of each output into `out` (`(n_tok, rows)`).
 ///
 /// # Safety
 /// As for [`tile`].
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_by<const R: usize, const T: usize>(
     w: &[f16],
     a: &[f32],
@@ -175,27 +182,48 @@ unsafe fn rows_by<const R: usize, const T: usize>(
     k: usize,
     t0: usize,
     rs: std::ops::Range<usize>,
+    accs: &mut Vec<Acc>,
     out: &mut [f32],
 ) {
+    /// Values per chunk: three tokens' 24 KiB of f32.
+    const CHUNK: usize = 2048;
     let rows = w.len() / k;
-    let mut r0 = rs.start;
-    // SAFETY: the caller's CPU; every tile's rows are below `rs.end <= rows` and its tokens
-    // exist.
-    unsafe {
-        while rs.end - r0 >= R {
-            tile::<R, T>(w, a, y16, k, (r0, t0), rows, out);
-            r0 += R;
+    let np = k & !63;
+    accs.clear();
+    accs.resize(rs.len() * T, [_mm512_setzero_ps(); 4]);
+    for k0 in (0..np).step_by(CHUNK) {
+        let ks = k0..(k0 + CHUNK).min(np);
+        let mut r0 = rs.start;
+        // SAFETY: the caller's CPU; every tile's rows are in `rs` (below `rows`), its tokens
+        // exist, `ks.end <= np <= k`, and its accumulators lie in `accs`.
+        unsafe {
+            while rs.end - r0 >= R {
+                let at = (r0 - rs.start) * T;
+                tile::<R, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
+                r0 += R;
+            }
+            while r0 < rs.end {
+                let at = (r0 - rs.start) * T;
+                tile::<1, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
+                r0 += 1;
+            }
         }
-        while r0 < rs.end {
-            tile::<1, T>(w, a, y16, k, (r0, t0), rows, out);
-            r0 += 1;
+    }
+    for r in rs.clone() {
+        let xr = &w[r * k..][..k];
+        for t in 0..T {
+            let yt = &y16[(t0 + t) * k..][..k];
+            let acc = accs[(r - rs.start) * T + t];
+            out[(t0 + t) * rows + r] = tail(reduce4(acc), xr, yt, np);
         }
     }
 }
 
 /// Every row of `w` (`k` values each) times every token of `y` (`k` F16 values each), into `out`
 /// (`(n_tok, rows)`): tiles of two rows by three tokens (24 accumulators), the tokens left over
-/// by two or one.
+/// by two or one; the tokens widened to f32 (exactly) once per call, shared by every row.
+/// Rows go in blocks of 36, whose chunk of weights stays in cache while every token goes by
+/// (the loop order only: no effect on any value).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C; `w.len()` and `y.len()` must be
@@ -204,36 +232,37 @@ unsafe fn rows_by<const R: usize, const T: usize>(
 unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
     let rows = w.len() / k;
     let n_tok = y.len() / k;
+    // 36 rows (a multiple of every tile's 2, 3 and 4): 144 KiB of F16 a 2048-value chunk.
+    let block = 36;
     TOKENS.with_borrow_mut(|a| {
-        a.clear();
-        a.reserve(y.len());
+        if a.len() < y.len() {
+            a.resize(y.len(), 0.0);
+        }
+        let a = &mut a[..y.len()];
         let mut i = 0;
         while i + 16 <= y.len() {
-            // SAFETY: i + 16 <= y.len().
-            let v = unsafe { load16(y.as_ptr().add(i)) };
-            let mut lanes = [0.0f32; 16];
-            // SAFETY: 16 floats into a 16-float array.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), v) };
-            a.extend_from_slice(&lanes);
+            // SAFETY: i + 16 <= y.len() = a.len().
+            unsafe { _mm512_storeu_ps(a.as_mut_ptr().add(i), load16(y.as_ptr().add(i))) };
             i += 16;
         }
-        a.extend(y[i..].iter().map(|v| v.to_f32()));
-        // Rows in blocks of about 128 KiB of weights, which stay in cache while every token
-        // goes by (only the loop order: no effect on any value).
-        let block = (65536 / k).clamp(1, 32) * 12;
+        for (o, v) in a[i..].iter_mut().zip(&y[i..]) {
+            *o = v.to_f32();
+        }
+        let a = &*a;
+        let mut accs = Vec::new();
         for r0 in (0..rows).step_by(block) {
             let rs = r0..(r0 + block).min(rows);
             let mut t0 = 0;
             // SAFETY: the caller's CPU; tokens t0..t0 + T exist (loop conditions).
             unsafe {
                 while n_tok - t0 >= 3 {
-                    rows_by::<2, 3>(w, a, y, k, t0, rs.clone(), out);
+                    rows_by::<2, 3>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                     t0 += 3;
                 }
                 if n_tok - t0 == 2 {
-                    rows_by::<3, 2>(w, a, y, k, t0, rs.clone(), out);
+                    rows_by::<3, 2>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                 } else if n_tok - t0 == 1 {
-                    rows_by::<4, 1>(w, a, y, k, t0, rs.clone(), out);
+                    rows_by::<4, 1>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                 }
             }
         }

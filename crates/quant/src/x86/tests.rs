@@ -95,7 +95,7 @@ fn f16_kernels_are_bit_identical_to_the_reference() {
     }
     let reference = reference(GgmlType::F16);
     let mut rng = StdRng::seed_from_u64(16);
-    for n in [1, 15, 63, 64, 65, 127, 128, 200, 256, 1000] {
+    for n in [1, 15, 63, 64, 65, 127, 128, 200, 256, 1000, 4100] {
         for n_rows in [1, 3, 4, 5, 9] {
             let w: Vec<h> = (0..n * n_rows)
                 .map(|_| h::from_f32(rng.gen_range(-1.0..1.0)))
