@@ -274,8 +274,12 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));
         }
-        if ty == GgmlType::F16 && crate::x86::f16::has_avx512() {
-            kernels.push(("avx512", crate::x86::f16::gemm_512 as GemmFn));
+        if crate::x86::f16::has_avx512() {
+            match ty {
+                GgmlType::F16 => kernels.push(("avx512", crate::x86::f16::gemm_512::<f16>)),
+                GgmlType::F32 => kernels.push(("avx512", crate::x86::f16::gemm_512::<f32>)),
+                _ => {}
+            }
         }
         if has_v3() {
             let k: Option<GemmFn> = match (ty, repacked) {
@@ -589,8 +593,8 @@ type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     (
         GgmlType::F32,
-        vec_dot_v3_erased::<f32>,
-        gemv_v3_erased::<f32>,
+        crate::x86::f32_avx2,
+        crate::x86::f32_avx2_gemv,
     ),
     (
         GgmlType::F16,

@@ -424,10 +424,12 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("f16c")
     {
-        let have = tested
-            .iter()
-            .any(|&(t, _, isa)| t == GgmlType::F16 && isa == "avx512");
-        assert!(have, "no AVX-512 tile for F16");
+        for want in [GgmlType::F16, GgmlType::F32] {
+            let have = tested
+                .iter()
+                .any(|&(t, _, isa)| t == want && isa == "avx512");
+            assert!(have, "no AVX-512 tile for {want}");
+        }
     }
     let _ = tested;
 }

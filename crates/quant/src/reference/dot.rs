@@ -16,9 +16,48 @@ use half::{bf16, f16};
 use crate::blocks::*;
 use crate::reference::dequant::{k_2bit, k_4bit, q3k_value, q5k_value, q6k_value};
 
+/// F32 weights with F32 activations in the order of ggml's AVX-512 `ggml_vec_dot_f32`: the
+/// 64-value part as [`vec_dot_f16_f16`]'s (four 16-lane accumulators, fused multiply-adds, the
+/// same reduction), then the `n % 64` values left over as [`tail_f32`] adds them.
 #[inline]
 pub fn vec_dot_f32_f32(x: &[f32], y: &[f32]) -> f32 {
-    x.iter().zip(y).map(|(a, b)| a * b).sum()
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 16 * j + l;
+                *a = x[e].mul_add(y[e], *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    tail_f32(reduce_add_16(v), &x[np..n], &y[np..n])
+}
+
+/// The leftovers of ggml's `ggml_vec_dot_f32` (`sumf += x[i] * y[i]` in f32), as GCC compiles
+/// them in llama.cpp's x86-64 AVX-512 build (read from its machine code): sixteen values at a
+/// time while sixteen are left, then eight if eight are, each product rounded to f32 and added
+/// to the sum in order; the last one to seven with a fused multiply-add each.
+#[inline]
+pub fn tail_f32(mut sum: f32, x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let mut e = 0;
+    let mut add_rounded = |len: usize, e: &mut usize| {
+        for _ in 0..len {
+            sum += x[*e] * y[*e];
+            *e += 1;
+        }
+    };
+    add_rounded(n / 16 * 16, &mut e);
+    if n - e >= 8 {
+        add_rounded(8, &mut e);
+    }
+    for i in e..n {
+        sum = x[i].mul_add(y[i], sum);
+    }
+    sum
 }
 
 /// F16 weights with F16 activations (llama.cpp rounds activations to F16 for F16 weights, to

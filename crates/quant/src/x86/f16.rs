@@ -1,7 +1,10 @@
 //! F16 weights against F16 activations in the order of ggml's AVX-512 `ggml_vec_dot_f16`
 //! ([`crate::reference::dot::vec_dot_f16_f16`]): four 16-lane f32 accumulators over 64-value
 //! steps, one fused multiply-add per value, then `(a0 + a2) + (a1 + a3)`, the 16 lanes reduced
-//! by halves, and the `n % 64` values left over summed in f64.
+//! by halves, and the `n % 64` values left over summed in f64. F32 weights against F32
+//! activations (`ggml_vec_dot_f32`, [`crate::reference::dot::vec_dot_f32_f32`]) run the same
+//! 64-value part and differ only in the leftovers ([`Elem::tail`]): the same kernels, generic
+//! over the element type.
 //!
 //! F16 to f32 is exact (`vcvtph2ps`), and every kernel here runs, for each output, exactly the
 //! reference's float operations in its order; only how many outputs share a loop differs:
@@ -18,26 +21,80 @@ use half::f16;
 use super::avx2::hsum;
 use crate::QuantError;
 
-/// Sixteen F16 values from `p` as f32.
-///
-/// # Safety
-/// `p..p + 16` must be readable; the CPU must have AVX-512 F.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn load16(p: *const f16) -> __m512 {
-    // SAFETY: the caller's bounds.
-    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+/// An element type these kernels take, weights and activations alike: F16 (widened exactly
+/// with `vcvtph2ps`) or F32.
+pub trait Elem: crate::DotBlock<Act = Self> {
+    /// The value as f32 (exact).
+    fn widen(self) -> f32;
+    /// Sixteen values from `p` as f32.
+    ///
+    /// # Safety
+    /// `p..p + 16` must be readable; the CPU must have AVX-512 F and F16C.
+    unsafe fn load16(p: *const Self) -> __m512;
+    /// Eight values from `p` as f32.
+    ///
+    /// # Safety
+    /// `p..p + 8` must be readable; the CPU must have AVX2 and F16C.
+    unsafe fn load8(p: *const Self) -> __m256;
+    /// The reference's sum of the `n % 64` values past `np`, onto `sum` (the 64-value part).
+    fn tail(sum: f32, x: &[Self], y: &[Self], np: usize) -> f32;
 }
 
-/// Eight F16 values from `p` as f32.
-///
-/// # Safety
-/// `p..p + 8` must be readable; the CPU must have AVX2 and F16C.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load8(p: *const f16) -> __m256 {
-    // SAFETY: the caller's bounds.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+impl Elem for f16 {
+    #[inline]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn load16(p: *const f16) -> __m512 {
+        // SAFETY: the caller's bounds and CPU.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: the caller's bounds and CPU.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.cast())) }
+    }
+
+    /// One by one in f64, each product in f32 (exact: two F16 values' product fits f32).
+    #[inline]
+    fn tail(sum: f32, x: &[f16], y: &[f16], np: usize) -> f32 {
+        let mut s = sum as f64;
+        for (a, b) in x[np..].iter().zip(&y[np..]) {
+            s += (a.to_f32() * b.to_f32()) as f64;
+        }
+        s as f32
+    }
+}
+
+impl Elem for f32 {
+    #[inline]
+    fn widen(self) -> f32 {
+        self
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn load16(p: *const f32) -> __m512 {
+        // SAFETY: the caller's bounds and CPU.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller's bounds and CPU.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+
+    #[inline]
+    fn tail(sum: f32, x: &[f32], y: &[f32], np: usize) -> f32 {
+        crate::reference::dot::tail_f32(sum, &x[np..], &y[np..])
+    }
 }
 
 /// `reduce_add_16` of four 16-lane accumulators combined as `(a0 + a2) + (a1 + a3)`.
@@ -52,19 +109,9 @@ fn reduce4(acc: [__m512; 4]) -> f32 {
     ))
 }
 
-/// The `n % 64` values past `np`, added one by one in f64 to `sum`, each product in f32.
-#[inline]
-fn tail(sum: f32, x: &[f16], y: &[f16], np: usize) -> f32 {
-    let mut s = sum as f64;
-    for (a, b) in x[np..].iter().zip(&y[np..]) {
-        s += (a.to_f32() * b.to_f32()) as f64;
-    }
-    s as f32
-}
-
 /// `R` rows (each at least `y.len()` long) with one activation row, AVX-512.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub fn dot_512<const R: usize>(x: [&[f16]; R], y: &[f16]) -> [f32; R] {
+pub fn dot_512<E: Elem, const R: usize>(x: [&[E]; R], y: &[E]) -> [f32; R] {
     let n = y.len();
     let x = x.map(|r| &r[..n]);
     let np = n & !63;
@@ -73,22 +120,22 @@ pub fn dot_512<const R: usize>(x: [&[f16]; R], y: &[f16]) -> [f32; R] {
     while i < np {
         // SAFETY: i + 64 <= np <= n, the length of `y` and of every row.
         unsafe {
-            let yv: [__m512; 4] = std::array::from_fn(|j| load16(y.as_ptr().add(i + 16 * j)));
+            let yv: [__m512; 4] = std::array::from_fn(|j| E::load16(y.as_ptr().add(i + 16 * j)));
             for (acc, x) in acc.iter_mut().zip(&x) {
                 for (j, a) in acc.iter_mut().enumerate() {
-                    *a = _mm512_fmadd_ps(load16(x.as_ptr().add(i + 16 * j)), yv[j], *a);
+                    *a = _mm512_fmadd_ps(E::load16(x.as_ptr().add(i + 16 * j)), yv[j], *a);
                 }
             }
         }
         i += 64;
     }
-    std::array::from_fn(|r| tail(reduce4(acc[r]), x[r], y, np))
+    std::array::from_fn(|r| E::tail(reduce4(acc[r]), x[r], y, np))
 }
 
 /// One row with one activation row, AVX2: lanes 0..8 and 8..16 of each of the reference's
 /// accumulators in two registers.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn dot_avx2(x: &[f16], y: &[f16]) -> f32 {
+pub fn dot_avx2<E: Elem>(x: &[E], y: &[E]) -> f32 {
     let n = y.len();
     let x = &x[..n];
     let np = n & !63;
@@ -99,7 +146,11 @@ pub fn dot_avx2(x: &[f16], y: &[f16]) -> f32 {
             // SAFETY: i + 8 h + 8 <= i + 64 <= n, the length of both rows.
             unsafe {
                 let at = i + 8 * h;
-                *a = _mm256_fmadd_ps(load8(x.as_ptr().add(at)), load8(y.as_ptr().add(at)), *a);
+                *a = _mm256_fmadd_ps(
+                    E::load8(x.as_ptr().add(at)),
+                    E::load8(y.as_ptr().add(at)),
+                    *a,
+                );
             }
         }
         i += 64;
@@ -107,7 +158,7 @@ pub fn dot_avx2(x: &[f16], y: &[f16]) -> f32 {
     // acc[2j] is lanes 0..8 of the reference's accumulator j, acc[2j + 1] its lanes 8..16.
     let lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
     let hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
-    tail(hsum(_mm256_add_ps(lo, hi)), x, y, np)
+    E::tail(hsum(_mm256_add_ps(lo, hi)), x, y, np)
 }
 
 thread_local! {
@@ -128,15 +179,15 @@ type Acc = [__m512; 4];
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `j`, `r` and `t` index every accumulator of the tile
-unsafe fn tile<const R: usize, const T: usize>(
-    w: &[f16],
+unsafe fn tile<E: Elem, const R: usize, const T: usize>(
+    w: &[E],
     a: &[f32],
     k: usize,
     (r0, t0): (usize, usize),
     ks: std::ops::Range<usize>,
     acc: &mut [Acc],
 ) {
-    let x: [&[f16]; R] = std::array::from_fn(|r| &w[(r0 + r) * k..][..ks.end]);
+    let x: [&[E]; R] = std::array::from_fn(|r| &w[(r0 + r) * k..][..ks.end]);
     let y: [&[f32]; T] = std::array::from_fn(|t| &a[(t0 + t) * k..][..ks.end]);
     let acc = &mut acc[..R * T];
     let mut v: [[Acc; T]; R] = std::array::from_fn(|r| std::array::from_fn(|t| acc[r * T + t]));
@@ -149,7 +200,7 @@ unsafe fn tile<const R: usize, const T: usize>(
                 let yv: [__m512; T] =
                     std::array::from_fn(|t| _mm512_loadu_ps(y[t].as_ptr().add(at)));
                 for r in 0..R {
-                    let xv = load16(x[r].as_ptr().add(at));
+                    let xv = E::load16(x[r].as_ptr().add(at));
                     for t in 0..T {
                         v[r][t][j] = _mm512_fmadd_ps(xv, yv[t], v[r][t][j]);
                     }
@@ -175,10 +226,10 @@ unsafe fn tile<const R: usize, const T: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rows_by<const R: usize, const T: usize>(
-    w: &[f16],
+unsafe fn rows_by<E: Elem, const R: usize, const T: usize>(
+    w: &[E],
     a: &[f32],
-    y16: &[f16],
+    y16: &[E],
     k: usize,
     t0: usize,
     rs: std::ops::Range<usize>,
@@ -199,12 +250,12 @@ unsafe fn rows_by<const R: usize, const T: usize>(
         unsafe {
             while rs.end - r0 >= R {
                 let at = (r0 - rs.start) * T;
-                tile::<R, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
+                tile::<E, R, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
                 r0 += R;
             }
             while r0 < rs.end {
                 let at = (r0 - rs.start) * T;
-                tile::<1, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
+                tile::<E, 1, T>(w, a, k, (r0, t0), ks.clone(), &mut accs[at..]);
                 r0 += 1;
             }
         }
@@ -214,7 +265,7 @@ unsafe fn rows_by<const R: usize, const T: usize>(
         for t in 0..T {
             let yt = &y16[(t0 + t) * k..][..k];
             let acc = accs[(r - rs.start) * T + t];
-            out[(t0 + t) * rows + r] = tail(reduce4(acc), xr, yt, np);
+            out[(t0 + t) * rows + r] = E::tail(reduce4(acc), xr, yt, np);
         }
     }
 }
@@ -229,7 +280,7 @@ unsafe fn rows_by<const R: usize, const T: usize>(
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C; `w.len()` and `y.len()` must be
 /// multiples of `k > 0` and `out` `(y.len() / k) * (w.len() / k)` long.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
+unsafe fn gemm_512_unchecked<E: Elem>(w: &[E], y: &[E], k: usize, out: &mut [f32]) {
     let rows = w.len() / k;
     let n_tok = y.len() / k;
     // 36 rows (a multiple of every tile's 2, 3 and 4): 144 KiB of F16 a 2048-value chunk.
@@ -242,11 +293,11 @@ unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
         let mut i = 0;
         while i + 16 <= y.len() {
             // SAFETY: i + 16 <= y.len() = a.len().
-            unsafe { _mm512_storeu_ps(a.as_mut_ptr().add(i), load16(y.as_ptr().add(i))) };
+            unsafe { _mm512_storeu_ps(a.as_mut_ptr().add(i), E::load16(y.as_ptr().add(i))) };
             i += 16;
         }
         for (o, v) in a[i..].iter_mut().zip(&y[i..]) {
-            *o = v.to_f32();
+            *o = v.widen();
         }
         let a = &*a;
         let mut accs = Vec::new();
@@ -256,13 +307,13 @@ unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
             // SAFETY: the caller's CPU; tokens t0..t0 + T exist (loop conditions).
             unsafe {
                 while n_tok - t0 >= 3 {
-                    rows_by::<2, 3>(w, a, y, k, t0, rs.clone(), &mut accs, out);
+                    rows_by::<E, 2, 3>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                     t0 += 3;
                 }
                 if n_tok - t0 == 2 {
-                    rows_by::<3, 2>(w, a, y, k, t0, rs.clone(), &mut accs, out);
+                    rows_by::<E, 3, 2>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                 } else if n_tok - t0 == 1 {
-                    rows_by::<4, 1>(w, a, y, k, t0, rs.clone(), &mut accs, out);
+                    rows_by::<E, 4, 1>(w, a, y, k, t0, rs.clone(), &mut accs, out);
                 }
             }
         }
@@ -270,14 +321,14 @@ unsafe fn gemm_512_unchecked(w: &[f16], y: &[f16], k: usize, out: &mut [f32]) {
 }
 
 /// The AVX-512 F16 tile entry ([`crate::GemmFn`]).
-pub fn gemm_512(
+pub fn gemm_512<E: Elem>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
     n_tok: usize,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    let (x, y, per_row) = crate::codec::gemm_operands::<f16>(w, row_bytes, a, n_tok, out)?;
+    let (x, y, per_row) = crate::codec::gemm_operands::<E>(w, row_bytes, a, n_tok, out)?;
     // SAFETY: `gemm_kernels` hands this entry out only after `has_avx512` found the features;
     // the operands' sizes agree (checked above).
     unsafe { gemm_512_unchecked(x, y, per_row, out) };

@@ -67,6 +67,7 @@ avx2_entry! {
     q6_k, q6_k_gemv: BlockQ6K => avx2::vec_dot_q6_k_q8_k;
     iq4_xs, iq4_xs_gemv: BlockIQ4XS => avx2::vec_dot_iq4_xs_q8_k;
     f16_avx2, f16_avx2_gemv: half::f16 => f16::dot_avx2;
+    f32_avx2, f32_avx2_gemv: f32 => f16::dot_avx2;
     iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
     q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
@@ -181,31 +182,35 @@ avx512_rows_entry! {
     q4_0_rows8_512, q4_0_rows8_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
 }
 
-/// Type-erased entry to the AVX-512 F16 kernel.
-pub fn f16_512(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    // SAFETY: `avx512_vec_dot` hands this entry out only after `f16::has_avx512` found every
-    // feature the kernel is compiled for.
-    dot_row::<half::f16>(w, a, |x, y| unsafe { f16::dot_512::<1>([x], y)[0] })
+macro_rules! float_512_entry {
+    ($( $name:ident, $gemv:ident: $elem:ty; )*) => {$(
+        /// Type-erased entry to the AVX-512 float kernel.
+        pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+            // SAFETY: `avx512_vec_dot` hands this entry out only after `f16::has_avx512`
+            // found every feature the kernel is compiled for.
+            dot_row::<$elem>(w, a, |x, y| unsafe { f16::dot_512::<$elem, 1>([x], y)[0] })
+        }
+
+        /// Type-erased entry to the AVX-512 float kernel, over consecutive rows, four at a time.
+        pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+            // SAFETY: as above.
+            unsafe {
+                gemv_by::<$elem, 4>(
+                    w,
+                    row_bytes,
+                    a,
+                    out,
+                    |x, y| f16::dot_512::<$elem, 4>(x, y),
+                    |x, y| f16::dot_512::<$elem, 1>(x, y),
+                )
+            }
+        }
+    )*};
 }
 
-/// Type-erased entry to the AVX-512 F16 kernel, over consecutive rows, four at a time.
-pub fn f16_512_gemv(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    // SAFETY: as above.
-    unsafe {
-        gemv_by::<half::f16, 4>(
-            w,
-            row_bytes,
-            a,
-            out,
-            |x, y| f16::dot_512::<4>(x, y),
-            |x, y| f16::dot_512::<1>(x, y),
-        )
-    }
+float_512_entry! {
+    f16_512, f16_512_gemv: half::f16;
+    f32_512, f32_512_gemv: f32;
 }
 
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
@@ -213,8 +218,12 @@ type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 /// The AVX-512 VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has those
 /// features and there is one.
 pub(crate) fn avx512_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    if ty == GgmlType::F16 && f16::has_avx512() {
-        return Some((f16_512 as DotFn, f16_512_gemv as GemvFn));
+    if f16::has_avx512() {
+        match ty {
+            GgmlType::F16 => return Some((f16_512 as DotFn, f16_512_gemv as GemvFn)),
+            GgmlType::F32 => return Some((f32_512 as DotFn, f32_512_gemv as GemvFn)),
+            _ => {}
+        }
     }
     if !has_avx512_vnni() {
         return None;

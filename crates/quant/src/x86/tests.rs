@@ -83,64 +83,80 @@ fn avx512_vnni_kernels_are_bit_identical_to_the_reference() {
     }
 }
 
-/// The F16 kernels (AVX2, AVX-512 by one and by four rows, the AVX-512 tiles) against the
-/// reference, bit for bit: lengths around the 64-value step (tails of 1..63), 1..9 rows.
+/// The float kernels (AVX2, AVX-512 by one and by four rows, the AVX-512 tiles) against the
+/// reference, bit for bit: lengths around the 64-value step (every tail shape), past one
+/// 2048-value chunk of the tiles, 1..9 rows, 1..11 tokens.
 #[test]
-fn f16_kernels_are_bit_identical_to_the_reference() {
-    use half::f16 as h;
-    use rand::{rngs::StdRng, Rng, SeedableRng};
+fn float_kernels_are_bit_identical_to_the_reference() {
     if !has_v3() {
-        eprintln!("no AVX2/FMA/F16C on this CPU: the F16 kernels cannot run here");
+        eprintln!("no AVX2/FMA/F16C on this CPU: the float kernels cannot run here");
         return;
     }
-    let reference = reference(GgmlType::F16);
+    float_kernels::<half::f16>(
+        GgmlType::F16,
+        2,
+        (f16_avx2, f16_avx2_gemv),
+        (f16_512, f16_512_gemv),
+    );
+    float_kernels::<f32>(
+        GgmlType::F32,
+        4,
+        (f32_avx2, f32_avx2_gemv),
+        (f32_512, f32_512_gemv),
+    );
+}
+
+fn float_kernels<E: f16::Elem>(
+    ty: GgmlType,
+    size: usize,
+    avx2: (DotFn, GemvFn),
+    avx512: (DotFn, GemvFn),
+) {
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let reference = reference(ty);
     let mut rng = StdRng::seed_from_u64(16);
-    for n in [1, 15, 63, 64, 65, 127, 128, 200, 256, 1000, 4100] {
+    for n in [
+        1, 7, 8, 15, 16, 23, 24, 63, 64, 65, 88, 127, 128, 200, 256, 1000, 4100,
+    ] {
         for n_rows in [1, 3, 4, 5, 9] {
-            let w: Vec<h> = (0..n * n_rows)
-                .map(|_| h::from_f32(rng.gen_range(-1.0..1.0)))
-                .collect();
+            let wf: Vec<f32> = (0..n * n_rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
+            let wb = crate::quantize(ty, &wf).unwrap();
             let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
-            let mut a = vec![0u8; 2 * n];
-            crate::quantize_act_row(GgmlType::F16, &x, &mut a).unwrap();
-            let want16: Vec<h> = x.iter().map(|&v| h::from_f32(v)).collect();
-            assert_eq!(
-                a,
-                bytemuck::cast_slice::<h, u8>(&want16),
-                "F16C rounding, n {n}"
-            );
-            let wb: &[u8] = bytemuck::cast_slice(&w);
-            let row_bytes = 2 * n;
-            let mut kernels: Vec<(DotFn, GemvFn)> = vec![(f16_avx2, f16_avx2_gemv)];
+            let mut a = vec![0u8; size * n];
+            crate::quantize_act_row(ty, &x, &mut a).unwrap();
+            assert_eq!(a, crate::quantize(ty, &x).unwrap(), "{ty} rounding, n {n}");
+            let row_bytes = size * n;
+            let mut kernels: Vec<(DotFn, GemvFn)> = vec![avx2];
             if f16::has_avx512() {
-                kernels.push((f16_512, f16_512_gemv));
-            }
-            // The tiles, with odd token counts (every tile shape and the tails).
-            if f16::has_avx512() {
+                kernels.push(avx512);
                 for n_tok in [1, 2, 3, 4, 5, 8, 11] {
                     let xs: Vec<f32> = (0..n * n_tok)
                         .map(|_| rng.gen_range(-3.0f32..3.0))
                         .collect();
-                    let mut at = vec![0u8; 2 * n * n_tok];
-                    crate::quantize_act_row(GgmlType::F16, &xs, &mut at).unwrap();
+                    let mut at = vec![0u8; size * n * n_tok];
+                    crate::quantize_act_row(ty, &xs, &mut at).unwrap();
                     let mut out = vec![f32::NAN; n_rows * n_tok];
-                    f16::gemm_512(wb, row_bytes, &at, n_tok, &mut out).unwrap();
+                    f16::gemm_512::<E>(&wb, row_bytes, &at, n_tok, &mut out).unwrap();
                     for t in 0..n_tok {
                         for (r, wr) in wb.chunks_exact(row_bytes).enumerate() {
-                            let want = reference(wr, &at[t * 2 * n..][..2 * n]).unwrap();
+                            let want = reference(wr, &at[t * size * n..][..size * n]).unwrap();
                             let got = out[t * n_rows + r];
-                            assert_eq!(got.to_bits(), want.to_bits(), "n {n}: row {r}, token {t}");
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ty} n {n}: row {r}, token {t}"
+                            );
                         }
                     }
                 }
             }
             for (f, gemv) in kernels {
                 let mut out = vec![f32::NAN; n_rows];
-                gemv(wb, row_bytes, &a, &mut out).unwrap();
+                gemv(&wb, row_bytes, &a, &mut out).unwrap();
                 for (r, wr) in wb.chunks_exact(row_bytes).enumerate() {
                     let want = reference(wr, &a).unwrap();
-                    assert_eq!(f(wr, &a).unwrap().to_bits(), want.to_bits(), "n {n}");
-                    assert_eq!(out[r].to_bits(), want.to_bits(), "n {n} row {r}");
+                    assert_eq!(f(wr, &a).unwrap().to_bits(), want.to_bits(), "{ty} n {n}");
+                    assert_eq!(out[r].to_bits(), want.to_bits(), "{ty} n {n} row {r}");
                 }
             }
         }
