@@ -153,6 +153,7 @@ pub(crate) fn gemv_rows<B: DotBlock>(
 /// How far ahead of the kernel a one-token product asks for its weights, in bytes. The
 /// hardware's stream prefetchers alone leave a core reading a few rows at a time at well under
 /// half the bandwidth a streaming read reaches; asking early keeps more misses in flight.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const PREFETCH_AHEAD: usize = 4096;
 
 /// Asks the cache for the bytes of `w` that lie `PREFETCH_AHEAD` beyond `span` (the part of `w`
@@ -437,8 +438,10 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 }
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
-/// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
+/// features: on x86-64 with AVX-512, its kernels for Q4_0, Q4_1, Q8_0, Q6_K (with VNNI), F16
+/// and F32 (`crate::x86::avx512`, `crate::x86::f16`); with AVX2, FMA and F16C, hand-written AVX2
+/// kernels for the 32-value formats, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16 and F32
+/// (`crate::x86::avx2`, `crate::x86::f16`) and, for the others, the reference compiled a
 /// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.

@@ -7,8 +7,9 @@
 //! `float32x4_t`, `vfmaq_f32` where the reference fuses, its horizontal-sum tree. Integer sums are
 //! exact whatever instruction makes them. So the bits are the reference's, and llama.cpp's x86
 //! ones: synapse gives the same logits on an ARM host (tested under qemu-user in CI,
-//! `scripts/test-aarch64.sh`). F32, F16 and BF16 keep the reference, which the compiler already
-//! builds with NEON, the aarch64 baseline.
+//! `scripts/test-aarch64.sh`). F32, F16 and BF16 keep the reference (F32 and F16 in ggml's
+//! AVX-512 order: four 16-lane accumulators, fused multiply-adds), which the compiler builds
+//! with NEON, the aarch64 baseline.
 
 mod kquants;
 mod legacy;
