@@ -160,22 +160,22 @@ pub(crate) const PREFETCH_AHEAD: usize = 4096;
 /// the end of `w` are not asked for.
 #[inline]
 pub(crate) fn prefetch_ahead(w: &[u8], span: std::ops::Range<usize>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let end = (span.end + PREFETCH_AHEAD).min(w.len());
-        let mut at = (span.start + PREFETCH_AHEAD) & !63;
-        while at < end {
-            // SAFETY: `at < w.len()`, so the address lies inside `w`; prefetching never faults.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    w.as_ptr().add(at).cast(),
-                )
-            };
-            at += 64;
+    let end = (span.end + PREFETCH_AHEAD).min(w.len());
+    let mut at = (span.start + PREFETCH_AHEAD) & !63;
+    while at < end {
+        // SAFETY: `at < w.len()`, so the address lies inside `w`; a prefetch reads nothing into
+        // the program and never faults.
+        unsafe {
+            let p = w.as_ptr().add(at);
+            #[cfg(target_arch = "x86_64")]
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+            #[cfg(target_arch = "aarch64")]
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            let _ = p;
         }
+        at += 64;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (w, span);
 }
 
 fn gemv_erased<B: DotBlock>(
