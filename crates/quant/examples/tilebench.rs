@@ -37,6 +37,21 @@ fn main() {
     let a = synapse_quant::quantize(act, &xf).unwrap();
     let row_bytes = w.len() / rows;
     let mut out = vec![0f32; rows * n_tok];
+    if n_tok == 1 {
+        let k = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = Instant::now();
+            (k.gemv)(&w, row_bytes, &a, &mut out).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let gmac = (rows * cols) as f64 / best / 1e9;
+        println!(
+            "{ty} repacked={repacked} {:>10} {rows}x{cols} n=1: {:.3} ms, {gmac:.1} GMAC/s",
+            "row gemv",
+            best * 1e3
+        );
+    }
     for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
         let mut best = f64::MAX;
         for _ in 0..20 {
