@@ -441,7 +441,9 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
         what: "dot product",
     })?;
     #[cfg(target_arch = "x86_64")]
-    if let Some((f, gemv)) = crate::x86::avx512_vec_dot(ty) {
+    if let Some((f, gemv)) =
+        crate::x86::avx512_vec_dot(ty).or_else(|| crate::x86::avxvnni_vec_dot(ty))
+    {
         return Ok(VecDot {
             f,
             gemv,
@@ -475,6 +477,8 @@ pub fn kernel_isa() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     let isa = if crate::x86::has_avx512_vnni() {
         "avx512vnni"
+    } else if crate::x86::has_avxvnni() {
+        "avxvnni"
     } else if has_v3() {
         "avx2"
     } else {
@@ -494,7 +498,8 @@ pub fn kernel_isa() -> &'static str {
 /// Whether the CPU has AVX2, FMA and F16C (x86-64-v3's vector features).
 #[cfg(target_arch = "x86_64")]
 fn has_v3() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
+    crate::x86::tier_allowed("avx2")
+        && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
         && std::arch::is_x86_feature_detected!("f16c")
 }
@@ -636,11 +641,13 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
         return Ok(base);
     }
     #[cfg(target_arch = "x86_64")]
-    let tier = crate::x86::avx512_rows8(ty).or_else(|| {
-        has_v3()
-            .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
-            .flatten()
-    });
+    let tier = crate::x86::avx512_rows8(ty)
+        .or_else(|| crate::x86::avxvnni_rows8(ty))
+        .or_else(|| {
+            has_v3()
+                .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
+                .flatten()
+        });
     #[cfg(target_arch = "aarch64")]
     let tier = crate::aarch64::rows8(ty);
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

@@ -27,7 +27,8 @@ use crate::{DotBlock, QuantError};
 pub fn available() -> bool {
     static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAVE.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
+        super::tier_allowed("avx512vnni")
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512vl")
