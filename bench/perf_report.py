@@ -175,6 +175,35 @@ def outside_section(raw):
     return L
 
 
+def depth_section(raw):
+    """SmolLM2 at depth: llama-bench against synapse bench, per test and thread count."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(raw, "depth--*--t*.json"))):
+        engine = os.path.basename(path).split("--")[1]
+        try:
+            data = load_json(path)
+        except (json.JSONDecodeError, OSError):
+            continue
+        for r in data:
+            test = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+            key = (f"{test} @ d{r.get('n_depth', 0)}", r["n_threads"])
+            rows.setdefault(key, {})[engine] = (r["avg_ts"], r["stddev_ts"])
+    if not rows:
+        return []
+    L = ["## At depth: attention with a full context", ""]
+    L.append("SmolLM2-135M Q4_1 (the smallest model, where attention weighs most) with the context already "
+             "holding the tokens of an untimed prefill (`-d`, both engines).")
+    L.append("")
+    L.append("| test | threads | llama.cpp t/s | synapse t/s | synapse / llama.cpp |")
+    L.append("|---|--:|--:|--:|--:|")
+    for (test, t), v in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if "llama" in v and "synapse" in v:
+            (lm, ls), (sm, ss) = v["llama"], v["synapse"]
+            L.append(f"| {test} | {t} | {lm:.1f} ± {ls:.1f} | {sm:.1f} ± {ss:.1f} | **{sm / lm:.2f}x** |")
+    L.append("")
+    return L
+
+
 def plot(res, bases, peak, svg):
     import matplotlib
 
@@ -303,6 +332,7 @@ def main():
              "(KV-cache traffic is not counted: at these short contexts it is small.)")
     L.append("")
 
+    L.extend(depth_section(a.raw))
     L.append("## Kernels")
     L.append("")
     for name, title in [("gemv.md", "gemv-bench"), ("kbench.md", "kbench")]:
