@@ -157,6 +157,21 @@ else
     run "$syn" bench-kernels kbench -r 3 --formats Q4_K,Q6_K,Q8_0 --tokens 1,64,93 -t 1,2 >"$raw/kbench.md"
 fi
 
+# --- memory ------------------------------------------------------------------------------------
+# Peak resident memory while generating: the weights are read in place (memory-mapped), so the
+# peak should be the file plus the KV cache and small buffers; llama.cpp repacks some matrices
+# into buffers of its own.
+say "peak memory"
+f1b=$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf
+prompt64=$(printf 'a%.0s' $(seq 1 63))
+/usr/bin/time -f '%M' -o "$raw/rss-synapse.txt" \
+    "$syn" run -m "$f1b" -p "$prompt64" -n 64 -c 4096 -t 2 --temp 0 >/dev/null 2>&1
+/usr/bin/time -f '%M' -o "$raw/rss-llama.txt" \
+    "$bin/llama-completion" -m "$f1b" -p "$prompt64" -n 64 -c 4096 -t 2 --temp 0 -no-cnv >/dev/null 2>&1
+stat -c %s "$f1b" >"$raw/rss-file.txt"
+echo "/usr/bin/time -f %M $syn run -m $f1b -p <63 letters> -n 64 -c 4096 -t 2 --temp 0" >>"$cmds"
+echo "/usr/bin/time -f %M $bin/llama-completion -m $f1b -p <63 letters> -n 64 -c 4096 -t 2 --temp 0 -no-cnv" >>"$cmds"
+
 # --- outside clock -----------------------------------------------------------------------------
 say "outside-clock check"
 bench/outside-clock.sh "$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf" "$raw" "$outside_reps" "$((n * 2))"

@@ -204,6 +204,31 @@ def depth_section(raw):
     return L
 
 
+def memory_section(raw):
+    paths = {k: os.path.join(raw, f"rss-{k}.txt") for k in ("synapse", "llama", "file")}
+    if not all(os.path.exists(p) for p in paths.values()):
+        return []
+    try:
+        syn_kb = int(open(paths["synapse"]).read().split()[-1])
+        lla_kb = int(open(paths["llama"]).read().split()[-1])
+        file_b = int(open(paths["file"]).read().split()[-1])
+    except (ValueError, IndexError):
+        return []
+    mib = lambda b: b / (1 << 20)
+    L = ["## Peak memory while generating", ""]
+    L.append("Maximum resident set (`/usr/bin/time -f %M`) of a 64-token prompt and 64 generated tokens on the "
+             "Llama-3.2-1B-shaped Q4_K_M file with a 4096-token context, two threads. Its KV cache at that context "
+             "is 16 layers x 2 (K, V) x 512 values x 2 bytes x 4096 positions = 128 MiB.")
+    L.append("")
+    L.append("| | MiB | over the file |")
+    L.append("|---|--:|--:|")
+    L.append(f"| the GGUF file | {mib(file_b):.0f} | |")
+    L.append(f"| synapse | {mib(syn_kb * 1024):.0f} | +{mib(syn_kb * 1024 - file_b):.0f} |")
+    L.append(f"| llama.cpp (llama-completion) | {mib(lla_kb * 1024):.0f} | +{mib(lla_kb * 1024 - file_b):.0f} |")
+    L.append("")
+    return L
+
+
 def plot(res, bases, peak, svg):
     import matplotlib
 
@@ -333,6 +358,7 @@ def main():
     L.append("")
 
     L.extend(depth_section(a.raw))
+    L.extend(memory_section(a.raw))
     L.append("## Kernels")
     L.append("")
     for name, title in [("gemv.md", "gemv-bench"), ("kbench.md", "kbench")]:
