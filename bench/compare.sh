@@ -14,6 +14,7 @@
 #   3. probes the read bandwidth (`synapse bench --membw`) for 1 and 2 threads;
 #   4. for each file (plus the real SmolLM2-135M Q4_1 and Gemma-3-270M Q4_K_M of models/) and
 #      each thread count, runs llama-bench and `synapse bench` alternately, ROUNDS times each;
+#   4b. runs SmolLM2 with 2048 tokens already in the context (-d 2048), both engines;
 #   5. runs the kernel benchmarks (`synapse bench-kernels`: gemv-bench and kbench);
 #   6. checks `synapse bench` against an outside clock (/usr/bin/time over `synapse run`);
 #   7. writes docs/PERF.md and docs/perf-roofline.svg with bench/perf_report.py (matplotlib,
@@ -128,6 +129,21 @@ for f in "${files[@]}"; do
         done
     done
 done
+# --- at depth ------------------------------------------------------------------------------------
+# Attention's share once the context holds a few thousand tokens: SmolLM2 (the smallest model, so
+# attention weighs most) with 2048 tokens already in the context, both engines, both -d.
+depth=2048
+((quick)) && depth=256
+smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ -f $smol ]]; then
+    for t in "${threads[@]}"; do
+        say "SmolLM2 at depth $depth, t=$t"
+        run "$bin/llama-bench" -m "$smol" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json \
+            >"$raw/depth--llama--t$t.json" 2>/dev/null
+        run "$syn" bench -m "$smol" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json --no-membw -q \
+            >"$raw/depth--synapse--t$t.json"
+    done
+fi
 # The probe again at the end: the ceiling is the better of the two.
 run "$syn" bench --membw -t 1,2 -o json >"$raw/membw-1.json"
 
@@ -140,6 +156,21 @@ else
     run "$syn" bench-kernels gemv -r 5 >"$raw/gemv.md"
     run "$syn" bench-kernels kbench -r 3 --formats Q4_K,Q6_K,Q8_0 --tokens 1,64,93 -t 1,2 >"$raw/kbench.md"
 fi
+
+# --- memory ------------------------------------------------------------------------------------
+# Peak resident memory while generating: the weights are read in place (memory-mapped), so the
+# peak should be the file plus the KV cache and small buffers; llama.cpp repacks some matrices
+# into buffers of its own.
+say "peak memory"
+f1b=$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf
+prompt64=$(printf 'a%.0s' $(seq 1 63))
+/usr/bin/time -f '%M' -o "$raw/rss-synapse.txt" \
+    "$syn" run -m "$f1b" -p "$prompt64" -n 64 -c 4096 -t 2 --temp 0 >/dev/null 2>&1
+/usr/bin/time -f '%M' -o "$raw/rss-llama.txt" \
+    "$bin/llama-completion" -m "$f1b" -p "$prompt64" -n 64 -c 4096 -t 2 --temp 0 -no-cnv >/dev/null 2>&1
+stat -c %s "$f1b" >"$raw/rss-file.txt"
+echo "/usr/bin/time -f %M $syn run -m $f1b -p <63 letters> -n 64 -c 4096 -t 2 --temp 0" >>"$cmds"
+echo "/usr/bin/time -f %M $bin/llama-completion -m $f1b -p <63 letters> -n 64 -c 4096 -t 2 --temp 0 -no-cnv" >>"$cmds"
 
 # --- outside clock -----------------------------------------------------------------------------
 say "outside-clock check"

@@ -175,6 +175,60 @@ def outside_section(raw):
     return L
 
 
+def depth_section(raw):
+    """SmolLM2 at depth: llama-bench against synapse bench, per test and thread count."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(raw, "depth--*--t*.json"))):
+        engine = os.path.basename(path).split("--")[1]
+        try:
+            data = load_json(path)
+        except (json.JSONDecodeError, OSError):
+            continue
+        for r in data:
+            test = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
+            key = (f"{test} @ d{r.get('n_depth', 0)}", r["n_threads"])
+            rows.setdefault(key, {})[engine] = (r["avg_ts"], r["stddev_ts"])
+    if not rows:
+        return []
+    L = ["## At depth: attention with a full context", ""]
+    L.append("SmolLM2-135M Q4_1 (the smallest model, where attention weighs most) with the context already "
+             "holding the tokens of an untimed prefill (`-d`, both engines).")
+    L.append("")
+    L.append("| test | threads | llama.cpp t/s | synapse t/s | synapse / llama.cpp |")
+    L.append("|---|--:|--:|--:|--:|")
+    for (test, t), v in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if "llama" in v and "synapse" in v:
+            (lm, ls), (sm, ss) = v["llama"], v["synapse"]
+            L.append(f"| {test} | {t} | {lm:.1f} ± {ls:.1f} | {sm:.1f} ± {ss:.1f} | **{sm / lm:.2f}x** |")
+    L.append("")
+    return L
+
+
+def memory_section(raw):
+    paths = {k: os.path.join(raw, f"rss-{k}.txt") for k in ("synapse", "llama", "file")}
+    if not all(os.path.exists(p) for p in paths.values()):
+        return []
+    try:
+        syn_kb = int(open(paths["synapse"]).read().split()[-1])
+        lla_kb = int(open(paths["llama"]).read().split()[-1])
+        file_b = int(open(paths["file"]).read().split()[-1])
+    except (ValueError, IndexError):
+        return []
+    mib = lambda b: b / (1 << 20)
+    L = ["## Peak memory while generating", ""]
+    L.append("Maximum resident set (`/usr/bin/time -f %M`) of a 64-token prompt and 64 generated tokens on the "
+             "Llama-3.2-1B-shaped Q4_K_M file with a 4096-token context, two threads. Its KV cache at that context "
+             "is 16 layers x 2 (K, V) x 512 values x 2 bytes x 4096 positions = 128 MiB.")
+    L.append("")
+    L.append("| | MiB | over the file |")
+    L.append("|---|--:|--:|")
+    L.append(f"| the GGUF file | {mib(file_b):.0f} | |")
+    L.append(f"| synapse | {mib(syn_kb * 1024):.0f} | +{mib(syn_kb * 1024 - file_b):.0f} |")
+    L.append(f"| llama.cpp (llama-completion) | {mib(lla_kb * 1024):.0f} | +{mib(lla_kb * 1024 - file_b):.0f} |")
+    L.append("")
+    return L
+
+
 def plot(res, bases, peak, svg):
     import matplotlib
 
@@ -303,6 +357,8 @@ def main():
              "(KV-cache traffic is not counted: at these short contexts it is small.)")
     L.append("")
 
+    L.extend(depth_section(a.raw))
+    L.extend(memory_section(a.raw))
     L.append("## Kernels")
     L.append("")
     for name, title in [("gemv.md", "gemv-bench"), ("kbench.md", "kbench")]:

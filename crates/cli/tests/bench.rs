@@ -211,6 +211,39 @@ fn bench_prints_llama_bench_fields_as_json_and_csv() {
     assert_eq!(text.lines().count(), 5, "{text}");
 }
 
+/// `-d` runs each test after an untimed prefill of that many tokens, as llama-bench's -d, and
+/// says so in `n_depth` and in the table's test name.
+#[test]
+fn bench_runs_tests_at_a_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "Q8_0");
+    let m = model.to_str().unwrap();
+    let args = [
+        "bench", "-m", m, "-p", "8", "-n", "4", "-d", "0,24", "-r", "1", "-t", "1",
+    ];
+    let r = synapse(&[&args[..], &["--no-membw", "-o", "json"]].concat());
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let depths: Vec<(u64, u64, u64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("n_prompt"), n("n_gen"), n("n_depth"))
+        })
+        .collect();
+    assert_eq!(depths, [(8, 0, 0), (0, 4, 0), (8, 0, 24), (0, 4, 24)]);
+    let r = synapse(&[&args[..], &["--no-membw"]].concat());
+    let text = String::from_utf8(r.stdout).unwrap();
+    assert!(
+        text.contains("| pp8 @ d24 |") && text.contains("| tg4 @ d24 |"),
+        "{text}"
+    );
+    let r = synapse(&["bench", "--no-membw", "-m", m, "-d", "1,,2"]);
+    assert!(String::from_utf8_lossy(&r.stderr).contains("-d 1,,2: empty item"));
+}
+
 #[test]
 fn membw_probe_prints_one_rate_per_thread_count() {
     let r = synapse(&[

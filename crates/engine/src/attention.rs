@@ -100,7 +100,7 @@ pub fn attend(
     let hd = s.head_dim;
     let mut scratch = HeadScratch::new();
     for (h, o) in out[..s.n_head * hd].chunks_exact_mut(hd).enumerate() {
-        attend_head(s, h, q, keys, values, n_pos, o, &mut scratch);
+        attend_head::<Scalar>(s, h, q, keys, values, n_pos, o, &mut scratch);
     }
 }
 
@@ -141,7 +141,7 @@ pub fn attend_batch(
                 // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
                 return unsafe { heads.one_v3(u, o, scratch) };
             }
-            heads.one(u, o, scratch);
+            heads.one::<Scalar>(u, o, scratch);
         },
     );
 }
@@ -159,14 +159,14 @@ struct Heads<'a> {
 impl Heads<'_> {
     /// Piece `u` (head `u % n_head` of token `u / n_head`) into `out`.
     #[inline(always)]
-    fn one(&self, u: usize, out: &mut [f32], scratch: &mut HeadScratch) {
+    fn one<O: HeadOps>(&self, u: usize, out: &mut [f32], scratch: &mut HeadScratch) {
         let s = self.s;
         let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
         let kv_dim = s.n_head_kv * hd;
         let (t, h) = (u / s.n_head, u % s.n_head);
         let pos = self.pos0 + t;
         let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        attend_head(
+        attend_head::<O>(
             s,
             h,
             &self.q[t * q_dim..(t + 1) * q_dim],
@@ -178,16 +178,16 @@ impl Heads<'_> {
         );
     }
 
-    /// [`Heads::one`] compiled for x86-64-v3: the fused multiply-adds become instructions
-    /// instead of calls to libm's `fmaf` (the same correctly rounded result), and the loops
-    /// over a head vectorize. Same bits.
+    /// [`Heads::one`] compiled for x86-64-v3, with [`V3`]'s F16 conversions and F16
+    /// multiply-adds; the fused multiply-adds become instructions instead of calls to libm's
+    /// `fmaf` (the same correctly rounded result). Same bits.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn one_v3(&self, u: usize, out: &mut [f32], scratch: &mut HeadScratch) {
-        self.one(u, out, scratch)
+        self.one::<V3>(u, out, scratch)
     }
 }
 
@@ -214,7 +214,7 @@ impl HeadScratch {
 /// Head `h` of [`attend`]: `out` is that head's `head_dim` values.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn attend_head(
+fn attend_head<O: HeadOps>(
     s: &AttnShape,
     h: usize,
     q: &[f32],
@@ -225,29 +225,29 @@ fn attend_head(
     scratch: &mut HeadScratch,
 ) {
     use half::f16;
-    use half::slice::HalfFloatSliceExt;
     let hd = s.head_dim;
     let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
     let group = s.n_head / s.n_head_kv;
-    let round_f16 = |x: &mut [f32], h16: &mut [f16]| {
-        h16.convert_from_f32_slice(x);
-        h16.convert_to_f32_slice(x);
-    };
     let (qf, acc, row, h16) = (
         &mut scratch.qf[..hd],
         &mut scratch.acc[..hd],
         &mut scratch.row[..hd],
         &mut scratch.h16[..hd],
     );
+    // `attend_head::<O>` runs only where `O`'s instructions exist (`Scalar` anywhere, `V3`
+    // from `Heads::one_v3`): what every `O::` call below needs.
     acc.fill(0.0);
     qf.copy_from_slice(&q[h * hd..(h + 1) * hd]);
-    round_f16(qf, h16);
+    // SAFETY: see above.
+    unsafe { O::round_f16(qf, h16) };
     let off = (h / group) * hd;
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
     for j in 0..n_pos {
-        keys[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
-        let sc = dot_f16(qf, row) * s.scale;
+        // SAFETY: see above.
+        unsafe { O::widen(&keys[j * kv_dim + off..j * kv_dim + off + hd], row) };
+        // SAFETY: see above.
+        let sc = unsafe { O::dot(qf, row) } * s.scale;
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if sc > m {
             let m_old = m;
@@ -257,25 +257,225 @@ fn attend_head(
             let ms16 = f16::from_f32(ms).to_f32();
             acc[..simd].iter_mut().for_each(|a| *a *= ms16);
             acc[simd..].iter_mut().for_each(|a| *a *= ms);
-            round_f16(acc, h16);
+            // SAFETY: see above.
+            unsafe { O::round_f16(acc, h16) };
         } else {
             vs = (sc - m).exp();
         }
-        values[j * kv_dim + off..j * kv_dim + off + hd].convert_to_f32_slice(row);
+        // SAFETY: see above.
+        unsafe { O::widen(&values[j * kv_dim + off..j * kv_dim + off + hd], row) };
         let vs16 = f16::from_f32(vs).to_f32();
-        for (a, &x) in acc[..simd].iter_mut().zip(&row[..simd]) {
-            *a = fma_for_f16(x, vs16, *a);
-        }
+        // SAFETY: see above.
+        unsafe { O::mad_f16(&mut acc[..simd], &row[..simd], vs16) };
         for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
             *a = x.mul_add(vs, *a);
         }
-        round_f16(acc, h16);
+        // SAFETY: see above.
+        unsafe { O::round_f16(acc, h16) };
         // ggml's C is compiled with contraction: this is one fused multiply-add there.
         sum = sum.mul_add(ms, vs);
     }
     let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
     for (o, a) in out.iter_mut().zip(acc.iter()) {
         *o = a * inv;
+    }
+}
+
+/// The per-position vector work of [`attend_head`]: F16 rows widened to f32, F16 rounding, and
+/// the F16 multiply-add of a value row. [`Scalar`] is the definition; [`V3`] gives the same bits
+/// with F16C and AVX2 (the conversions round to nearest even, as `half` does).
+trait HeadOps {
+    /// `dst = src` as f32.
+    ///
+    /// # Safety
+    /// The CPU must have what the implementation uses (nothing for [`Scalar`]; AVX2, FMA and
+    /// F16C for [`V3`]); the same for every method.
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]);
+    /// Every value of `x` rounded to F16 (`h16` is scratch of the same length).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn round_f16(x: &mut [f32], h16: &mut [half::f16]);
+    /// `acc[i] = fma_for_f16(row[i], vs16, acc[i])`.
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32);
+    /// [`dot_f16`].
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32;
+}
+
+/// [`HeadOps`] in portable code.
+struct Scalar;
+
+impl HeadOps for Scalar {
+    #[inline(always)]
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst);
+    }
+    #[inline(always)]
+    unsafe fn round_f16(x: &mut [f32], h16: &mut [half::f16]) {
+        use half::slice::HalfFloatSliceExt;
+        h16.convert_from_f32_slice(x);
+        h16.convert_to_f32_slice(x);
+    }
+    #[inline(always)]
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32) {
+        for (a, &x) in acc.iter_mut().zip(row) {
+            *a = fma_for_f16(x, vs16, *a);
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
+        dot_f16(q, k)
+    }
+}
+
+/// [`HeadOps`] with AVX2, FMA and F16C, eight values at a time (the tails as [`Scalar`]).
+#[cfg(target_arch = "x86_64")]
+struct V3;
+
+#[cfg(target_arch = "x86_64")]
+impl HeadOps for V3 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
+        use std::arch::x86_64::*;
+        let n = q.len().min(k.len());
+        let np = n & !63;
+        // acc[2j + h]: lanes 8h..8h + 8 of dot_f16's accumulator j.
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in (0..np).step_by(64) {
+            for (u, acc) in acc.iter_mut().enumerate() {
+                let e = i + 8 * u;
+                // SAFETY: values e..e + 8 of both (e + 8 <= np <= n).
+                *acc = unsafe {
+                    _mm256_fmadd_ps(
+                        _mm256_loadu_ps(q.as_ptr().add(e)),
+                        _mm256_loadu_ps(k.as_ptr().add(e)),
+                        *acc,
+                    )
+                };
+            }
+        }
+        // (acc0 + acc2) + (acc1 + acc3), lane by lane.
+        let half = |h: usize| {
+            _mm256_add_ps(
+                _mm256_add_ps(acc[h], acc[4 + h]),
+                _mm256_add_ps(acc[2 + h], acc[6 + h]),
+            )
+        };
+        let mut v = [0.0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe {
+            _mm256_storeu_ps(v.as_mut_ptr(), half(0));
+            _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
+        }
+        let mut sum = crate::ops::reduce_add_16(v) as f64;
+        for e in np..n {
+            sum += (q[e] * k[e]) as f64;
+        }
+        sum as f32
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 of both (i + 8 <= n).
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        for i in i..n {
+            dst[i] = src[i].to_f32();
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn round_f16(x: &mut [f32], _h16: &mut [half::f16]) {
+        use std::arch::x86_64::*;
+        let n = x.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 (i + 8 <= n).
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
+                _mm256_storeu_ps(p, _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        for v in &mut x[i..] {
+            *v = half::f16::from_f32(*v).to_f32();
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32) {
+        use std::arch::x86_64::*;
+        let n = acc.len().min(row.len());
+        let b = _mm256_set1_ps(vs16);
+        let one = _mm256_set1_epi32(1);
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 of both (i + 8 <= n).
+            unsafe {
+                let pa = acc.as_mut_ptr().add(i);
+                let (a, c) = (_mm256_loadu_ps(row.as_ptr().add(i)), _mm256_loadu_ps(pa));
+                // fma_for_f16, lane by lane: the sum and its rounding error (TwoSum).
+                let p = _mm256_mul_ps(a, b);
+                let s = _mm256_add_ps(p, c);
+                let pb = _mm256_sub_ps(s, p);
+                let e = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, pb)), _mm256_sub_ps(c, pb));
+                // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
+                let bits = _mm256_castps_si256(s);
+                let exp = _mm256_sub_epi32(
+                    _mm256_and_si256(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(0xff)),
+                    _mm256_set1_epi32(127),
+                );
+                let half_bit = _mm256_max_epi32(
+                    _mm256_set1_epi32(12),
+                    _mm256_sub_epi32(_mm256_set1_epi32(-2), exp),
+                );
+                let mant = _mm256_or_si256(
+                    _mm256_and_si256(bits, _mm256_set1_epi32(0x7f_ffff)),
+                    _mm256_set1_epi32(0x80_0000),
+                );
+                let below =
+                    _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(2), half_bit), one);
+                let tie = _mm256_and_si256(
+                    _mm256_cmpeq_epi32(
+                        _mm256_and_si256(mant, below),
+                        _mm256_sllv_epi32(one, half_bit),
+                    ),
+                    _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(-26)),
+                );
+                let err = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
+                let fix = _mm256_and_si256(tie, err);
+                // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and
+                // s share a sign, -1 when their signs differ.
+                let differ = _mm256_cmpgt_epi32(
+                    _mm256_setzero_si256(),
+                    _mm256_xor_si256(_mm256_castps_si256(e), bits),
+                );
+                let step = _mm256_or_si256(_mm256_andnot_si256(differ, one), differ);
+                let fixed = _mm256_add_epi32(bits, _mm256_and_si256(fix, step));
+                _mm256_storeu_ps(pa, _mm256_castsi256_ps(fixed));
+            }
+            i += 8;
+        }
+        for (a, &x) in acc[i..n].iter_mut().zip(&row[i..n]) {
+            *a = fma_for_f16(x, vs16, *a);
+        }
     }
 }
 
@@ -365,5 +565,84 @@ mod tests {
             ties > 0,
             "no case where rounding the f32 sum twice differs ({n} cases)"
         );
+    }
+
+    /// `V3`'s vector F16 arithmetic gives `Scalar`'s bits: the multiply-add on the cases of
+    /// `fma_for_f16_rounds_once` (ties included) and on random F16 operands of every sign and
+    /// magnitude, and the widening and rounding on every F16 value and random f32s.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn v3_head_ops_match_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !crate::has_x86_64_v3() {
+            eprintln!("skipped: this CPU lacks AVX2/FMA/F16C (Scalar is the only path here)");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+        let f16_val = |rng: &mut rand::rngs::StdRng| loop {
+            let h = half::f16::from_bits(rng.gen());
+            if h.is_finite() {
+                return h.to_f32();
+            }
+        };
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let (mut fixed, n) = (0usize, 1 << 18);
+        for _ in 0..n / 64 {
+            let vs16 = f16_val(&mut rng);
+            let row: Vec<f32> = (0..67).map(|_| f16_val(&mut rng)).collect();
+            let acc: Vec<f32> = (0..67)
+                .map(|i| match i % 3 {
+                    0 => f16_val(&mut rng),
+                    // Near the product, so that sums are small and ties frequent.
+                    _ => round(-row[i] * vs16 * (1.0 + rng.gen_range(-0.01f32..0.01))),
+                })
+                .collect();
+            let (mut a, mut b) = (acc.clone(), acc.clone());
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+            unsafe {
+                Scalar::mad_f16(&mut a, &row, vs16);
+                V3::mad_f16(&mut b, &row, vs16);
+            }
+            for i in 0..67 {
+                assert_eq!(
+                    a[i].to_bits(),
+                    b[i].to_bits(),
+                    "{} * {vs16} + {}",
+                    row[i],
+                    acc[i]
+                );
+                fixed += (a[i] != row[i] * vs16 + acc[i]) as usize;
+            }
+        }
+        assert!(fixed > 0, "no tie was corrected in {n} random cases");
+        // Widening every F16 value, and rounding random f32s (subnormal F16 results included).
+        let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+        let (mut w1, mut w2) = (vec![0.0; all.len()], vec![0.0; all.len()]);
+        let xs: Vec<f32> = (0..4099)
+            .map(|_| {
+                f32::from_bits(rng.gen_range(0x3000_0000u32..0x4800_0000))
+                    * if rng.gen() { 1.0 } else { -1.0 }
+            })
+            .collect();
+        let (mut r1, mut r2) = (xs.clone(), xs.clone());
+        let mut h16 = vec![half::f16::ZERO; xs.len()];
+        // SAFETY: as above.
+        unsafe {
+            Scalar::widen(&all, &mut w1);
+            V3::widen(&all, &mut w2);
+            Scalar::round_f16(&mut r1, &mut h16);
+            V3::round_f16(&mut r2, &mut h16);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&w1), bits(&w2));
+        assert_eq!(bits(&r1), bits(&r2));
+        // The dot product, with and without tails.
+        for n in [1, 63, 64, 100, 128, 200, 256] {
+            let q: Vec<f32> = (0..n).map(|_| f16_val(&mut rng) / 256.0).collect();
+            let k: Vec<f32> = (0..n).map(|_| f16_val(&mut rng) / 256.0).collect();
+            // SAFETY: as above.
+            let (a, b) = unsafe { (Scalar::dot(&q, &k), V3::dot(&q, &k)) };
+            assert_eq!(a.to_bits(), b.to_bits(), "dot of {n}");
+        }
     }
 }

@@ -27,6 +27,9 @@ struct Shared {
     /// Set when a job panicked on a worker; `run` re-raises it on the caller.
     panicked: AtomicBool,
     shutdown: AtomicBool,
+    /// Workers asleep on `wake` (or about to be): `run` takes the lock and notifies only then,
+    /// so a hand-off to spinning workers costs no system call.
+    sleepers: AtomicUsize,
     sleep: Mutex<()>,
     wake: Condvar,
 }
@@ -54,6 +57,7 @@ impl ThreadPool {
             remaining: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
         });
@@ -93,8 +97,10 @@ impl ThreadPool {
             unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f) };
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(JobPtr(ptr));
         s.remaining.store(self.workers.len(), Ordering::Release);
-        s.generation.fetch_add(1, Ordering::AcqRel);
-        {
+        // SeqCst pairs with the worker's `sleepers` increment and generation check: either it
+        // sees this generation and does not sleep, or this sees it counted and wakes it.
+        s.generation.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
         }
@@ -134,10 +140,14 @@ fn worker(s: &Shared, index: usize) {
                 continue;
             }
             let guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
-            if s.generation.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire) {
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
                 // Woken by `run` or `drop`; a spurious wake-up just loops.
                 let _ = s.wake.wait_timeout(guard, Duration::from_millis(100));
+            } else {
+                drop(guard);
             }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(JobPtr(ptr)) = job {

@@ -153,7 +153,6 @@ pub(crate) fn gemv_rows<B: DotBlock>(
 /// How far ahead of the kernel a one-token product asks for its weights, in bytes. The
 /// hardware's stream prefetchers alone leave a core reading a few rows at a time at well under
 /// half the bandwidth a streaming read reaches; asking early keeps more misses in flight.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(crate) const PREFETCH_AHEAD: usize = 4096;
 
 /// Asks the cache for the bytes of `w` that lie `PREFETCH_AHEAD` beyond `span` (the part of `w`
@@ -161,22 +160,22 @@ pub(crate) const PREFETCH_AHEAD: usize = 4096;
 /// the end of `w` are not asked for.
 #[inline]
 pub(crate) fn prefetch_ahead(w: &[u8], span: std::ops::Range<usize>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let end = (span.end + PREFETCH_AHEAD).min(w.len());
-        let mut at = (span.start + PREFETCH_AHEAD) & !63;
-        while at < end {
-            // SAFETY: `at < w.len()`, so the address lies inside `w`; prefetching never faults.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    w.as_ptr().add(at).cast(),
-                )
-            };
-            at += 64;
+    let end = (span.end + PREFETCH_AHEAD).min(w.len());
+    let mut at = (span.start + PREFETCH_AHEAD) & !63;
+    while at < end {
+        // SAFETY: `at < w.len()`, so the address lies inside `w`; a prefetch reads nothing into
+        // the program and never faults.
+        unsafe {
+            let p = w.as_ptr().add(at);
+            #[cfg(target_arch = "x86_64")]
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+            #[cfg(target_arch = "aarch64")]
+            std::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+            #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+            let _ = p;
         }
+        at += 64;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (w, span);
 }
 
 fn gemv_erased<B: DotBlock>(
@@ -451,7 +450,9 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
         what: "dot product",
     })?;
     #[cfg(target_arch = "x86_64")]
-    if let Some((f, gemv)) = crate::x86::avx512_vec_dot(ty) {
+    if let Some((f, gemv)) =
+        crate::x86::avx512_vec_dot(ty).or_else(|| crate::x86::avxvnni_vec_dot(ty))
+    {
         return Ok(VecDot {
             f,
             gemv,
@@ -485,6 +486,8 @@ pub fn kernel_isa() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     let isa = if crate::x86::has_avx512_vnni() {
         "avx512vnni"
+    } else if crate::x86::has_avxvnni() {
+        "avxvnni"
     } else if has_v3() {
         "avx2"
     } else {
@@ -504,7 +507,8 @@ pub fn kernel_isa() -> &'static str {
 /// Whether the CPU has AVX2, FMA and F16C (x86-64-v3's vector features).
 #[cfg(target_arch = "x86_64")]
 fn has_v3() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
+    crate::x86::tier_allowed("avx2")
+        && std::arch::is_x86_feature_detected!("avx2")
         && std::arch::is_x86_feature_detected!("fma")
         && std::arch::is_x86_feature_detected!("f16c")
 }
@@ -657,11 +661,13 @@ pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError>
         return Ok(base);
     }
     #[cfg(target_arch = "x86_64")]
-    let tier = crate::x86::avx512_rows8(ty).or_else(|| {
-        has_v3()
-            .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
-            .flatten()
-    });
+    let tier = crate::x86::avx512_rows8(ty)
+        .or_else(|| crate::x86::avxvnni_rows8(ty))
+        .or_else(|| {
+            has_v3()
+                .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
+                .flatten()
+        });
     #[cfg(target_arch = "aarch64")]
     let tier = crate::aarch64::rows8(ty);
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

@@ -36,6 +36,11 @@ pub struct BenchArgs {
     /// Tokens to generate (comma list, repeatable; 0 skips the tg test).
     #[arg(short = 'n', long = "n-gen", action = ArgAction::Append, default_value = "32")]
     pub n_gen: Vec<String>,
+    /// Depths: tokens already in the context when a test starts (comma list, repeatable): the
+    /// test then runs at positions depth.., after an untimed prefill of that many tokens, as
+    /// llama-bench's -d.
+    #[arg(short = 'd', long = "n-depth", action = ArgAction::Append, default_value = "0")]
+    pub n_depth: Vec<String>,
     /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to the CPUs available].
     #[arg(short = 't', long = "threads", action = ArgAction::Append)]
     pub threads: Vec<String>,
@@ -132,6 +137,7 @@ fn parse_lists(flag: &str, items: &[String]) -> Result<Vec<usize>> {
 struct Plan {
     n_prompt: Vec<usize>,
     n_gen: Vec<usize>,
+    n_depth: Vec<usize>,
     threads: Vec<usize>,
     batch: Vec<usize>,
 }
@@ -152,8 +158,14 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
     }
     let n_prompt = parse_lists("-p", &args.n_prompt)?;
     let n_gen = parse_lists("-n", &args.n_gen)?;
-    if n_prompt.iter().chain(&n_gen).any(|&n| n > 1 << 20) {
-        bail!("-p/-n: at most {} tokens per test", 1 << 20);
+    let n_depth = parse_lists("-d", &args.n_depth)?;
+    if n_prompt
+        .iter()
+        .chain(&n_gen)
+        .chain(&n_depth)
+        .any(|&n| n > 1 << 20)
+    {
+        bail!("-p/-n/-d: at most {} tokens per test", 1 << 20);
     }
     if !args.membw && n_prompt.iter().chain(&n_gen).all(|&n| n == 0) {
         bail!(
@@ -169,6 +181,7 @@ fn plan(args: &BenchArgs) -> Result<Plan> {
     Ok(Plan {
         n_prompt,
         n_gen,
+        n_depth,
         threads,
         batch,
     })
@@ -391,24 +404,34 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let n_vocab = model.info().n_vocab;
         let max_p = plan.n_prompt.iter().copied().max().unwrap_or(0);
         let max_n = plan.n_gen.iter().copied().max().unwrap_or(0);
-        let n_ctx = (max_p + max_n).max(1);
+        let max_d = plan.n_depth.iter().copied().max().unwrap_or(0);
+        let n_ctx = (max_d + max_p.max(max_n)).max(1);
         for &t in &plan.threads {
             let threads = Threads::new(t);
             for &b in &plan.batch {
                 let mut state = model.new_state(n_ctx, b);
                 let mut logits = vec![0.0f32; n_vocab];
-                let mut tests: Vec<(usize, usize)> = Vec::new();
-                tests.extend(plan.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0)));
-                tests.extend(plan.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
-                for (p, n) in tests {
-                    let name = if p > 0 {
+                let mut tests: Vec<(usize, usize, usize)> = Vec::new();
+                for &d in &plan.n_depth {
+                    tests.extend(plan.n_prompt.iter().filter(|&&p| p > 0).map(|&p| (p, 0, d)));
+                    tests.extend(plan.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n, d)));
+                }
+                for (p, n, d) in tests {
+                    let mut name = if p > 0 {
                         format!("pp{p}")
                     } else {
                         format!("tg{n}")
                     };
+                    if d > 0 {
+                        name += &format!(" @ d{d}");
+                    }
                     let toks = tokens(p.max(n), n_vocab, 0x5EED ^ (p as u64) << 20 ^ n as u64);
+                    let depth = tokens(d, n_vocab, 0xDE97 ^ d as u64);
                     let mut one = || -> Result<u64> {
                         state.reset();
+                        if d > 0 {
+                            model.prefill(&mut state, &depth, b, Logits::Last, &threads)?;
+                        }
                         let t0 = Instant::now();
                         if p > 0 {
                             model.prefill(&mut state, &toks, b, Logits::Last, &threads)?;
@@ -474,7 +497,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         use_mmap: true,
                         n_prompt: p,
                         n_gen: n,
-                        n_depth: 0,
+                        n_depth: d,
                         test_time: test_time(),
                         avg_ns: avg_ns.round() as u64,
                         stddev_ns: sd_ns.round() as u64,
@@ -586,11 +609,14 @@ fn print_rows(rows: &[Row], peaks: &[membw::Bandwidth], args: &BenchArgs) -> Res
             )?;
             writeln!(out, "|---|--:|--:|---|---|--:|--:|--:|--:|--:|--:|")?;
             for r in rows {
-                let test = if r.n_prompt > 0 {
+                let mut test = if r.n_prompt > 0 {
                     format!("pp{}", r.n_prompt)
                 } else {
                     format!("tg{}", r.n_gen)
                 };
+                if r.n_depth > 0 {
+                    test += &format!(" @ d{}", r.n_depth);
+                }
                 let (gbs, frac) = if r.n_gen > 0 {
                     (
                         format!("{:.1}", r.weight_gbs),

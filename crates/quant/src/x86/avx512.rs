@@ -15,105 +15,127 @@ use std::arch::x86_64::*;
 use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32, load32, nibbles};
 use crate::blocks::*;
 
-/// `acc + Σ_{k<4} u[4l + k] * s[4l + k]` per i32 lane: unsigned bytes times signed bytes.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn dot_us(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(acc, u, s)
-}
-
-// The 32-value formats: each block's fused multiply-add waits for the previous one's (the
-// reference's order), so one row runs at the latency of that chain, not at the throughput of the
-// integer work. These kernels take `R` rows at once, each with its own accumulators and exactly
-// its own operations in the reference's order: `R` independent chains interleaved.
-
-/// Lanes of `Σ (q - 8) * a` for Q4_0's nibbles `q`: `Σ q * a - Σ 8 * a`, both exact.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4_0_lanes(x: &BlockQ4_0, a: __m256i) -> __m256i {
-    let zero = _mm256_setzero_si256();
-    _mm256_sub_epi32(
-        dot_us(zero, nibbles(&x.qs), a),
-        dot_us(zero, _mm256_set1_epi8(8), a),
-    )
-}
-
-/// Q4_0 over `R` rows (each `y.len()` blocks long) in `vec_dot` order.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_0_q8_0_xr<const R: usize>(x: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
-    let x = x.map(|r| &r[..y.len()]);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, y) in y.iter().enumerate() {
-        let (hy, a) = (head_f16x2(y), load32(&y.qs));
-        for (acc, x) in acc.iter_mut().zip(x) {
-            let x = &x[b];
-            let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
-            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, a)), *acc);
+/// The multi-row kernels of the 32-value formats, for an instruction set with a 256-bit
+/// `vpdpbusd` (`$dpbusd`, under `$features`): AVX-512 VNNI (EVEX) here, AVX-VNNI (VEX) in
+/// [`super::avxvnni`]. Everything else they use is AVX2.
+macro_rules! vnni_row_kernels {
+    ($features:literal, $dpbusd:path) => {
+        /// `acc + Σ_{k<4} u[4l + k] * s[4l + k]` per i32 lane: unsigned bytes times signed bytes.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn dot_us(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+            $dpbusd(acc, u, s)
         }
-    }
-    acc.map(|a| hsum(a))
-}
 
-/// Q4_0 over `R` rows in the order of llama.cpp's repacked gemv
-/// (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_0_q8_0_rows8_xr<const R: usize>(
-    x: [&[BlockQ4_0]; R],
-    y: &[BlockQ8_0],
-) -> [f32; R] {
-    let x = x.map(|r| &r[..y.len()]);
-    let mut acc = [0.0f32; R];
-    for (b, y) in y.iter().enumerate() {
-        let (hy, a) = (head_f16x2(y), load32(&y.qs));
-        for (acc, x) in acc.iter_mut().zip(x) {
-            let x = &x[b];
-            let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), hy));
-            *acc = (hsum_i32(q4_0_lanes(x, a)) as f32).mul_add(d, *acc);
-        }
-    }
-    acc
-}
+        // The 32-value formats: each block's fused multiply-add waits for the previous one's (the
+        // reference's order), so one row runs at the latency of that chain, not at the throughput of the
+        // integer work. These kernels take `R` rows at once, each with its own accumulators and exactly
+        // its own operations in the reference's order: `R` independent chains interleaved.
 
-/// Q4_1 over `R` rows in `vec_dot` order.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q4_1_q8_1_xr<const R: usize>(x: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
-    let x = x.map(|r| &r[..y.len()]);
-    let mut acc = [_mm256_setzero_ps(); R];
-    // Lane 1 runs the min terms: fma(m_x, s_y, mins), block by block.
-    let mut mins = [_mm_setzero_ps(); R];
-    for (b, y) in y.iter().enumerate() {
-        let (hy, a) = (head_f16x2(y), load32(&y.qs));
-        for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(x) {
-            let x = &x[b];
-            let hx = head_f16x2(x);
-            *mins = _mm_fmadd_ps(hx, hy, *mins);
-            let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
-            let lanes = dot_us(_mm256_setzero_si256(), nibbles(&x.qs), a);
-            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+        /// Lanes of `Σ (q - 8) * a` for Q4_0's nibbles `q`: `Σ q * a - Σ 8 * a`, both exact.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn q4_0_lanes(x: &BlockQ4_0, a: __m256i) -> __m256i {
+            let zero = _mm256_setzero_si256();
+            _mm256_sub_epi32(
+                dot_us(zero, nibbles(&x.qs), a),
+                dot_us(zero, _mm256_set1_epi8(8), a),
+            )
         }
-    }
-    std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[r])))
-}
 
-/// Q8_0 over `R` rows in `vec_dot` order.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub fn vec_dot_q8_0_q8_0_xr<const R: usize>(x: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
-    let x = x.map(|r| &r[..y.len()]);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, y) in y.iter().enumerate() {
-        let (hy, qy) = (head_f16x2(y), load32(&y.qs));
-        for (acc, x) in acc.iter_mut().zip(x) {
-            let x = &x[b];
-            let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
-            let qx = load32(&x.qs);
-            // |x| * (y with x's sign): exact for activations in -127..=127 (ggml's quantizers).
-            let u = _mm256_sign_epi8(qx, qx);
-            let lanes = dot_us(_mm256_setzero_si256(), u, _mm256_sign_epi8(qy, qx));
-            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+        /// Q4_0 over `R` rows (each `y.len()` blocks long) in `vec_dot` order.
+        #[target_feature(enable = $features)]
+        pub fn vec_dot_q4_0_q8_0_xr<const R: usize>(
+            x: [&[BlockQ4_0]; R],
+            y: &[BlockQ8_0],
+        ) -> [f32; R] {
+            let x = x.map(|r| &r[..y.len()]);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, y) in y.iter().enumerate() {
+                let (hy, a) = (head_f16x2(y), load32(&y.qs));
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    let x = &x[b];
+                    let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, a)), *acc);
+                }
+            }
+            acc.map(|a| hsum(a))
         }
-    }
-    acc.map(|a| hsum(a))
+
+        /// Q4_0 over `R` rows in the order of llama.cpp's repacked gemv
+        /// (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
+        #[target_feature(enable = $features)]
+        pub fn vec_dot_q4_0_q8_0_rows8_xr<const R: usize>(
+            x: [&[BlockQ4_0]; R],
+            y: &[BlockQ8_0],
+        ) -> [f32; R] {
+            let x = x.map(|r| &r[..y.len()]);
+            let mut acc = [0.0f32; R];
+            for (b, y) in y.iter().enumerate() {
+                let (hy, a) = (head_f16x2(y), load32(&y.qs));
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    let x = &x[b];
+                    let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), hy));
+                    *acc = (hsum_i32(q4_0_lanes(x, a)) as f32).mul_add(d, *acc);
+                }
+            }
+            acc
+        }
+
+        /// Q4_1 over `R` rows in `vec_dot` order.
+        #[target_feature(enable = $features)]
+        pub fn vec_dot_q4_1_q8_1_xr<const R: usize>(
+            x: [&[BlockQ4_1]; R],
+            y: &[BlockQ8_1],
+        ) -> [f32; R] {
+            let x = x.map(|r| &r[..y.len()]);
+            let mut acc = [_mm256_setzero_ps(); R];
+            // Lane 1 runs the min terms: fma(m_x, s_y, mins), block by block.
+            let mut mins = [_mm_setzero_ps(); R];
+            for (b, y) in y.iter().enumerate() {
+                let (hy, a) = (head_f16x2(y), load32(&y.qs));
+                for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(x) {
+                    let x = &x[b];
+                    let hx = head_f16x2(x);
+                    *mins = _mm_fmadd_ps(hx, hy, *mins);
+                    let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
+                    let lanes = dot_us(_mm256_setzero_si256(), nibbles(&x.qs), a);
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+                }
+            }
+            std::array::from_fn(|r| hsum(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(mins[r])))
+        }
+
+        /// Q8_0 over `R` rows in `vec_dot` order.
+        #[target_feature(enable = $features)]
+        pub fn vec_dot_q8_0_q8_0_xr<const R: usize>(
+            x: [&[BlockQ8_0]; R],
+            y: &[BlockQ8_0],
+        ) -> [f32; R] {
+            let x = x.map(|r| &r[..y.len()]);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, y) in y.iter().enumerate() {
+                let (hy, qy) = (head_f16x2(y), load32(&y.qs));
+                for (acc, x) in acc.iter_mut().zip(x) {
+                    let x = &x[b];
+                    let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
+                    let qx = load32(&x.qs);
+                    // |x| * (y with x's sign): exact for activations in -127..=127 (ggml's quantizers).
+                    let u = _mm256_sign_epi8(qx, qx);
+                    let lanes = dot_us(_mm256_setzero_si256(), u, _mm256_sign_epi8(qy, qx));
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+                }
+            }
+            acc.map(|a| hsum(a))
+        }
+    };
 }
+pub(super) use vnni_row_kernels;
+
+vnni_row_kernels!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    _mm256_dpbusd_epi32
+);
 
 /// Lanes 0..8 plus lanes 8..16 (exact).
 #[inline]

@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f32_of, hsum, hsum_i32};
+use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32};
 use crate::blocks::*;
 use crate::codec::{gemm_operands, prefetch_ahead};
 use crate::{DotBlock, QuantError};
@@ -374,6 +374,15 @@ struct Q4KPrep {
     dmin: f32,
 }
 
+/// A Q4_K block's `d` and `dmin` as f32, by one F16C conversion of a full-width load (the
+/// integer conversion `f32_of` costs a dozen instructions a value; see also its note).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn q4_k_head(x: &BlockQ4K) -> (f32, f32) {
+    let h = head_f16x2(x);
+    (_mm_cvtss_f32(h), _mm_cvtss_f32(_mm_movehdup_ps(h)))
+}
+
 /// Pair `j` of sub-blocks as nibble bytes: the low nibbles of bytes `32j..32j + 32` (sub-block
 /// `2j`) in the low half, their high nibbles (`2j + 1`) in the high half.
 #[inline]
@@ -391,6 +400,7 @@ fn q4_k_prep_nibbles(x: &BlockQ4K) -> [__m512i; 4] {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
 fn q4_k_prep(x: &BlockQ4K) -> Q4KPrep {
+    let head = q4_k_head(x);
     let (scales, mins) = k_scales_mins(&x.scales);
     let scales32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(scales)));
     let q = q4_k_prep_nibbles(x);
@@ -403,8 +413,8 @@ fn q4_k_prep(x: &BlockQ4K) -> Q4KPrep {
         q,
         scales,
         mins: _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins))),
-        d: f32_of(x.d),
-        dmin: f32_of(x.dmin),
+        d: head.0,
+        dmin: head.1,
     }
 }
 
@@ -425,6 +435,7 @@ struct Q4KPackedPrep {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
 fn q4_k_prep_packed(x: &BlockQ4K) -> Q4KPackedPrep {
+    let head = q4_k_head(x);
     let p = q4_k_prep_nibbles(x);
     let (scales, mins) = k_scales_mins(&x.scales);
     let scales16 = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(
@@ -450,8 +461,8 @@ fn q4_k_prep_packed(x: &BlockQ4K) -> Q4KPackedPrep {
             _mm512_permutexvar_epi16(pick(4), scales16),
         ],
         mins: _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins))),
-        d: f32_of(x.d),
-        dmin: f32_of(x.dmin),
+        d: head.0,
+        dmin: head.1,
     }
 }
 

@@ -27,7 +27,8 @@ use crate::{DotBlock, QuantError};
 pub fn available() -> bool {
     static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAVE.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
+        super::tier_allowed("avx512vnni")
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512vl")
@@ -48,6 +49,10 @@ trait Pair {
     /// Pairs of rows a batch tile takes (by four tokens): as many as the accumulators leave
     /// registers for.
     const BATCH_PAIRS: usize;
+    /// Whether batch tiles take eight tokens (two pairs of rows if [`Pair::BATCH_PAIRS`] is 4,
+    /// else one): for the formats whose unpacking is dear enough that sharing it with eight
+    /// tokens beats more rows (measured with `examples/tilebench`).
+    const EIGHT_TOKENS: bool;
     /// # Safety
     /// The CPU must have what [`available`] checks (as for every method here).
     unsafe fn zero() -> Self::Acc;
@@ -130,8 +135,9 @@ unsafe fn tokens<K: Pair, const T: usize>(
     );
 }
 
-/// Every row of `w` times every token of `a`: eight (or four, [`Pair::BATCH_PAIRS`]) rows by
-/// four tokens for batches, eight rows a token for the tokens left over (and for one token). A group of tokens' per-block
+/// Every row of `w` times every token of `a`: four or two rows by eight tokens
+/// ([`Pair::EIGHT_TOKENS`]), or eight or four ([`Pair::BATCH_PAIRS`]) rows by four tokens, for
+/// batches, eight rows a token for the tokens left over (and for one token). A group of tokens' per-block
 /// work is done once, for every row.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -142,6 +148,20 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     // loops' conditions), which the slicing in `tile` checks again.
     unsafe {
         let mut t0 = 0;
+        let mut toks8 = Vec::new();
+        while K::EIGHT_TOKENS && n_tok - t0 >= 8 {
+            tokens::<K, 8>(a, per_row, t0, &mut toks8);
+            let mut r0 = 0;
+            while K::BATCH_PAIRS == 4 && rows - r0 >= 4 {
+                tile::<K, 2, 8>(w, &toks8, per_row, (r0, t0), out);
+                r0 += 4;
+            }
+            while r0 < rows {
+                tile::<K, 1, 8>(w, &toks8, per_row, (r0, t0), out);
+                r0 += 2;
+            }
+            t0 += 8;
+        }
         let mut toks4 = Vec::new();
         while n_tok - t0 >= 4 {
             tokens::<K, 4>(a, per_row, t0, &mut toks4);
@@ -289,7 +309,7 @@ fn signed_step(p: &SignedPrep, y: &SignedTok, acc: __m512) -> __m512 {
 }
 
 macro_rules! signed_pair {
-    ($name:ident: $block:ty, shift $shift:literal, |$a:ident, $b:ident| $bytes:expr) => {
+    ($name:ident: $block:ty, shift $shift:literal, eight tokens $eight:literal, |$a:ident, $b:ident| $bytes:expr) => {
         struct $name;
         impl Pair for $name {
             type W = $block;
@@ -297,6 +317,7 @@ macro_rules! signed_pair {
             type Prep = SignedPrep;
             type Acc = __m512;
             const BATCH_PAIRS: usize = 4;
+            const EIGHT_TOKENS: bool = $eight;
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
@@ -341,12 +362,12 @@ macro_rules! signed_pair {
 
 // The weights plus the offset, as unsigned bytes: Q4_0 nibbles are x + 8, Q5_0 values x + 16,
 // and Q8_0 bytes with the sign bit flipped x + 128.
-signed_pair!(Q4_0: BlockQ4_0, shift 3, |a, b| pair_nibbles(&a.qs, &b.qs));
-signed_pair!(Q5_0: BlockQ5_0, shift 4, |a, b| pair_bytes(
+signed_pair!(Q4_0: BlockQ4_0, shift 3, eight tokens true, |a, b| pair_nibbles(&a.qs, &b.qs));
+signed_pair!(Q5_0: BlockQ5_0, shift 4, eight tokens true, |a, b| pair_bytes(
     q5_bytes(&a.qs, a.qh),
     q5_bytes(&b.qs, b.qh)
 ));
-signed_pair!(Q8_0: BlockQ8_0, shift 7, |a, b| _mm512_xor_si512(
+signed_pair!(Q8_0: BlockQ8_0, shift 7, eight tokens false, |a, b| _mm512_xor_si512(
     pair_bytes(load32(&a.qs), load32(&b.qs)),
     _mm512_set1_epi8(-128)
 ));
@@ -369,7 +390,7 @@ struct UnsignedPrep {
 /// The unsigned formats with a min against Q8_1 (`avx2::vec_dot_q4_1_q8_1`): lanes 1 and 3 of
 /// the second accumulator run row A's and row B's min terms (lanes 0 and 2 are not used).
 macro_rules! unsigned_pair {
-    ($name:ident: $block:ty, |$a:ident, $b:ident| $bytes:expr) => {
+    ($name:ident: $block:ty, eight tokens $eight:literal, |$a:ident, $b:ident| $bytes:expr) => {
         struct $name;
         impl Pair for $name {
             type W = $block;
@@ -378,6 +399,7 @@ macro_rules! unsigned_pair {
             type Acc = (__m512, __m128);
             // Sixteen accumulators and sixteen for the mins would take every register.
             const BATCH_PAIRS: usize = 2;
+            const EIGHT_TOKENS: bool = $eight;
             #[inline]
             #[target_feature(
                 enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"
@@ -435,8 +457,8 @@ macro_rules! unsigned_pair {
     };
 }
 
-unsigned_pair!(Q4_1: BlockQ4_1, |a, b| pair_nibbles(&a.qs, &b.qs));
-unsigned_pair!(Q5_1: BlockQ5_1, |a, b| pair_bytes(
+unsigned_pair!(Q4_1: BlockQ4_1, eight tokens false, |a, b| pair_nibbles(&a.qs, &b.qs));
+unsigned_pair!(Q5_1: BlockQ5_1, eight tokens true, |a, b| pair_bytes(
     q5_bytes(&a.qs, a.qh),
     q5_bytes(&b.qs, b.qh)
 ));

@@ -336,11 +336,12 @@ pub fn gemm_512<E: Elem>(
 }
 
 /// Whether this CPU has what [`dot_512`] and [`gemm_512`] use: AVX-512 F, AVX2, FMA,
-/// F16C.
+/// F16C (and `SYNAPSE_ISA` allows the AVX-512 tier).
 pub fn has_avx512() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        is_x86_feature_detected!("avx512f")
+        super::tier_allowed("avx512vnni")
+            && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")

@@ -27,6 +27,7 @@ pub mod avx2;
 pub mod avx512;
 pub mod avx512_ktile;
 pub mod avx512_tile;
+pub mod avxvnni;
 pub mod f16;
 #[cfg(test)]
 mod tests;
@@ -73,11 +74,38 @@ avx2_entry! {
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
 }
 
-/// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C.
+/// The kernel tiers, lowest first.
+const TIERS: [&str; 4] = ["reference", "avx2", "avxvnni", "avx512vnni"];
+
+/// Whether the environment lets the dispatch use kernel tier `tier` (one of [`TIERS`]):
+/// `SYNAPSE_ISA=avx2`, say, caps the x86 kernels at AVX2 on a machine that has more, so that
+/// every tier can be measured (and run) on one machine. Unset, every tier the CPU has is used.
+/// The tiers give the same bits; this changes only the speed.
+pub(crate) fn tier_allowed(tier: &str) -> bool {
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cap = *CAP.get_or_init(|| match std::env::var("SYNAPSE_ISA") {
+        Err(_) => TIERS.len() - 1,
+        Ok(v) => TIERS.iter().position(|&t| t == v).unwrap_or_else(|| {
+            eprintln!(
+                "synapse: SYNAPSE_ISA={v:?} is not one of {}; ignored",
+                TIERS.join(", ")
+            );
+            TIERS.len() - 1
+        }),
+    });
+    TIERS
+        .iter()
+        .position(|&t| t == tier)
+        .is_some_and(|i| i <= cap)
+}
+
+/// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C (and
+/// `SYNAPSE_ISA` allows that tier).
 pub(crate) fn has_avx512_vnni() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx512f")
+        tier_allowed("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512bw")
             && std::arch::is_x86_feature_detected!("avx512vl")
             && std::arch::is_x86_feature_detected!("avx512vnni")
@@ -149,16 +177,17 @@ fn gemv_by<B: DotBlock, const R: usize>(
     Ok(())
 }
 
-macro_rules! avx512_rows_entry {
-    ($( $name:ident, $gemv:ident: $block:ty => $kernel:ident; )*) => {$(
-        /// Type-erased entry to the AVX-512 VNNI kernel.
+macro_rules! vnni_rows_entry {
+    ($module:ident; $( $name:ident, $gemv:ident: $block:ty => $kernel:ident; )*) => {$(
+        /// Type-erased entry to the VNNI kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            // SAFETY: `avx512_vec_dot`/`avx512_rows8` hand these entries out only after
-            // `has_avx512_vnni` found every feature the kernel is compiled for.
-            dot_row::<$block>(w, a, |x, y| unsafe { avx512::$kernel::<1>([x], y)[0] })
+            // SAFETY: the table functions below hand these entries out only after detecting
+            // every feature `$module`'s kernels are compiled for (`has_avx512_vnni` for
+            // `avx512`, `has_avxvnni` for `avxvnni`).
+            dot_row::<$block>(w, a, |x, y| unsafe { $module::$kernel::<1>([x], y)[0] })
         }
 
-        /// Type-erased entry to the AVX-512 VNNI kernel, over consecutive rows, four at a time.
+        /// Type-erased entry to the VNNI kernel, over consecutive rows, four at a time.
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
             unsafe {
@@ -167,19 +196,67 @@ macro_rules! avx512_rows_entry {
                     row_bytes,
                     a,
                     out,
-                    |x, y| avx512::$kernel::<4>(x, y),
-                    |x, y| avx512::$kernel::<1>(x, y),
+                    |x, y| $module::$kernel::<4>(x, y),
+                    |x, y| $module::$kernel::<1>(x, y),
                 )
             }
         }
     )*};
 }
 
-avx512_rows_entry! {
+vnni_rows_entry! {
+    avx512;
     q4_0_512, q4_0_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_xr;
     q4_1_512, q4_1_512_gemv: BlockQ4_1 => vec_dot_q4_1_q8_1_xr;
     q8_0_512, q8_0_512_gemv: BlockQ8_0 => vec_dot_q8_0_q8_0_xr;
     q4_0_rows8_512, q4_0_rows8_512_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
+}
+
+vnni_rows_entry! {
+    avxvnni;
+    q4_0_vnni, q4_0_vnni_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_xr;
+    q4_1_vnni, q4_1_vnni_gemv: BlockQ4_1 => vec_dot_q4_1_q8_1_xr;
+    q8_0_vnni, q8_0_vnni_gemv: BlockQ8_0 => vec_dot_q8_0_q8_0_xr;
+    q4_0_rows8_vnni, q4_0_rows8_vnni_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
+}
+
+/// Whether the CPU has AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd`), besides AVX2, FMA and
+/// F16C (and `SYNAPSE_ISA` allows that tier).
+pub(crate) fn has_avxvnni() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        tier_allowed("avxvnni")
+            && std::arch::is_x86_feature_detected!("avxvnni")
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+    })
+}
+
+/// The AVX-VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has AVX-VNNI
+/// and there is one. (The dispatch prefers AVX-512 VNNI where both exist.)
+pub(crate) fn avxvnni_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
+    if !has_avxvnni() {
+        return None;
+    }
+    Some(match ty {
+        GgmlType::Q4_0 => (q4_0_vnni as DotFn, q4_0_vnni_gemv as GemvFn),
+        GgmlType::Q4_1 => (q4_1_vnni as DotFn, q4_1_vnni_gemv as GemvFn),
+        GgmlType::Q8_0 => (q8_0_vnni as DotFn, q8_0_vnni_gemv as GemvFn),
+        _ => return None,
+    })
+}
+
+/// The AVX-VNNI kernel in the order of llama.cpp's repacked gemv, if this CPU has AVX-VNNI and
+/// there is one.
+pub(crate) fn avxvnni_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
+    if !has_avxvnni() {
+        return None;
+    }
+    Some(match ty {
+        GgmlType::Q4_0 => (q4_0_rows8_vnni as DotFn, q4_0_rows8_vnni_gemv as GemvFn),
+        _ => return None,
+    })
 }
 
 macro_rules! float_512_entry {

@@ -83,6 +83,25 @@ fn avx512_vnni_kernels_are_bit_identical_to_the_reference() {
     }
 }
 
+#[test]
+fn avxvnni_kernels_are_bit_identical_to_the_reference() {
+    if !has_avxvnni() {
+        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernels cannot run here");
+        assert!(avxvnni_vec_dot(GgmlType::Q4_0).is_none());
+        return;
+    }
+    let mut cases: Vec<Case> = Vec::new();
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (f, g) = avxvnni_vec_dot(ty).unwrap();
+        cases.push((ty, f, g, reference(ty)));
+    }
+    let (f, g) = avxvnni_rows8(GgmlType::Q4_0).unwrap();
+    cases.push((GgmlType::Q4_0, f, g, reference_rows8(GgmlType::Q4_0)));
+    for seed in 200..220 {
+        check(seed, &cases);
+    }
+}
+
 /// The float kernels (AVX2, AVX-512 by one and by four rows, the AVX-512 tiles) against the
 /// reference, bit for bit: lengths around the 64-value step (every tail shape), past one
 /// 2048-value chunk of the tiles, 1..9 rows, 1..11 tokens.
