@@ -431,7 +431,7 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (`crate::x86::avx2`) and, for the others, the reference compiled a
+/// formats, the K-quants, IQ4_NL and IQ4_XS (`crate::x86::avx2`) and, for the float formats, the reference compiled a
 /// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.
@@ -593,19 +593,15 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     (GgmlType::Q5_0, crate::x86::q5_0, crate::x86::q5_0_gemv),
     (GgmlType::Q5_1, crate::x86::q5_1, crate::x86::q5_1_gemv),
     (GgmlType::Q8_0, crate::x86::q8_0, crate::x86::q8_0_gemv),
-    (
-        GgmlType::Q2_K,
-        vec_dot_v3_erased::<BlockQ2K>,
-        gemv_v3_erased::<BlockQ2K>,
-    ),
+    (GgmlType::Q2_K, crate::x86::q2_k, crate::x86::q2_k_gemv),
     (GgmlType::Q3_K, crate::x86::q3_k, crate::x86::q3_k_gemv),
     (GgmlType::Q4_K, crate::x86::q4_k, crate::x86::q4_k_gemv),
     (GgmlType::Q5_K, crate::x86::q5_k, crate::x86::q5_k_gemv),
     (GgmlType::Q6_K, crate::x86::q6_k, crate::x86::q6_k_gemv),
     (
         GgmlType::IQ4_NL,
-        vec_dot_v3_erased::<BlockIQ4NL>,
-        gemv_v3_erased::<BlockIQ4NL>,
+        crate::x86::iq4_nl,
+        crate::x86::iq4_nl_gemv,
     ),
     (
         GgmlType::IQ4_XS,

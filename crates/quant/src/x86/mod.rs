@@ -68,6 +68,8 @@ avx2_entry! {
     iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
     q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
+    q2_k, q2_k_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k;
+    iq4_nl, iq4_nl_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0;
 }
 
 /// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C.
