@@ -285,6 +285,13 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::Q4_K, false) => Some(tile::q4_k),
                 (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
                 (GgmlType::Q6_K, _) => Some(tile::q6_k),
+                (GgmlType::Q2_K, false) => Some(tile::q2_k),
+                (GgmlType::Q2_K, true) => Some(tile::q2_k_rows8),
+                (GgmlType::Q3_K, _) => Some(tile::q3_k),
+                (GgmlType::Q5_K, _) => Some(tile::q5_k),
+                (GgmlType::IQ4_XS, _) => Some(tile::iq4_xs),
+                (GgmlType::IQ4_NL, false) => Some(tile::iq4_nl),
+                (GgmlType::IQ4_NL, true) => Some(tile::iq4_nl_rows8),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx2", k)));
