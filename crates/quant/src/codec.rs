@@ -236,18 +236,23 @@ pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
 }
 
 /// The kernel for one token (decode) where a tile beats [`VecDot::gemv`]: Q5_0 and Q5_1, whose
-/// row kernels take one row at a time (the tiles take four). The other formats' row kernels take
-/// several rows at once and are faster for one token than the tiles, which pay for their
-/// token-sharing layout (best of 3000, one thread, 64x2048: Q4_K 31 against 24 Gmac/s, Q6_K 32
-/// against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7).
+/// row kernels take one row at a time (the AVX2 tiles take four), and Q2_K (both orders) and
+/// Q3_K, whose AVX-512 VNNI tiles (four rows a token, weights asked for ahead) take 64 values
+/// an instruction. The other formats' row kernels take several rows at once or are as fast as
+/// the tiles, which pay for their token-sharing layout (best of 3000, one thread, 64x2048: Q4_K
+/// 31 against 24 Gmac/s, Q6_K 32 against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7;
+/// best of 20, 2048x2048, `tilebench .. 1`: Q2_K 15.4 against 29.4, Q2_K repacked 14.0
+/// against 27.2, Q3_K 7.3 against 17.0, Q5_K 22.0 against 16.8, IQ4_XS 17.0 against 17.2).
 pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    match ty {
-        GgmlType::Q5_0 | GgmlType::Q5_1 => gemm_kernels(ty, repacked)
-            .into_iter()
-            .find(|k| k.0 == "avx2")
-            .map(|k| k.1),
-        _ => None,
-    }
+    let isa = match ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => "avx2",
+        GgmlType::Q2_K | GgmlType::Q3_K => "avx512vnni",
+        _ => return None,
+    };
+    gemm_kernels(ty, repacked)
+        .into_iter()
+        .find(|k| k.0 == isa)
+        .map(|k| k.1)
 }
 
 /// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
@@ -270,6 +275,12 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::Q4_K, false) => Some(avx512k::q4_k),
                 (GgmlType::Q4_K, true) => Some(avx512k::q4_k_rows8),
                 (GgmlType::Q6_K, _) => Some(avx512k::q6_k),
+                (GgmlType::Q5_K, _) => Some(avx512k::q5_k),
+                (GgmlType::Q3_K, _) => Some(avx512k::q3_k),
+                (GgmlType::Q2_K, false) => Some(avx512k::q2_k),
+                (GgmlType::Q2_K, true) => Some(avx512k::q2_k_rows8),
+                (GgmlType::IQ4_XS, _) => Some(avx512k::iq4_xs),
+                (GgmlType::IQ4_NL, true) => Some(crate::x86::avx512_nl::iq4_nl_rows8),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));

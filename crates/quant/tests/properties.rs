@@ -436,13 +436,26 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
         ] {
             let have = tested
                 .iter()
                 .any(|&(t, _, isa)| t == want && isa == "avx512vnni");
             assert!(have, "no AVX-512 VNNI kernel for {want}");
+        }
+        for (want, repacked) in [(GgmlType::Q2_K, true), (GgmlType::IQ4_NL, true)] {
+            let have = tested
+                .iter()
+                .any(|&(t, r, isa)| t == want && r == repacked && isa == "avx512vnni");
+            assert!(
+                have,
+                "no AVX-512 VNNI kernel for {want} (repacked: {repacked})"
+            );
         }
     }
     let _ = tested;
