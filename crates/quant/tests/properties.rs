@@ -361,6 +361,8 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
                     (3, 93, 1),
                     (1, 100, 1),
                     (9, 7, 3),
+                    (6, 37, 1),
+                    (5, 17, 2),
                 ] {
                     // With an odd row count, the 32-value formats get an odd number of blocks
                     // (IQ4_NL's `vec_dot` order treats a last odd block apart).

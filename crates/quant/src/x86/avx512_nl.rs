@@ -4,12 +4,14 @@
 //!
 //! `vpdpbusd` takes unsigned bytes times signed bytes, so a weight's table value `v` (signed)
 //! goes in as `v + 128` and the token's block sum times 128 comes off the exact total:
-//! `Σ v a = Σ (v + 128) a - 128 Σ a`, all in i32 without overflow. Eight (row, token) pairs'
-//! lanes are reduced together ([`reduce8`]) and their eight running floats are the lanes of one
-//! vector: each lane takes exactly the scalar kernel's operations (the block's exact total
-//! converted, one fused multiply-add by `d_x * d_y`). For prefill a row meets eight tokens at a
-//! time (the token-side work, `d_y` and the block sums, gathered once per product); for decode
-//! eight rows meet the token, their weights asked for ahead of the kernel.
+//! `Σ v a = Σ (v + 128) a - 128 Σ a`, all in i32 without overflow. The running floats of
+//! several (row, token) pairs are the lanes of one vector, and each lane takes exactly the
+//! scalar kernel's operations (the block's exact total converted, one fused multiply-add by
+//! `d_x * d_y`). For prefill, four rows meet sixteen
+//! tokens at a time, the tokens' bytes laid side by side once per product ([`Group16`]) so
+//! that the sixteen totals need no reduction; for the tokens left over and for decode, eight
+//! rows meet the token (their lanes reduced together, [`reduce8`]), their weights asked for
+//! ahead of the kernel.
 
 use std::arch::x86_64::*;
 
@@ -33,10 +35,8 @@ pub fn iq4_nl_rows8(
     Ok(())
 }
 
-/// Per (block, token) of a batch: the token's `d` and 128 times its block sum, at
-/// `[b * n_tok + t]`.
+/// One token's per-block `d` and 128 times its block sum.
 struct Tokens {
-    n_tok: usize,
     d: Vec<f32>,
     s128: Vec<i32>,
 }
@@ -44,16 +44,14 @@ struct Tokens {
 impl Tokens {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
-    fn new(a: &[BlockQ8_0], per_row: usize, n_tok: usize) -> Tokens {
-        let mut d = vec![0.0f32; per_row * n_tok];
-        let mut s128 = vec![0i32; per_row * n_tok];
-        for (t, y) in a.chunks_exact(per_row).enumerate() {
-            for (b, y) in y.iter().enumerate() {
-                d[b * n_tok + t] = f32_of(y.d);
-                s128[b * n_tok + t] = 128 * y.qs.iter().map(|&q| q as i32).sum::<i32>();
-            }
+    fn new(y: &[BlockQ8_0]) -> Tokens {
+        Tokens {
+            d: y.iter().map(|y| f32_of(y.d)).collect(),
+            s128: y
+                .iter()
+                .map(|y| 128 * y.qs.iter().map(|&q| q as i32).sum::<i32>())
+                .collect(),
         }
-        Tokens { n_tok, d, s128 }
     }
 }
 
@@ -93,29 +91,68 @@ fn reduce8(v: [__m256i; 8]) -> __m256i {
     )
 }
 
-/// Every row of `w` times every token of `a`: one row by eight tokens, then eight rows a token
-/// (and the last rows one by one) for the tokens left over and for decode.
+/// Sixteen tokens side by side, per block: dword `k` (bytes `4k..4k + 4`) of every token's
+/// block in one 64-byte vector (`qs[(g * per_row + b) * 8 + k]`, lane `t`: token `16g + t`),
+/// so that one `vpdpbusd` against a broadcast dword of the weights adds its four products to
+/// sixteen (row, token) totals at once; and each token's `d` and 128 x its block sum.
+struct Group16 {
+    qs: Vec<[i32; 16]>,
+    d: Vec<[f32; 16]>,
+    s128: Vec<[i32; 16]>,
+}
+
+impl Group16 {
+    fn new(a: &[BlockQ8_0], per_row: usize, groups: usize) -> Group16 {
+        let mut g16 = Group16 {
+            qs: vec![[0; 16]; groups * per_row * 8],
+            d: vec![[0.0; 16]; groups * per_row],
+            s128: vec![[0; 16]; groups * per_row],
+        };
+        for g in 0..groups {
+            for t in 0..16 {
+                let y = &a[(16 * g + t) * per_row..][..per_row];
+                for (b, y) in y.iter().enumerate() {
+                    let at = g * per_row + b;
+                    g16.d[at][t] = f32_of(y.d);
+                    g16.s128[at][t] = 128 * y.qs.iter().map(|&q| q as i32).sum::<i32>();
+                    for (k, q) in y.qs.chunks_exact(4).enumerate() {
+                        g16.qs[at * 8 + k][t] =
+                            i32::from_le_bytes([q[0], q[1], q[2], q[3]].map(|q| q as u8));
+                    }
+                }
+            }
+        }
+        g16
+    }
+}
+
+/// Every row of `w` times every token of `a`: rows four at a time by sixteen tokens, then,
+/// for the tokens left over and for decode, eight rows a token (the last rows one by one).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32]) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let bytes: &[u8] = bytemuck::cast_slice(w);
     let row_bytes = per_row * size_of::<BlockIQ4NL>();
-    let mut t0 = 0;
+    let groups = n_tok / 16;
     // SAFETY: the caller's CPU has every feature these functions need.
     unsafe {
-        if n_tok >= 8 {
-            let toks = Tokens::new(a, per_row, n_tok);
-            while n_tok - t0 >= 8 {
-                for r0 in 0..rows {
-                    row_by_8(&w[r0 * per_row..][..per_row], a, &toks, (r0, t0), out);
+        if groups > 0 {
+            let g16 = Group16::new(a, per_row, groups);
+            for g in 0..groups {
+                let mut r0 = 0;
+                while rows - r0 >= 4 {
+                    rows_by_16::<4>(w, per_row, &g16, (r0, g), out);
+                    r0 += 4;
                 }
-                t0 += 8;
+                for r0 in r0..rows {
+                    rows_by_16::<1>(w, per_row, &g16, (r0, g), out);
+                }
             }
         }
-        for t in t0..n_tok {
+        for t in 16 * groups..n_tok {
             let y = &a[t * per_row..][..per_row];
-            let toks = Tokens::new(y, per_row, 1);
+            let toks = Tokens::new(y);
             let o = &mut out[t * rows..][..rows];
             let mut r0 = 0;
             while rows - r0 >= 8 {
@@ -131,47 +168,73 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
     }
 }
 
-/// One row (`x`, row `r0`) times tokens `t0..t0 + 8`: lane `t` runs token `t0 + t`'s float.
+/// Rows `r0..r0 + R` times tokens `16g..16g + 16`: lane `t` of row `r`'s float vector runs
+/// token `16g + t`'s float, each taking the block's exact total (eight `vpdpbusd`, in two
+/// chains, less 128 x the token's block sum), converted, one fused multiply-add by
+/// `d_x * d_y`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn row_by_8(
-    x: &[BlockIQ4NL],
-    a: &[BlockQ8_0],
-    toks: &Tokens,
-    (r0, t0): (usize, usize),
+unsafe fn rows_by_16<const R: usize>(
+    w: &[BlockIQ4NL],
+    per_row: usize,
+    g16: &Group16,
+    (r0, g): (usize, usize),
     out: &mut [f32],
 ) {
-    let per_row = x.len();
-    let rows = out.len() / toks.n_tok;
-    let ys: [&[BlockQ8_0]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    let rows = w.len() / per_row;
+    let xs: [&[BlockIQ4NL]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
     let table = table128();
-    let zero = _mm256_setzero_si256();
-    let mut acc = _mm256_setzero_ps();
-    for (b, x) in x.iter().enumerate() {
-        let u = unsigned_values(x, table);
-        let v: [__m256i; 8] =
-            std::array::from_fn(|t| _mm256_dpbusd_epi32(zero, u, load32(&ys[t][b].qs)));
-        let at = b * toks.n_tok + t0;
-        // SAFETY: `at + 8 <= per_row * n_tok` entries of each (t0 + 8 <= n_tok).
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..per_row {
+        let at = g * per_row + b;
+        let u: [[i32; 8]; R] = std::array::from_fn(|r| {
+            let mut u = [0i32; 8];
+            // SAFETY: 32 writable bytes.
+            unsafe {
+                _mm256_storeu_si256(u.as_mut_ptr().cast(), unsigned_values(&xs[r][b], table))
+            };
+            u
+        });
+        let mut even = [zero; R];
+        let mut odd = [zero; R];
+        for k in 0..4 {
+            // SAFETY: entries `at * 8 + 2k (+ 1)` exist (at < groups * per_row).
+            let (q0, q1) = unsafe {
+                (
+                    _mm512_loadu_si512(g16.qs[at * 8 + 2 * k].as_ptr().cast()),
+                    _mm512_loadu_si512(g16.qs[at * 8 + 2 * k + 1].as_ptr().cast()),
+                )
+            };
+            for r in 0..R {
+                even[r] = _mm512_dpbusd_epi32(even[r], _mm512_set1_epi32(u[r][2 * k]), q0);
+                odd[r] = _mm512_dpbusd_epi32(odd[r], _mm512_set1_epi32(u[r][2 * k + 1]), q1);
+            }
+        }
+        // SAFETY: 16 readable values each.
         let (yd, s128) = unsafe {
             (
-                _mm256_loadu_ps(toks.d.as_ptr().add(at)),
-                _mm256_loadu_si256(toks.s128.as_ptr().add(at).cast()),
+                _mm512_loadu_ps(g16.d[at].as_ptr()),
+                _mm512_loadu_si512(g16.s128[at].as_ptr().cast()),
             )
         };
-        let total = _mm256_sub_epi32(reduce8(v), s128);
-        let d = _mm256_mul_ps(_mm256_set1_ps(f32_of(x.d)), yd);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc);
+        for r in 0..R {
+            let total = _mm512_sub_epi32(_mm512_add_epi32(even[r], odd[r]), s128);
+            let d = _mm512_mul_ps(_mm512_set1_ps(f32_of(xs[r][b].d)), yd);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), d, acc[r]);
+        }
     }
-    let mut res = [0.0f32; 8];
-    // SAFETY: 8 writable floats.
-    unsafe { _mm256_storeu_ps(res.as_mut_ptr(), acc) };
-    for (t, v) in res.into_iter().enumerate() {
-        out[(t0 + t) * rows + r0] = v;
+    for (r, acc) in acc.iter().enumerate() {
+        let mut res = [0.0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(res.as_mut_ptr(), *acc) };
+        for (t, v) in res.into_iter().enumerate() {
+            out[(16 * g + t) * rows + r0 + r] = v;
+        }
     }
 }
 
-/// Eight rows times one token (`toks` its own, `n_tok == 1`): lane `r` runs row `r`'s float.
+/// Eight rows times one token (`toks` its own): lane `r` runs row `r`'s float.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn rows8_by_1(xs: [&[BlockIQ4NL]; 8], y: &[BlockQ8_0], toks: &Tokens, out: &mut [f32]) {
