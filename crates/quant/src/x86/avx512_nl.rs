@@ -174,6 +174,7 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
 /// `d_x * d_y`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `b` indexes every row and the token groups
 unsafe fn rows_by_16<const R: usize>(
     w: &[BlockIQ4NL],
     per_row: usize,
