@@ -135,7 +135,6 @@ gemm_entries! {
     KTile needs "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k: Q4K;
     q6_k: Q6K;
-    q5_k: Q5K;
     q2_k: Q2K;
     q2_k_rows8: Q2KRows8;
     q3_k: Q3K;
@@ -1144,5 +1143,99 @@ fn iq4_xs_prep(x: &BlockIQ4XS) -> SignedKPrep {
         q,
         scales: std::array::from_fn(|m| spread16(ls16, 2 * m as i16, 16)),
         d: f32_of(x.d),
+    }
+}
+
+/// Tiled Q5_K (see [`crate::GemmFn`]): one row by eight tokens, whose min terms run as the
+/// lanes of one vector ([`q5_k_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+pub fn q5_k(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ5K>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
+    // these functions need; the operands' sizes agree (checked above).
+    unsafe { gemm_q5_k(x, y, per_row, out) };
+    Ok(())
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q5_k(w: &[BlockQ5K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = n_tok / 8;
+    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    unsafe {
+        if groups > 0 {
+            let toks = Q8KTokens::new(a, per_row, n_tok);
+            for g in 0..groups {
+                for r0 in 0..rows {
+                    q5_k_row_by_8(&w[r0 * per_row..][..per_row], a, &toks, (r0, 8 * g), out);
+                }
+            }
+        }
+        let t0 = 8 * groups;
+        if t0 < n_tok {
+            gemm::<Q5K>(w, &a[t0 * per_row..], per_row, &mut out[t0 * rows..]);
+        }
+    }
+}
+
+/// One row (`x`, row `r0`) times tokens `t0..t0 + 8` of [`Q5K`]: each token's eight main
+/// lanes in its own float vector as the row kernel runs them, and the eight tokens' min-term
+/// floats as the lanes of one vector, each lane taking exactly the row kernel's fused
+/// multiply-add (`-d_y * dmin_x` times the exact total); `hsum(main) + mins` at the end.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q5_k_row_by_8(
+    x: &[BlockQ5K],
+    a: &[BlockQ8K],
+    toks: &Q8KTokens,
+    (r0, t0): (usize, usize),
+    out: &mut [f32],
+) {
+    let per_row = x.len();
+    let rows = out.len() / toks.n_tok;
+    let ys: [&[BlockQ8K]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    // Token k's lanes at 4k and 4k + 1 of the mins' reduction, moved to lane k.
+    let gather = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    let mut main = [_mm256_setzero_ps(); 8];
+    let mut mins = _mm256_setzero_ps();
+    let zero = _mm_setzero_si128();
+    for (b, x) in x.iter().enumerate() {
+        let at = b * toks.n_tok + t0;
+        // SAFETY: the CPU has what `available` checks.
+        let p = unsafe { Q5K::prep(x) };
+        for (t, main) in main.iter_mut().enumerate() {
+            let y = &ys[t][b];
+            let (sumi, _) = q4_k_lanes(&p, y, zero);
+            *main = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(sumi), *main);
+        }
+        // SAFETY: `at + 8 <= per_row * n_tok` entries of each (t0 + 8 <= n_tok).
+        let (yd, ps_lo, ps_hi) = unsafe {
+            (
+                _mm256_loadu_ps(toks.d.as_ptr().add(at)),
+                _mm512_loadu_si512(toks.pair_sums.as_ptr().add(at).cast()),
+                _mm512_loadu_si512(toks.pair_sums.as_ptr().add(at + 4).cast()),
+            )
+        };
+        // Per 128-bit lane k: token k's (ps_lo) and k + 4's (ps_hi) four products of pairs.
+        let m = _mm512_broadcast_i32x4(p.mins);
+        let (lo, hi) = (_mm512_madd_epi16(ps_lo, m), _mm512_madd_epi16(ps_hi, m));
+        let u = _mm512_add_epi32(_mm512_unpacklo_epi32(lo, hi), _mm512_unpackhi_epi32(lo, hi));
+        let u = _mm512_add_epi32(u, _mm512_shuffle_epi32::<0b01_00_11_10>(u));
+        let total = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, u));
+        // -d_y * dmin_x, lane by lane (negation and the product commute exactly).
+        let dmin = _mm256_mul_ps(yd, _mm256_set1_ps(-p.dmin));
+        mins = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(total), mins);
+    }
+    let mut m = [0.0f32; 8];
+    // SAFETY: 8 writable floats.
+    unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mins) };
+    for (t, (main, m)) in main.iter().zip(m).enumerate() {
+        out[(t0 + t) * rows + r0] = hsum(*main) + m;
     }
 }
