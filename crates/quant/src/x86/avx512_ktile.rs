@@ -136,7 +136,6 @@ gemm_entries! {
     q4_k: Q4K;
     q6_k: Q6K;
     q2_k: Q2K;
-    q2_k_rows8: Q2KRows8;
     q3_k: Q3K;
     iq4_xs: IQ4XS;
 }
@@ -1237,5 +1236,88 @@ unsafe fn q5_k_row_by_8(
     unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mins) };
     for (t, (main, m)) in main.iter().zip(m).enumerate() {
         out[(t0 + t) * rows + r0] = hsum(*main) + m;
+    }
+}
+
+/// Tiled Q2_K in llama.cpp's repacked order (see [`crate::GemmFn`]): one row by eight tokens
+/// ([`q2_k_rows8_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+pub fn q2_k_rows8(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ2K>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
+    // these functions need; the operands' sizes agree (checked above).
+    unsafe { gemm_q2_k_rows8(x, y, per_row, out) };
+    Ok(())
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q2_k_rows8(w: &[BlockQ2K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = n_tok / 8;
+    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    unsafe {
+        if groups > 0 {
+            let toks = Q8KTokens::new(a, per_row, n_tok);
+            for g in 0..groups {
+                for r0 in 0..rows {
+                    let x = &w[r0 * per_row..][..per_row];
+                    q2_k_rows8_row_by_8(x, a, &toks, (r0, 8 * g), out);
+                }
+            }
+        }
+        let t0 = 8 * groups;
+        if t0 < n_tok {
+            gemm::<Q2KRows8>(w, &a[t0 * per_row..], per_row, &mut out[t0 * rows..]);
+        }
+    }
+}
+
+/// One row (`x`, row `r0`) times tokens `t0..t0 + 8` of [`Q2KRows8`]: lane `t` of two float
+/// vectors runs token `t0 + t`'s two floats, the eight tokens' exact main and min totals
+/// reduced together, each lane fused by its own `d_x * d_y` (`dmin_x * d_y`) as the row kernel
+/// does; `main - mins` at the end.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q2_k_rows8_row_by_8(
+    x: &[BlockQ2K],
+    a: &[BlockQ8K],
+    toks: &Q8KTokens,
+    (r0, t0): (usize, usize),
+    out: &mut [f32],
+) {
+    use super::avx512_nl::reduce8 as reduce8_256;
+    let per_row = x.len();
+    let rows = out.len() / toks.n_tok;
+    let ys: [&[BlockQ8K]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    let (mut main, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (b, x) in x.iter().enumerate() {
+        let p = q2_k_prep(x);
+        let mut sums = [_mm256_setzero_si256(); 8];
+        let mut msums = [_mm256_setzero_si256(); 8];
+        for t in 0..8 {
+            let y = &ys[t][b];
+            // SAFETY: 32 readable bytes (bsums has 16 i16).
+            let bsums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+            (sums[t], msums[t]) = q2_k_lanes(&p, y, bsums);
+        }
+        // SAFETY: `b * n_tok + t0 + 8 <= per_row * n_tok` (t0 + 8 <= n_tok).
+        let yd = unsafe { _mm256_loadu_ps(toks.d.as_ptr().add(b * toks.n_tok + t0)) };
+        let (d, dmin) = (_mm_cvtss_f32(p.dd), _mm_cvtss_f32(_mm_movehdup_ps(p.dd)));
+        let dd = _mm256_mul_ps(_mm256_set1_ps(d), yd);
+        let ddmin = _mm256_mul_ps(_mm256_set1_ps(dmin), yd);
+        main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_256(sums)), dd, main);
+        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_256(msums)), ddmin, mins);
+    }
+    let mut res = [0.0f32; 8];
+    // SAFETY: 8 writable floats.
+    unsafe { _mm256_storeu_ps(res.as_mut_ptr(), _mm256_sub_ps(main, mins)) };
+    for (t, v) in res.into_iter().enumerate() {
+        out[(t0 + t) * rows + r0] = v;
     }
 }

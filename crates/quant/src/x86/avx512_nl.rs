@@ -78,7 +78,7 @@ fn table128() -> __m256i {
 /// Lane `i` is the (exact) sum of the eight lanes of `v[i]`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn reduce8(v: [__m256i; 8]) -> __m256i {
+pub(super) fn reduce8(v: [__m256i; 8]) -> __m256i {
     // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3].
     let pair = |a, b| _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
     let t: [__m256i; 4] = std::array::from_fn(|k| pair(v[2 * k], v[2 * k + 1]));
