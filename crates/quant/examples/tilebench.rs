@@ -43,21 +43,21 @@ fn main() {
     let a = synapse_quant::quantize(act, &xf).unwrap();
     let row_bytes = w.len() / rows;
     let mut out = vec![0f32; rows * n_tok];
-    // The row kernel the engine runs without a tile: one gemv over all rows per token.
-    let vd = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+    // The row kernel (`VecDot::gemv`) token by token: what runs where no tile is registered.
+    let row = synapse_quant::matrix_kernel(ty, repacked).unwrap();
     let act_bytes = a.len() / n_tok;
     let mut best = f64::MAX;
     for _ in 0..20 {
         let t = Instant::now();
-        for (o, at) in out.chunks_exact_mut(rows).zip(a.chunks_exact(act_bytes)) {
-            (vd.gemv)(&w, row_bytes, at, o).unwrap();
+        for (at, o) in a.chunks_exact(act_bytes).zip(out.chunks_exact_mut(rows)) {
+            (row.gemv)(&w, row_bytes, at, o).unwrap();
         }
         best = best.min(t.elapsed().as_secs_f64());
     }
     let gmac = (rows * cols * n_tok) as f64 / best / 1e9;
     println!(
         "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
-        "gemv",
+        "row gemv",
         best * 1e3
     );
     for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {

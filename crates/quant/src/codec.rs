@@ -236,18 +236,23 @@ pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
 }
 
 /// The kernel for one token (decode) where a tile beats [`VecDot::gemv`]: Q5_0 and Q5_1, whose
-/// row kernels take one row at a time (the tiles take four). The other formats' row kernels take
-/// several rows at once and are faster for one token than the tiles, which pay for their
-/// token-sharing layout (best of 3000, one thread, 64x2048: Q4_K 31 against 24 Gmac/s, Q6_K 32
-/// against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7).
+/// row kernels take one row at a time (the AVX2 tiles take four), and Q2_K (both orders) and
+/// Q3_K, whose AVX-512 VNNI tiles (four rows a token, weights asked for ahead) take 64 values
+/// an instruction. The other formats' row kernels take several rows at once or are as fast as
+/// the tiles, which pay for their token-sharing layout (best of 3000, one thread, 64x2048: Q4_K
+/// 31 against 24 Gmac/s, Q6_K 32 against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7;
+/// best of 20, 2048x2048, `tilebench .. 1`: Q2_K 15.4 against 29.4, Q2_K repacked 14.0
+/// against 27.2, Q3_K 7.3 against 17.0, Q5_K 22.0 against 16.8, IQ4_XS 17.0 against 17.2).
 pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    match ty {
-        GgmlType::Q5_0 | GgmlType::Q5_1 => gemm_kernels(ty, repacked)
-            .into_iter()
-            .find(|k| k.0 == "avx2")
-            .map(|k| k.1),
-        _ => None,
-    }
+    let isa = match ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => "avx2",
+        GgmlType::Q2_K | GgmlType::Q3_K => "avx512vnni",
+        _ => return None,
+    };
+    gemm_kernels(ty, repacked)
+        .into_iter()
+        .find(|k| k.0 == isa)
+        .map(|k| k.1)
 }
 
 /// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
@@ -270,6 +275,12 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::Q4_K, false) => Some(avx512k::q4_k),
                 (GgmlType::Q4_K, true) => Some(avx512k::q4_k_rows8),
                 (GgmlType::Q6_K, _) => Some(avx512k::q6_k),
+                (GgmlType::Q5_K, _) => Some(avx512k::q5_k),
+                (GgmlType::Q3_K, _) => Some(avx512k::q3_k),
+                (GgmlType::Q2_K, false) => Some(avx512k::q2_k),
+                (GgmlType::Q2_K, true) => Some(avx512k::q2_k_rows8),
+                (GgmlType::IQ4_XS, _) => Some(avx512k::iq4_xs),
+                (GgmlType::IQ4_NL, true) => Some(crate::x86::avx512_nl::iq4_nl_rows8),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));
@@ -292,6 +303,13 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::Q4_K, false) => Some(tile::q4_k),
                 (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
                 (GgmlType::Q6_K, _) => Some(tile::q6_k),
+                (GgmlType::Q2_K, false) => Some(tile::q2_k),
+                (GgmlType::Q2_K, true) => Some(tile::q2_k_rows8),
+                (GgmlType::Q3_K, _) => Some(tile::q3_k),
+                (GgmlType::Q5_K, _) => Some(tile::q5_k),
+                (GgmlType::IQ4_XS, _) => Some(tile::iq4_xs),
+                (GgmlType::IQ4_NL, false) => Some(tile::iq4_nl),
+                (GgmlType::IQ4_NL, true) => Some(tile::iq4_nl_rows8),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx2", k)));
@@ -438,9 +456,10 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX-512, its kernels for Q4_0, Q4_1, Q8_0, Q6_K (with VNNI), F16
-/// and F32 (`crate::x86::avx512`, `crate::x86::f16`); with AVX2, FMA and F16C, hand-written AVX2
-/// kernels for the 32-value formats, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, F16 and F32
-/// (`crate::x86::avx2`, `crate::x86::f16`) and, for the others, the reference compiled a
+/// and F32 (`crate::x86::avx512`, `crate::x86::f16`); with AVX-VNNI, the 32-value formats'
+/// (`crate::x86::avxvnni`); with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
+/// formats, the K-quants, IQ4_NL, IQ4_XS, F16 and F32 (`crate::x86::avx2`, `crate::x86::f16`)
+/// and, for BF16, the reference compiled a
 /// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.
@@ -618,19 +637,15 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     (GgmlType::Q5_0, crate::x86::q5_0, crate::x86::q5_0_gemv),
     (GgmlType::Q5_1, crate::x86::q5_1, crate::x86::q5_1_gemv),
     (GgmlType::Q8_0, crate::x86::q8_0, crate::x86::q8_0_gemv),
-    (
-        GgmlType::Q2_K,
-        vec_dot_v3_erased::<BlockQ2K>,
-        gemv_v3_erased::<BlockQ2K>,
-    ),
+    (GgmlType::Q2_K, crate::x86::q2_k, crate::x86::q2_k_gemv),
     (GgmlType::Q3_K, crate::x86::q3_k, crate::x86::q3_k_gemv),
     (GgmlType::Q4_K, crate::x86::q4_k, crate::x86::q4_k_gemv),
     (GgmlType::Q5_K, crate::x86::q5_k, crate::x86::q5_k_gemv),
     (GgmlType::Q6_K, crate::x86::q6_k, crate::x86::q6_k_gemv),
     (
         GgmlType::IQ4_NL,
-        vec_dot_v3_erased::<BlockIQ4NL>,
-        gemv_v3_erased::<BlockIQ4NL>,
+        crate::x86::iq4_nl,
+        crate::x86::iq4_nl_gemv,
     ),
     (
         GgmlType::IQ4_XS,

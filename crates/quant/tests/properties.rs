@@ -361,8 +361,13 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
                     (3, 93, 1),
                     (1, 100, 1),
                     (9, 7, 3),
+                    (6, 37, 1),
+                    (5, 17, 2),
                 ] {
-                    let n = n_blocks * 256;
+                    // With an odd row count, the 32-value formats get an odd number of blocks
+                    // (IQ4_NL's `vec_dot` order treats a last odd block apart).
+                    let odd = ty.block_len() == 32 && rows % 2 == 1;
+                    let n = n_blocks * 256 + if odd { 32 } else { 0 };
                     let w = random_weights(&mut rng, ty, rows * n / ty.block_len());
                     let row_bytes = w.len() / rows;
                     let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
@@ -397,13 +402,34 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
             GgmlType::Q4_0,
             GgmlType::Q4_1,
             GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
         ] {
             assert!(
                 tested.iter().any(|&(t, _, _)| t == want),
                 "no tiled kernel for {want}"
             );
+        }
+        // Both orders of the formats llama.cpp repacks.
+        for want in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q2_K,
+            GgmlType::IQ4_NL,
+        ] {
+            for repacked in [false, true] {
+                assert!(
+                    tested
+                        .iter()
+                        .any(|&(t, r, isa)| t == want && r == repacked && isa == "avx2"),
+                    "no AVX2 tile for {want} (repacked: {repacked})"
+                );
+            }
         }
     }
     #[cfg(target_arch = "x86_64")]
@@ -414,13 +440,26 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
         ] {
             let have = tested
                 .iter()
                 .any(|&(t, _, isa)| t == want && isa == "avx512vnni");
             assert!(have, "no AVX-512 VNNI kernel for {want}");
+        }
+        for (want, repacked) in [(GgmlType::Q2_K, true), (GgmlType::IQ4_NL, true)] {
+            let have = tested
+                .iter()
+                .any(|&(t, r, isa)| t == want && r == repacked && isa == "avx512vnni");
+            assert!(
+                have,
+                "no AVX-512 VNNI kernel for {want} (repacked: {repacked})"
+            );
         }
     }
     #[cfg(target_arch = "x86_64")]

@@ -1,5 +1,5 @@
-//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), Q4_K, Q5_K
-//! and Q6_K.
+//! AVX2 dot products for the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), the
+//! K-quants (Q2_K..Q6_K) and IQ4_XS.
 //!
 //! Each computes exactly the reference's arithmetic ([`crate::reference::dot`]): per block, eight
 //! 32-bit lanes holding the exact integer sums of values `4j..4j+4` (`vpmaddubsw` then
@@ -362,7 +362,7 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 /// (values 0..16) in the low half, high nibbles (16..32) in the high half.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn iq4_values(qs: &[u8]) -> __m256i {
+pub(super) fn iq4_values(qs: &[u8]) -> __m256i {
     // SAFETY: 16 readable bytes each (the table has 16 entries; callers pass 16 bytes).
     let (table, packed) = unsafe {
         (
@@ -473,30 +473,101 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
+/// The eight exact lanes of a Q2_K super-block's main term (lane `l`: the values whose index
+/// mod 32 is in `4l..4l+4`, each times its group's 4-bit scale).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q2_k_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
+    let m3 = _mm256_set1_epi8(3);
+    let mut sumi = _mm256_setzero_si256();
+    for h in 0..2 {
+        // SAFETY: 32 readable bytes (32h + 32 <= 64).
+        let q2 = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) };
+        for s in 0..4 {
+            let q = match s {
+                0 => _mm256_and_si256(q2, m3),
+                1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+            };
+            // SAFETY: 32 readable bytes (128h + 32s + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * h + 32 * s).cast()) };
+            let g = 8 * h + 2 * s;
+            let sc = halves_i16((x.scales[g] & 0xF) as i16, (x.scales[g + 1] & 0xF) as i16);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, a)));
+        }
+    }
+    sumi
+}
+
+/// The eight exact lanes of a Q2_K super-block's min term: lane `l` is
+/// `min[2l] * bsum[2l] + min[2l + 1] * bsum[2l + 1]`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q2_k_min_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
+    // SAFETY: 16 readable bytes of scales, 32 of bsums (16 i16).
+    let (sc, bsums) = unsafe {
+        (
+            _mm_loadu_si128(x.scales.as_ptr().cast()),
+            _mm256_loadu_si256(y.bsums.as_ptr().cast()),
+        )
+    };
+    let mins = _mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F));
+    _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), bsums)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (x, y) in x.iter().zip(y) {
+        let mins = q2_k_min_lanes(x, y);
+        // -d_y * dmin_x, then d_y * d_x: the reference's products.
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(-y.d * f32_of(x.dmin)),
+            _mm256_cvtepi32_ps(mins),
+            acc,
+        );
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(y.d * f32_of(x.d)),
+            _mm256_cvtepi32_ps(q2_k_lanes(x, y)),
+            acc,
+        );
+    }
+    hsum(acc)
+}
+
+/// IQ4_NL in `vec_dot` order (`reference::dot::vec_dot_iq4_nl_q8_0`): blocks in pairs, even
+/// blocks into one accumulator and odd into another, added lane by lane before the horizontal
+/// sum; a last odd block fused onto that sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
+    let n = x.len().min(y.len());
+    let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut pairs = x[..n].chunks_exact(2).zip(y[..n].chunks_exact(2));
+    for (x, y) in &mut pairs {
+        let d0 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[0]), head_f16x2(&x[0])));
+        let d1 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[1]), head_f16x2(&x[1])));
+        let l0 = lanes_ss_i32(iq4_values(&x[0].qs), load32(&y[0].qs));
+        let l1 = lanes_ss_i32(iq4_values(&x[1].qs), load32(&y[1].qs));
+        even = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(l0), even);
+        odd = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(l1), odd);
+    }
+    let mut sum = hsum(_mm256_add_ps(even, odd));
+    if n % 2 == 1 {
+        let (x, y) = (&x[n - 1], &y[n - 1]);
+        let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
+        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(y), head_f16x2(x)));
+        sum = d.mul_add(isum as f32, sum);
+    }
+    sum
+}
+
 /// Q2_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q2_k_q8_k_rows8`).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_q2_k_q8_k_rows8(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
     let (mut main, mut mins) = (0.0f32, 0.0f32);
     for (x, y) in x.iter().zip(y) {
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            // SAFETY: 32 readable bytes (32h + 32 <= 64).
-            let q2 = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) };
-            for s in 0..4 {
-                let q = match s {
-                    0 => _mm256_and_si256(q2, m3),
-                    1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
-                    2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
-                    _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
-                };
-                // SAFETY: 32 readable bytes (128h + 32s + 32 <= 256).
-                let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * h + 32 * s).cast()) };
-                let g = 8 * h + 2 * s;
-                let sc = halves_i16((x.scales[g] & 0xF) as i16, (x.scales[g + 1] & 0xF) as i16);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, a)));
-            }
-        }
+        let sumi = q2_k_lanes(x, y);
         let msum: i32 = (0..16)
             .map(|g| (x.scales[g] >> 4) as i32 * y.bsums[g] as i32)
             .sum();

@@ -135,6 +135,9 @@ gemm_entries! {
     KTile needs "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k: Q4K;
     q6_k: Q6K;
+    q2_k: Q2K;
+    q3_k: Q3K;
+    iq4_xs: IQ4XS;
 }
 
 /// Tiled Q4_K in llama.cpp's repacked order (see [`crate::GemmFn`]): eight (row, token) pairs
@@ -726,5 +729,606 @@ impl KTile for Q6K {
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
     unsafe fn finish(acc: __m256) -> f32 {
         hsum(acc)
+    }
+}
+
+/// Bytes `lo` in the low 256 bits of a register and `hi` in the high 256.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+fn halves8(lo: i8, hi: i8) -> __m512i {
+    _mm512_inserti64x4::<1>(_mm512_set1_epi8(lo), _mm256_set1_epi8(hi))
+}
+
+/// Q5_K (`avx2::vec_dot_q5_k_q8_k`): [`Q4KPrep`] with 5-bit values (each four-product sum of
+/// `vpdpbusd` has |sum| <= 4 * 31 * 128, so it fits the i16 that `vpdpwssd` scales); the min
+/// term's exact total fused into one running float per (row, token).
+struct Q5K;
+impl KTile for Q5K {
+    type W = BlockQ5K;
+    type Tok = __m128i;
+    type Prep = Q4KPrep;
+    type Acc = (__m256, f32);
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        (_mm256_setzero_ps(), 0.0)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn tok(y: &BlockQ8K) -> __m128i {
+        q8_k_pair_sums(y)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ5K) -> Q4KPrep {
+        let m4 = _mm512_set1_epi8(0x0F);
+        // SAFETY: 32 readable bytes of qh.
+        let qh = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) });
+        let sixteen = _mm512_set1_epi8(0x10);
+        let q = std::array::from_fn(|j| {
+            // SAFETY: 32 readable bytes (j < 4: 32j + 32 <= 128).
+            let q = _mm512_broadcast_i64x4(unsafe {
+                _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast())
+            });
+            let q = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF_0000, q, 4), m4);
+            // Sub-block 2j's high bit is bit 2j of qh, 2j + 1's bit 2j + 1.
+            let bits = halves8(1 << (2 * j), (1u8 << (2 * j + 1)) as i8);
+            let set = _mm512_test_epi8_mask(qh, bits);
+            _mm512_mask_add_epi8(q, set, q, sixteen)
+        });
+        let (scales, mins) = k_scales_mins(&x.scales);
+        let scales32 = _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(scales)));
+        let scales = std::array::from_fn(|j| {
+            let j = j as i32;
+            let pick =
+                _mm512_inserti64x4::<1>(_mm512_set1_epi32(2 * j), _mm256_set1_epi32(2 * j + 1));
+            _mm512_permutexvar_epi32(pick, scales32)
+        });
+        Q4KPrep {
+            q,
+            scales,
+            mins: _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins))),
+            d: f32_of(x.d),
+            dmin: f32_of(x.dmin),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn step(p: &Q4KPrep, y: &BlockQ8K, tok: __m128i, (acc, mins): Self::Acc) -> Self::Acc {
+        let (sumi, prod) = q4_k_lanes(p, y, tok);
+        let total = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        let mins = (-y.d * p.dmin).mul_add(total as f32, mins);
+        let acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(sumi), acc);
+        (acc, mins)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn finish((acc, mins): Self::Acc) -> f32 {
+        hsum(acc) + mins
+    }
+}
+
+/// A Q2_K super-block unpacked for `vpdpbusd`: pair `m` of 32-value chunks (`2m`, `2m + 1`,
+/// which pair with the token's bytes `64m..64m + 64`) as 2-bit values, each i32 lane's group
+/// scale (lane `k` of pair `m`: group `4m + k / 4`), the sixteen mins as i16, `[d, dmin]`.
+struct Q2KPrep {
+    q: [__m512i; 4],
+    scales: [__m512i; 4],
+    mins: __m256i,
+    dd: __m128,
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+fn q2_k_prep(x: &BlockQ2K) -> Q2KPrep {
+    let m3 = _mm512_set1_epi8(3);
+    // SAFETY: 16 readable bytes of scales.
+    let sc = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+    let low = _mm512_cvtepu8_epi32(_mm_and_si128(sc, _mm_set1_epi8(0x0F)));
+    let q = std::array::from_fn(|m| {
+        // Chunk 4h + s is bits 2s..2s + 2 of bytes 32h..32h + 32.
+        let (h, s) = (m / 2, 2 * (m % 2) as i64);
+        // SAFETY: 32 readable bytes (32h + 32 <= 64).
+        let q2 =
+            _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) });
+        let shift = _mm512_inserti64x4::<1>(
+            _mm512_set1_epi16(2 * s as i16),
+            _mm256_set1_epi16(2 * s as i16 + 2),
+        );
+        _mm512_and_si512(_mm512_srlv_epi16(q2, shift), m3)
+    });
+    let scales = std::array::from_fn(|m| {
+        let m = m as i32;
+        let pick = _mm512_set_epi32(
+            4 * m + 3,
+            4 * m + 3,
+            4 * m + 3,
+            4 * m + 3,
+            4 * m + 2,
+            4 * m + 2,
+            4 * m + 2,
+            4 * m + 2,
+            4 * m + 1,
+            4 * m + 1,
+            4 * m + 1,
+            4 * m + 1,
+            4 * m,
+            4 * m,
+            4 * m,
+            4 * m,
+        );
+        _mm512_permutexvar_epi32(pick, low)
+    });
+    // d and dmin lie at the block's end: converted one by one.
+    let dd = _mm_set_ps(0.0, 0.0, f32_of(x.dmin), f32_of(x.d));
+    Q2KPrep {
+        q,
+        scales,
+        mins: _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F))),
+        dd,
+    }
+}
+
+/// The exact lanes of `avx2::q2_k_lanes` and `avx2::q2_k_min_lanes` (`bsums`: the token's).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+fn q2_k_lanes(p: &Q2KPrep, y: &BlockQ8K, bsums: __m256i) -> (__m256i, __m256i) {
+    let zero = _mm512_setzero_si512();
+    // SAFETY: 64 readable bytes each (64m + 64 <= 256).
+    let a: [__m512i; 4] =
+        std::array::from_fn(|m| unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * m).cast()) });
+    // |four-product sum| <= 4 * 3 * 128 fits the i16 `vpdpwssd` scales.
+    let dot = |m: usize| _mm512_dpbusd_epi32(zero, p.q[m], a[m]);
+    let even = _mm512_dpwssd_epi32(
+        _mm512_dpwssd_epi32(zero, dot(0), p.scales[0]),
+        dot(2),
+        p.scales[2],
+    );
+    let odd = _mm512_dpwssd_epi32(
+        _mm512_dpwssd_epi32(zero, dot(1), p.scales[1]),
+        dot(3),
+        p.scales[3],
+    );
+    (
+        fold(_mm512_add_epi32(even, odd)),
+        _mm256_madd_epi16(p.mins, bsums),
+    )
+}
+
+/// Q2_K in `vec_dot` order (`avx2::vec_dot_q2_k_q8_k`).
+struct Q2K;
+impl KTile for Q2K {
+    type W = BlockQ2K;
+    type Tok = __m256i;
+    type Prep = Q2KPrep;
+    type Acc = __m256;
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn tok(y: &BlockQ8K) -> __m256i {
+        // SAFETY: 32 readable bytes (bsums has 16 i16).
+        unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
+        q2_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn step(p: &Q2KPrep, y: &BlockQ8K, bsums: __m256i, acc: __m256) -> __m256 {
+        let (sumi, mins) = q2_k_lanes(p, y, bsums);
+        let (d, dmin) = (_mm_cvtss_f32(p.dd), _mm_cvtss_f32(_mm_movehdup_ps(p.dd)));
+        let acc = _mm256_fmadd_ps(_mm256_set1_ps(-y.d * dmin), _mm256_cvtepi32_ps(mins), acc);
+        _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(sumi), acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn finish(acc: __m256) -> f32 {
+        hsum(acc)
+    }
+}
+
+/// Q2_K in llama.cpp's repacked order (`avx2::vec_dot_q2_k_q8_k_rows8`): the main and min
+/// terms' exact totals in lanes 0 and 1 of one vector, each lane fused by its own scale
+/// (`d_x * d_y`, `dmin_x * d_y`) into its running float; `main - mins` at the end.
+struct Q2KRows8;
+impl KTile for Q2KRows8 {
+    type W = BlockQ2K;
+    type Tok = __m256i;
+    type Prep = Q2KPrep;
+    type Acc = __m128;
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn zero() -> __m128 {
+        _mm_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn tok(y: &BlockQ8K) -> __m256i {
+        // SAFETY: 32 readable bytes (bsums has 16 i16).
+        unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
+        q2_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn step(p: &Q2KPrep, y: &BlockQ8K, bsums: __m256i, acc: __m128) -> __m128 {
+        let (sumi, mins) = q2_k_lanes(p, y, bsums);
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(sumi),
+            _mm256_extracti128_si256::<1>(sumi),
+        );
+        let m = _mm_add_epi32(
+            _mm256_castsi256_si128(mins),
+            _mm256_extracti128_si256::<1>(mins),
+        );
+        let h = _mm_hadd_epi32(s, m);
+        let totals = _mm_hadd_epi32(h, h);
+        _mm_fmadd_ps(
+            _mm_cvtepi32_ps(totals),
+            _mm_mul_ps(p.dd, _mm_set1_ps(y.d)),
+            acc,
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    unsafe fn finish(acc: __m128) -> f32 {
+        _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc))
+    }
+}
+
+/// Signed weight bytes against a token's bytes through `vpmaddubsw`: the weights' absolute
+/// values, and the mask of the negative ones (whose token bytes are negated), as `vpsignb`
+/// does in the AVX2 kernels (a zero weight contributes zero either way).
+#[derive(Clone, Copy)]
+struct SignedBytes {
+    abs: __m512i,
+    neg: __mmask64,
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+fn signed_bytes(q: __m512i) -> SignedBytes {
+    SignedBytes {
+        abs: _mm512_abs_epi8(q),
+        neg: _mm512_movepi8_mask(q),
+    }
+}
+
+/// Pair sums of `q * a` as i16 (each |pair| <= 2 * 127 * 127 for the formats here).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+fn signed_pairs(q: SignedBytes, a: __m512i) -> __m512i {
+    let a = _mm512_mask_sub_epi8(a, q.neg, _mm512_setzero_si512(), a);
+    _mm512_maddubs_epi16(q.abs, a)
+}
+
+/// Super-blocks of signed values with one scale per group of 16 (Q3_K) or 32 (IQ4_XS): chunk
+/// pair `m` (values `64m..64m + 64`) and its scales as i16 (element `e` scales the pair of
+/// bytes `2e, 2e + 1`), and `d`.
+struct SignedKPrep {
+    q: [SignedBytes; 4],
+    scales: [__m512i; 4],
+    d: f32,
+}
+
+/// The eight exact lanes (each: the four products of bytes `4l..4l + 4` of every 32-value
+/// chunk, times their scale) of a [`SignedKPrep`] block and a token.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+fn signed_k_lanes(p: &SignedKPrep, y: &BlockQ8K) -> __m256i {
+    let zero = _mm512_setzero_si512();
+    // SAFETY: 64 readable bytes each (64m + 64 <= 256).
+    let a: [__m512i; 4] =
+        std::array::from_fn(|m| unsafe { _mm512_loadu_si512(y.qs.as_ptr().add(64 * m).cast()) });
+    let pairs = |m: usize| signed_pairs(p.q[m], a[m]);
+    let even = _mm512_dpwssd_epi32(
+        _mm512_dpwssd_epi32(zero, pairs(0), p.scales[0]),
+        pairs(2),
+        p.scales[2],
+    );
+    let odd = _mm512_dpwssd_epi32(
+        _mm512_dpwssd_epi32(zero, pairs(1), p.scales[1]),
+        pairs(3),
+        p.scales[3],
+    );
+    fold(_mm512_add_epi32(even, odd))
+}
+
+/// `scales16` (sixteen i16 in the low 256 bits) spread so that element `e` of the result is
+/// `scales16[first + e / per]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+fn spread16(scales16: __m512i, first: i16, per: usize) -> __m512i {
+    let idx: [i16; 32] = std::array::from_fn(|e| first + (e / per) as i16);
+    // SAFETY: 64 readable bytes.
+    let idx = unsafe { _mm512_loadu_si512(idx.as_ptr().cast()) };
+    _mm512_permutexvar_epi16(idx, scales16)
+}
+
+macro_rules! signed_k_tile {
+    ($name:ident: $block:ty, |$x:ident| $prep:expr) => {
+        struct $name;
+        impl KTile for $name {
+            type W = $block;
+            type Tok = ();
+            type Prep = SignedKPrep;
+            type Acc = __m256;
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn zero() -> __m256 {
+                _mm256_setzero_ps()
+            }
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn tok(_: &BlockQ8K) {}
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn prep($x: &$block) -> SignedKPrep {
+                $prep
+            }
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn step(p: &SignedKPrep, y: &BlockQ8K, _: (), acc: __m256) -> __m256 {
+                let sumi = signed_k_lanes(p, y);
+                _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d), _mm256_cvtepi32_ps(sumi), acc)
+            }
+            #[inline]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+            unsafe fn finish(acc: __m256) -> f32 {
+                hsum(acc)
+            }
+        }
+    };
+}
+
+signed_k_tile!(Q3K: BlockQ3K, |x| q3_k_prep(x));
+signed_k_tile!(IQ4XS: BlockIQ4XS, |x| iq4_xs_prep(x));
+
+/// Q3_K (`avx2::vec_dot_q3_k_q8_k`): values -4..=3 (chunk `4h + s`: bits 2s..2s + 2 of bytes
+/// 32h..32h + 32, less 4 where bit `4h + s` of hmask is clear), scale `q3k_scale - 32` per 16.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+fn q3_k_prep(x: &BlockQ3K) -> SignedKPrep {
+    let m3 = _mm512_set1_epi8(3);
+    let four = _mm512_set1_epi8(4);
+    // SAFETY: 32 readable bytes of hmask.
+    let hm = _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(x.hmask.as_ptr().cast()) });
+    let q = std::array::from_fn(|m| {
+        let (h, s) = (m / 2, 2 * (m % 2) as i16);
+        // SAFETY: 32 readable bytes (32h + 32 <= 64).
+        let q2 =
+            _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) });
+        let shift = _mm512_inserti64x4::<1>(_mm512_set1_epi16(2 * s), _mm256_set1_epi16(2 * s + 2));
+        let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shift), m3);
+        let bits = halves8((1u8 << (2 * m)) as i8, (1u8 << (2 * m + 1)) as i8);
+        let clear = _mm512_testn_epi8_mask(hm, bits);
+        signed_bytes(_mm512_mask_sub_epi8(low, clear, low, four))
+    });
+    let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+    // SAFETY: 32 readable bytes.
+    let sc16 = _mm512_castsi256_si512(unsafe { _mm256_loadu_si256(sc.as_ptr().cast()) });
+    SignedKPrep {
+        q,
+        scales: std::array::from_fn(|m| spread16(sc16, 4 * m as i16, 8)),
+        d: f32_of(x.d),
+    }
+}
+
+/// IQ4_XS (`avx2::vec_dot_iq4_xs_q8_k`): the table values of sub-block `j` (low nibbles of
+/// bytes `16j..16j + 16`, then their high nibbles), scale `ls - 32` per 32.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+fn iq4_xs_prep(x: &BlockIQ4XS) -> SignedKPrep {
+    // SAFETY: 16 readable bytes.
+    let table = _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) });
+    let m4 = _mm512_set1_epi8(0x0F);
+    let q = std::array::from_fn(|m| {
+        // SAFETY: 32 readable bytes (32m + 32 <= 128).
+        let b =
+            _mm512_castsi256_si512(unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * m).cast()) });
+        // 128-bit lanes [A, A, B, B] of the 32 bytes [A, B], then the high nibbles in 1 and 3.
+        let b = _mm512_shuffle_i64x2::<0b01_01_00_00>(b, b);
+        let n = _mm512_and_si512(_mm512_mask_srli_epi16(b, 0xFF00_FF00, b, 4), m4);
+        signed_bytes(_mm512_shuffle_epi8(table, n))
+    });
+    let ls: [i16; 16] = std::array::from_fn(|j| {
+        if j < 8 {
+            iq4xs_scale(x, j) as i16 - 32
+        } else {
+            0
+        }
+    });
+    // SAFETY: 32 readable bytes.
+    let ls16 = _mm512_castsi256_si512(unsafe { _mm256_loadu_si256(ls.as_ptr().cast()) });
+    SignedKPrep {
+        q,
+        scales: std::array::from_fn(|m| spread16(ls16, 2 * m as i16, 16)),
+        d: f32_of(x.d),
+    }
+}
+
+/// Tiled Q5_K (see [`crate::GemmFn`]): one row by eight tokens, whose min terms run as the
+/// lanes of one vector ([`q5_k_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+pub fn q5_k(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ5K>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
+    // these functions need; the operands' sizes agree (checked above).
+    unsafe { gemm_q5_k(x, y, per_row, out) };
+    Ok(())
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q5_k(w: &[BlockQ5K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = n_tok / 8;
+    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    unsafe {
+        if groups > 0 {
+            let toks = Q8KTokens::new(a, per_row, n_tok);
+            for g in 0..groups {
+                for r0 in 0..rows {
+                    q5_k_row_by_8(&w[r0 * per_row..][..per_row], a, &toks, (r0, 8 * g), out);
+                }
+            }
+        }
+        let t0 = 8 * groups;
+        if t0 < n_tok {
+            gemm::<Q5K>(w, &a[t0 * per_row..], per_row, &mut out[t0 * rows..]);
+        }
+    }
+}
+
+/// One row (`x`, row `r0`) times tokens `t0..t0 + 8` of [`Q5K`]: each token's eight main
+/// lanes in its own float vector as the row kernel runs them, and the eight tokens' min-term
+/// floats as the lanes of one vector, each lane taking exactly the row kernel's fused
+/// multiply-add (`-d_y * dmin_x` times the exact total); `hsum(main) + mins` at the end.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q5_k_row_by_8(
+    x: &[BlockQ5K],
+    a: &[BlockQ8K],
+    toks: &Q8KTokens,
+    (r0, t0): (usize, usize),
+    out: &mut [f32],
+) {
+    let per_row = x.len();
+    let rows = out.len() / toks.n_tok;
+    let ys: [&[BlockQ8K]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    // Token k's lanes at 4k and 4k + 1 of the mins' reduction, moved to lane k.
+    let gather = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 13, 9, 5, 1, 12, 8, 4, 0);
+    let mut main = [_mm256_setzero_ps(); 8];
+    let mut mins = _mm256_setzero_ps();
+    let zero = _mm_setzero_si128();
+    for (b, x) in x.iter().enumerate() {
+        let at = b * toks.n_tok + t0;
+        // SAFETY: the CPU has what `available` checks.
+        let p = unsafe { Q5K::prep(x) };
+        for (t, main) in main.iter_mut().enumerate() {
+            let y = &ys[t][b];
+            let (sumi, _) = q4_k_lanes(&p, y, zero);
+            *main = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(sumi), *main);
+        }
+        // SAFETY: `at + 8 <= per_row * n_tok` entries of each (t0 + 8 <= n_tok).
+        let (yd, ps_lo, ps_hi) = unsafe {
+            (
+                _mm256_loadu_ps(toks.d.as_ptr().add(at)),
+                _mm512_loadu_si512(toks.pair_sums.as_ptr().add(at).cast()),
+                _mm512_loadu_si512(toks.pair_sums.as_ptr().add(at + 4).cast()),
+            )
+        };
+        // Per 128-bit lane k: token k's (ps_lo) and k + 4's (ps_hi) four products of pairs.
+        let m = _mm512_broadcast_i32x4(p.mins);
+        let (lo, hi) = (_mm512_madd_epi16(ps_lo, m), _mm512_madd_epi16(ps_hi, m));
+        let u = _mm512_add_epi32(_mm512_unpacklo_epi32(lo, hi), _mm512_unpackhi_epi32(lo, hi));
+        let u = _mm512_add_epi32(u, _mm512_shuffle_epi32::<0b01_00_11_10>(u));
+        let total = _mm512_castsi512_si256(_mm512_permutexvar_epi32(gather, u));
+        // -d_y * dmin_x, lane by lane (negation and the product commute exactly).
+        let dmin = _mm256_mul_ps(yd, _mm256_set1_ps(-p.dmin));
+        mins = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(total), mins);
+    }
+    let mut m = [0.0f32; 8];
+    // SAFETY: 8 writable floats.
+    unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mins) };
+    for (t, (main, m)) in main.iter().zip(m).enumerate() {
+        out[(t0 + t) * rows + r0] = hsum(*main) + m;
+    }
+}
+
+/// Tiled Q2_K in llama.cpp's repacked order (see [`crate::GemmFn`]): one row by eight tokens
+/// ([`q2_k_rows8_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+pub fn q2_k_rows8(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ2K>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
+    // these functions need; the operands' sizes agree (checked above).
+    unsafe { gemm_q2_k_rows8(x, y, per_row, out) };
+    Ok(())
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q2_k_rows8(w: &[BlockQ2K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = n_tok / 8;
+    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    unsafe {
+        if groups > 0 {
+            let toks = Q8KTokens::new(a, per_row, n_tok);
+            for g in 0..groups {
+                for r0 in 0..rows {
+                    let x = &w[r0 * per_row..][..per_row];
+                    q2_k_rows8_row_by_8(x, a, &toks, (r0, 8 * g), out);
+                }
+            }
+        }
+        let t0 = 8 * groups;
+        if t0 < n_tok {
+            gemm::<Q2KRows8>(w, &a[t0 * per_row..], per_row, &mut out[t0 * rows..]);
+        }
+    }
+}
+
+/// One row (`x`, row `r0`) times tokens `t0..t0 + 8` of [`Q2KRows8`]: lane `t` of two float
+/// vectors runs token `t0 + t`'s two floats, the eight tokens' exact main and min totals
+/// reduced together, each lane fused by its own `d_x * d_y` (`dmin_x * d_y`) as the row kernel
+/// does; `main - mins` at the end.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q2_k_rows8_row_by_8(
+    x: &[BlockQ2K],
+    a: &[BlockQ8K],
+    toks: &Q8KTokens,
+    (r0, t0): (usize, usize),
+    out: &mut [f32],
+) {
+    use super::avx512_nl::reduce8 as reduce8_256;
+    let per_row = x.len();
+    let rows = out.len() / toks.n_tok;
+    let ys: [&[BlockQ8K]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
+    let (mut main, mut mins) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (b, x) in x.iter().enumerate() {
+        let p = q2_k_prep(x);
+        let mut sums = [_mm256_setzero_si256(); 8];
+        let mut msums = [_mm256_setzero_si256(); 8];
+        for t in 0..8 {
+            let y = &ys[t][b];
+            // SAFETY: 32 readable bytes (bsums has 16 i16).
+            let bsums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+            (sums[t], msums[t]) = q2_k_lanes(&p, y, bsums);
+        }
+        // SAFETY: `b * n_tok + t0 + 8 <= per_row * n_tok` (t0 + 8 <= n_tok).
+        let yd = unsafe { _mm256_loadu_ps(toks.d.as_ptr().add(b * toks.n_tok + t0)) };
+        let (d, dmin) = (_mm_cvtss_f32(p.dd), _mm_cvtss_f32(_mm_movehdup_ps(p.dd)));
+        let dd = _mm256_mul_ps(_mm256_set1_ps(d), yd);
+        let ddmin = _mm256_mul_ps(_mm256_set1_ps(dmin), yd);
+        main = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_256(sums)), dd, main);
+        mins = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reduce8_256(msums)), ddmin, mins);
+    }
+    let mut res = [0.0f32; 8];
+    // SAFETY: 8 writable floats.
+    unsafe { _mm256_storeu_ps(res.as_mut_ptr(), _mm256_sub_ps(main, mins)) };
+    for (t, v) in res.into_iter().enumerate() {
+        out[(t0 + t) * rows + r0] = v;
     }
 }

@@ -26,6 +26,7 @@ macro_rules! gemm_entries {
 pub mod avx2;
 pub mod avx512;
 pub mod avx512_ktile;
+pub mod avx512_nl;
 pub mod avx512_tile;
 pub mod avxvnni;
 pub mod f16;
@@ -72,6 +73,8 @@ avx2_entry! {
     iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
     q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
+    q2_k, q2_k_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k;
+    iq4_nl, iq4_nl_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0;
 }
 
 /// The kernel tiers, lowest first.

@@ -24,6 +24,8 @@ fn avx2_kernels_are_bit_identical_to_the_reference() {
         (T::Q5_0, q5_0, q5_0_gemv, reference(T::Q5_0)),
         (T::Q5_1, q5_1, q5_1_gemv, reference(T::Q5_1)),
         (T::Q8_0, q8_0, q8_0_gemv, reference(T::Q8_0)),
+        (T::Q2_K, q2_k, q2_k_gemv, reference(T::Q2_K)),
+        (T::IQ4_NL, iq4_nl, iq4_nl_gemv, reference(T::IQ4_NL)),
         (T::Q3_K, q3_k, q3_k_gemv, reference(T::Q3_K)),
         (T::Q4_K, q4_k, q4_k_gemv, reference(T::Q4_K)),
         (T::Q5_K, q5_k, q5_k_gemv, reference(T::Q5_K)),

@@ -13,7 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    f32_of, head_f16x2, hsum, hsum_i32, lanes_ss_i32, lanes_us, load32, nibbles, q5_bytes,
+    f32_of, halves_i16, head_f16x2, hsum, hsum_i32, iq4_values, lanes_ss_i32, lanes_us, load32,
+    nibbles, q5_bytes,
 };
 use crate::blocks::*;
 use crate::codec::gemm_operands;
@@ -117,6 +118,13 @@ gemm_entries! {
     q4_k: Q4K;
     q4_k_rows8: Q4KRows8;
     q6_k: Q6K;
+    q2_k: Q2K;
+    q2_k_rows8: Q2KRows8;
+    q3_k: Q3K;
+    q5_k: Q5K;
+    iq4_xs: IQ4XS;
+    iq4_nl: IQ4NL;
+    iq4_nl_rows8: IQ4NLRows8;
 }
 
 /// The signed 32-value formats against Q8_0: `x` as signed bytes and its absolute values (the
@@ -470,5 +478,402 @@ impl Tile for Q6K {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn finish(acc: __m256) -> f32 {
         hsum(acc)
+    }
+}
+
+/// A Q2_K super-block unpacked: its 2-bit values as bytes (chunk `i` pairs with the token's
+/// bytes `32i..32i + 32`), each chunk's two group scales as i16 halves, the 16 mins as i16.
+struct Q2KPrep {
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    mins: __m256i,
+    d: f32,
+    dmin: f32,
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k_prep(x: &BlockQ2K) -> Q2KPrep {
+    let m3 = _mm256_set1_epi8(3);
+    // SAFETY: 32 readable bytes each (32h + 32 <= 64), 16 of scales.
+    let (q0, q1, sc) = unsafe {
+        (
+            _mm256_loadu_si256(x.qs.as_ptr().cast()),
+            _mm256_loadu_si256(x.qs.as_ptr().add(32).cast()),
+            _mm_loadu_si128(x.scales.as_ptr().cast()),
+        )
+    };
+    let q = std::array::from_fn(|i| {
+        let q2 = if i < 4 { q0 } else { q1 };
+        match i % 4 {
+            0 => _mm256_and_si256(q2, m3),
+            1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+            2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+            _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+        }
+    });
+    let low = |g: usize| (x.scales[g] & 0xF) as i16;
+    Q2KPrep {
+        q,
+        scales: std::array::from_fn(|i| halves_i16(low(2 * i), low(2 * i + 1))),
+        mins: _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), _mm_set1_epi8(0x0F))),
+        d: f32_of(x.d),
+        dmin: f32_of(x.dmin),
+    }
+}
+
+/// The exact main and min lanes of `avx2::q2_k_lanes` and `avx2::q2_k_min_lanes`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q2_k_lanes(p: &Q2KPrep, y: &BlockQ8K) -> (__m256i, __m256i) {
+    // SAFETY: 32 readable bytes of bsums (16 i16), 32 of qs each (32i + 32 <= 256).
+    let bsums = unsafe { _mm256_loadu_si256(y.bsums.as_ptr().cast()) };
+    let mut sumi = _mm256_setzero_si256();
+    for i in 0..8 {
+        // SAFETY: as above.
+        let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast()) };
+        let prod = _mm256_madd_epi16(p.scales[i], _mm256_maddubs_epi16(p.q[i], a));
+        sumi = _mm256_add_epi32(sumi, prod);
+    }
+    (sumi, _mm256_madd_epi16(p.mins, bsums))
+}
+
+/// Q2_K in `vec_dot` order (`avx2::vec_dot_q2_k_q8_k`).
+struct Q2K;
+impl Tile for Q2K {
+    type W = BlockQ2K;
+    type Prep = Q2KPrep;
+    type Acc = __m256;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
+        q2_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q2KPrep, y: &BlockQ8K, acc: __m256) -> __m256 {
+        let (sumi, mins) = q2_k_lanes(p, y);
+        let acc = _mm256_fmadd_ps(_mm256_set1_ps(-y.d * p.dmin), _mm256_cvtepi32_ps(mins), acc);
+        _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d), _mm256_cvtepi32_ps(sumi), acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: __m256) -> f32 {
+        hsum(acc)
+    }
+}
+
+/// Q2_K in llama.cpp's repacked order (`avx2::vec_dot_q2_k_q8_k_rows8`).
+struct Q2KRows8;
+impl Tile for Q2KRows8 {
+    type W = BlockQ2K;
+    type Prep = Q2KPrep;
+    type Acc = (f32, f32);
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        (0.0, 0.0)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
+        q2_k_prep(x)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q2KPrep, y: &BlockQ8K, (main, mins): Self::Acc) -> Self::Acc {
+        let (sumi, msum) = q2_k_lanes(p, y);
+        (
+            (hsum_i32(sumi) as f32).mul_add(p.d * y.d, main),
+            (hsum_i32(msum) as f32).mul_add(p.dmin * y.d, mins),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish((main, mins): Self::Acc) -> f32 {
+        main - mins
+    }
+}
+
+/// A Q3_K super-block unpacked: its values (-4..=3) as absolute values and signs, chunk `i`
+/// pairing with the token's bytes `32i..32i + 32`, and each chunk's group scales as i16 halves.
+struct Q3KPrep {
+    abs: [__m256i; 8],
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    d: f32,
+}
+
+/// Q3_K (`avx2::vec_dot_q3_k_q8_k`).
+struct Q3K;
+impl Tile for Q3K {
+    type W = BlockQ3K;
+    type Prep = Q3KPrep;
+    type Acc = __m256;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ3K) -> Q3KPrep {
+        let m3 = _mm256_set1_epi8(3);
+        let four = _mm256_set1_epi8(4);
+        let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+        // SAFETY: 32 readable bytes each (hmask: 32, qs: 64).
+        let (hm, q0, q1) = unsafe {
+            (
+                _mm256_loadu_si256(x.hmask.as_ptr().cast()),
+                _mm256_loadu_si256(x.qs.as_ptr().cast()),
+                _mm256_loadu_si256(x.qs.as_ptr().add(32).cast()),
+            )
+        };
+        let q: [__m256i; 8] = std::array::from_fn(|i| {
+            let q2 = if i < 4 { q0 } else { q1 };
+            let low = match i % 4 {
+                0 => _mm256_and_si256(q2, m3),
+                1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                2 => _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                _ => _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3),
+            };
+            let bit = _mm256_set1_epi8(1 << i);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+            _mm256_sub_epi8(low, _mm256_andnot_si256(set, four))
+        });
+        Q3KPrep {
+            abs: q.map(|q| _mm256_sign_epi8(q, q)),
+            q,
+            scales: std::array::from_fn(|i| halves_i16(sc[2 * i], sc[2 * i + 1])),
+            d: f32_of(x.d),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q3KPrep, y: &BlockQ8K, acc: __m256) -> __m256 {
+        let mut sumi = _mm256_setzero_si256();
+        for i in 0..8 {
+            // SAFETY: 32 readable bytes (32i + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast()) };
+            let p16 = _mm256_maddubs_epi16(p.abs[i], _mm256_sign_epi8(a, p.q[i]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p.scales[i], p16));
+        }
+        _mm256_fmadd_ps(_mm256_set1_ps(y.d * p.d), _mm256_cvtepi32_ps(sumi), acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: __m256) -> f32 {
+        hsum(acc)
+    }
+}
+
+/// A Q5_K super-block unpacked: its 5-bit values as bytes (chunk `i` pairs with the token's
+/// bytes `32i..32i + 32`), each chunk's scale as i16, the eight mins as i16.
+struct Q5KPrep {
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    mins: __m128i,
+    d: f32,
+    dmin: f32,
+}
+
+/// Q5_K (`avx2::vec_dot_q5_k_q8_k`).
+struct Q5K;
+impl Tile for Q5K {
+    type W = BlockQ5K;
+    type Prep = Q5KPrep;
+    type Acc = (__m256, f32);
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        (_mm256_setzero_ps(), 0.0)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockQ5K) -> Q5KPrep {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let sixteen = _mm256_set1_epi8(0x10);
+        let (sc, mn) = k_scales_mins(&x.scales);
+        // SAFETY: 32 readable bytes of qh.
+        let hbits = unsafe { _mm256_loadu_si256(x.qh.as_ptr().cast()) };
+        let q = std::array::from_fn(|i| {
+            // SAFETY: 32 readable bytes (32(i / 2) + 32 <= 128).
+            let q = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * (i / 2)).cast()) };
+            let q = if i % 2 == 0 {
+                _mm256_and_si256(q, m4)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+            };
+            let b = _mm256_set1_epi8(1 << i);
+            let high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, b), b), sixteen);
+            _mm256_or_si256(q, high)
+        });
+        Q5KPrep {
+            q,
+            scales: std::array::from_fn(|i| _mm256_set1_epi16(sc[i] as i16)),
+            mins: _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mn))),
+            d: f32_of(x.d),
+            dmin: f32_of(x.dmin),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Q5KPrep, y: &BlockQ8K, (acc, mins): Self::Acc) -> Self::Acc {
+        // SAFETY: 16 readable bytes each (bsums has 16 i16).
+        let (bs_lo, bs_hi) = unsafe {
+            (
+                _mm_loadu_si128(y.bsums.as_ptr().cast()),
+                _mm_loadu_si128(y.bsums.as_ptr().add(8).cast()),
+            )
+        };
+        let prod = _mm_madd_epi16(p.mins, _mm_hadd_epi16(bs_lo, bs_hi));
+        let total = hsum_i32(_mm256_set_m128i(_mm_setzero_si128(), prod));
+        let mins = (-y.d * p.dmin).mul_add(total as f32, mins);
+        let mut sumi = _mm256_setzero_si256();
+        for i in 0..8 {
+            // SAFETY: 32 readable bytes (32i + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast()) };
+            let prod = _mm256_madd_epi16(p.scales[i], _mm256_maddubs_epi16(p.q[i], a));
+            sumi = _mm256_add_epi32(sumi, prod);
+        }
+        let acc = _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(sumi), acc);
+        (acc, mins)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish((acc, mins): Self::Acc) -> f32 {
+        hsum(acc) + mins
+    }
+}
+
+/// An IQ4_XS super-block unpacked: its table values as absolute values and signs (chunk `j`
+/// pairs with the token's bytes `32j..32j + 32`), each sub-block's scale as i16.
+struct IQ4XSPrep {
+    abs: [__m256i; 8],
+    q: [__m256i; 8],
+    scales: [__m256i; 8],
+    d: f32,
+}
+
+/// IQ4_XS (`avx2::vec_dot_iq4_xs_q8_k`). Each lane is `ls * (Σ of its four products)`; here
+/// `vpmaddwd` applies `ls` to the pair sums, the same exact integer.
+struct IQ4XS;
+impl Tile for IQ4XS {
+    type W = BlockIQ4XS;
+    type Prep = IQ4XSPrep;
+    type Acc = __m256;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> __m256 {
+        _mm256_setzero_ps()
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockIQ4XS) -> IQ4XSPrep {
+        let q: [__m256i; 8] = std::array::from_fn(|j| iq4_values(&x.qs[16 * j..16 * j + 16]));
+        IQ4XSPrep {
+            abs: q.map(|q| _mm256_sign_epi8(q, q)),
+            q,
+            scales: std::array::from_fn(|j| _mm256_set1_epi16(iq4xs_scale(x, j) as i16 - 32)),
+            d: f32_of(x.d),
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &IQ4XSPrep, y: &BlockQ8K, acc: __m256) -> __m256 {
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..8 {
+            // SAFETY: 32 readable bytes (32j + 32 <= 256).
+            let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(32 * j).cast()) };
+            let p16 = _mm256_maddubs_epi16(p.abs[j], _mm256_sign_epi8(a, p.q[j]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p.scales[j], p16));
+        }
+        _mm256_fmadd_ps(_mm256_set1_ps(p.d * y.d), _mm256_cvtepi32_ps(sumi), acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: __m256) -> f32 {
+        hsum(acc)
+    }
+}
+
+/// IQ4_NL in llama.cpp's repacked order (`avx2::vec_dot_iq4_nl_q8_0_rows8`).
+struct IQ4NLRows8;
+impl Tile for IQ4NLRows8 {
+    type W = BlockIQ4NL;
+    type Prep = (__m128, __m256i);
+    type Acc = f32;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> f32 {
+        0.0
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockIQ4NL) -> Self::Prep {
+        (head_f16x2(x), iq4_values(&x.qs))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(&(hx, q): &Self::Prep, y: &BlockQ8_0, acc: f32) -> f32 {
+        let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
+        let d = _mm_cvtss_f32(_mm_mul_ps(hx, head_f16x2(y)));
+        (isum as f32).mul_add(d, acc)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish(acc: f32) -> f32 {
+        acc
+    }
+}
+
+/// IQ4_NL in `vec_dot` order (`avx2::vec_dot_iq4_nl_q8_0`): even blocks into one accumulator,
+/// odd into another. An even block waits (`pending`, its exact lanes as floats and its scale)
+/// until its odd partner comes; one still waiting at the end is the lone last block, fused onto
+/// the horizontal sum as the reference does (its lanes are small integers, so their float sum
+/// is its exact integer sum).
+struct IQ4NL;
+impl Tile for IQ4NL {
+    type W = BlockIQ4NL;
+    type Prep = Signed;
+    type Acc = (__m256, __m256, __m256, __m256, bool);
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn zero() -> Self::Acc {
+        let z = _mm256_setzero_ps();
+        (z, z, z, z, false)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn prep(x: &BlockIQ4NL) -> Signed {
+        signed(head_f16x2(x), iq4_values(&x.qs))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn step(p: &Signed, y: &BlockQ8_0, acc: Self::Acc) -> Self::Acc {
+        let (even, odd, pend_d, pend, pending) = acc;
+        let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(y), p.hx));
+        let lanes = lanes_us(p.ax, _mm256_sign_epi8(load32(&y.qs), p.x));
+        if pending {
+            let even = _mm256_fmadd_ps(pend_d, pend, even);
+            (even, _mm256_fmadd_ps(d, lanes, odd), pend_d, pend, false)
+        } else {
+            (even, odd, d, lanes, true)
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn finish((even, odd, pend_d, pend, pending): Self::Acc) -> f32 {
+        let sum = hsum(_mm256_add_ps(even, odd));
+        if pending {
+            _mm256_cvtss_f32(pend_d).mul_add(hsum(pend), sum)
+        } else {
+            sum
+        }
     }
 }
