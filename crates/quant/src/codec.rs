@@ -281,6 +281,7 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::Q2_K, true) => Some(avx512k::q2_k_rows8),
                 (GgmlType::IQ4_XS, _) => Some(avx512k::iq4_xs),
                 (GgmlType::IQ4_NL, true) => Some(crate::x86::avx512_nl::iq4_nl_rows8),
+                (GgmlType::Q4_0, true) => Some(crate::x86::avx512_nl::q4_0_rows8),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));

@@ -1,6 +1,10 @@
-//! AVX-512 VNNI products of IQ4_NL weights in llama.cpp's repacked order
-//! (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`), where every block's exact integer sum is
-//! fused by `d_x * d_y` into one running float per (row, token).
+//! AVX-512 VNNI products of IQ4_NL and Q4_0 weights in llama.cpp's repacked order
+//! (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`, `vec_dot_q4_0_q8_0_rows8`), where every
+//! block's exact integer sum is fused by `d_x * d_y` into one running float per (row, token).
+//! The two formats share a block layout (an F16 `d`, then 16 bytes of nibbles: values 0..16
+//! low, 16..32 high) and differ only in the value a nibble stands for: a table lookup for
+//! IQ4_NL, `q - 8` for Q4_0 ([`Values`]); Q4_0's blocks go through as IQ4_NL blocks with
+//! Q4_0's table.
 //!
 //! `vpdpbusd` takes unsigned bytes times signed bytes, so a weight's table value `v` (signed)
 //! goes in as `v + 128` and the token's block sum times 128 comes off the exact total:
@@ -31,8 +35,55 @@ pub fn iq4_nl_rows8(
     let (x, y, per_row) = gemm_operands::<BlockIQ4NL>(w, row_bytes, a, n_tok, out)?;
     // SAFETY: `gemm_kernel` hands this entry out only after `avx512_tile::available` found
     // every feature these functions need; the operands' sizes agree (checked above).
-    unsafe { gemm(x, y, per_row, out) };
+    unsafe { gemm(x, y, per_row, out, Values::Iq4Nl) };
     Ok(())
+}
+
+/// Tiled Q4_0 in llama.cpp's repacked order (see [`crate::GemmFn`]).
+pub fn q4_0_rows8(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ4_0>(w, row_bytes, a, n_tok, out)?;
+    // The same 18 bytes (size and layout asserted in `blocks`); only the nibbles' values
+    // differ, which `Values::Q4_0` supplies.
+    let x: &[BlockIQ4NL] = bytemuck::cast_slice(x);
+    // SAFETY: as in `iq4_nl_rows8`.
+    unsafe { gemm(x, y, per_row, out, Values::Q4_0) };
+    Ok(())
+}
+
+/// What a nibble stands for: IQ4_NL's table, or Q4_0's `q - 8`.
+#[derive(Clone, Copy)]
+enum Values {
+    Iq4Nl,
+    Q4_0,
+}
+
+const Q4_0_VALUES: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
+
+impl Values {
+    fn table(self) -> &'static [i8; 16] {
+        match self {
+            Values::Iq4Nl => &KVALUES_IQ4NL,
+            Values::Q4_0 => &Q4_0_VALUES,
+        }
+    }
+
+    /// The single-row AVX2 kernel of the format, for the rows left over.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn row(self, x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
+        match self {
+            Values::Iq4Nl => super::avx2::vec_dot_iq4_nl_q8_0_rows8(x, y),
+            Values::Q4_0 => super::avx2::vec_dot_q4_0_q8_0_rows8(bytemuck::cast_slice(x), y),
+        }
+    }
 }
 
 /// One token's per-block `d` and 128 times its block sum.
@@ -68,9 +119,9 @@ fn unsigned_values(x: &BlockIQ4NL, table: __m256i) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-fn table128() -> __m256i {
+fn table128(values: Values) -> __m256i {
     // SAFETY: 16 readable bytes.
-    let t = unsafe { _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()) };
+    let t = unsafe { _mm_loadu_si128(values.table().as_ptr().cast()) };
     // v + 128 (mod 256) is v with its top bit flipped.
     _mm256_broadcastsi128_si256(_mm_xor_si128(t, _mm_set1_epi8(-128)))
 }
@@ -129,7 +180,7 @@ impl Group16 {
 /// Every row of `w` times every token of `a`: rows four at a time by sixteen tokens, then,
 /// for the tokens left over and for decode, eight rows a token (the last rows one by one).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32]) {
+unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32], values: Values) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let bytes: &[u8] = bytemuck::cast_slice(w);
@@ -142,11 +193,11 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
             for g in 0..groups {
                 let mut r0 = 0;
                 while rows - r0 >= 4 {
-                    rows_by_16::<4>(w, per_row, &g16, (r0, g), out);
+                    rows_by_16::<4>(w, per_row, &g16, (r0, g), out, values);
                     r0 += 4;
                 }
                 for r0 in r0..rows {
-                    rows_by_16::<1>(w, per_row, &g16, (r0, g), out);
+                    rows_by_16::<1>(w, per_row, &g16, (r0, g), out, values);
                 }
             }
         }
@@ -158,11 +209,11 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
             while rows - r0 >= 8 {
                 prefetch_ahead(bytes, r0 * row_bytes..(r0 + 8) * row_bytes);
                 let xs = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
-                rows8_by_1(xs, y, &toks, &mut o[r0..r0 + 8]);
+                rows8_by_1(xs, y, &toks, &mut o[r0..r0 + 8], values);
                 r0 += 8;
             }
             for r in r0..rows {
-                o[r] = super::avx2::vec_dot_iq4_nl_q8_0_rows8(&w[r * per_row..][..per_row], y);
+                o[r] = values.row(&w[r * per_row..][..per_row], y);
             }
         }
     }
@@ -181,10 +232,11 @@ unsafe fn rows_by_16<const R: usize>(
     g16: &Group16,
     (r0, g): (usize, usize),
     out: &mut [f32],
+    values: Values,
 ) {
     let rows = w.len() / per_row;
     let xs: [&[BlockIQ4NL]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
-    let table = table128();
+    let table = table128(values);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..per_row {
@@ -238,8 +290,14 @@ unsafe fn rows_by_16<const R: usize>(
 /// Eight rows times one token (`toks` its own): lane `r` runs row `r`'s float.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows8_by_1(xs: [&[BlockIQ4NL]; 8], y: &[BlockQ8_0], toks: &Tokens, out: &mut [f32]) {
-    let table = table128();
+unsafe fn rows8_by_1(
+    xs: [&[BlockIQ4NL]; 8],
+    y: &[BlockQ8_0],
+    toks: &Tokens,
+    out: &mut [f32],
+    values: Values,
+) {
+    let table = table128(values);
     let zero = _mm256_setzero_si256();
     let mut acc = _mm256_setzero_ps();
     for (b, y) in y.iter().enumerate() {
