@@ -191,16 +191,31 @@ pub struct TensorView<'a> {
 impl GgufFile {
     /// Map and validate a GGUF file. The weights are not read: pages come in on first touch.
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
-        let path = path.as_ref();
+        Self::open_with(path.as_ref(), false)
+    }
+
+    /// [`GgufFile::open`], with every page of the file mapped in before it returns
+    /// (`MAP_POPULATE` where the system has it, as llama.cpp maps models): for inference, whose
+    /// first forward pass would otherwise take a page fault per page of weights, several
+    /// threads at once. Still no copy: the pages are the page cache's.
+    pub fn open_populated(path: impl AsRef<Path>) -> Result<GgufFile> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    fn open_with(path: &Path, populate: bool) -> Result<GgufFile> {
         let io = |source| GgufError::Io {
             path: path.to_path_buf(),
             source,
         };
         let file = File::open(path).map_err(io)?;
+        let mut options = memmap2::MmapOptions::new();
+        if populate {
+            options.populate();
+        }
         // SAFETY: the map is read-only and private to this process. The usual caveat of every
         // mmap-based reader applies: if another process truncates the file while it is mapped,
         // touching the lost pages raises SIGBUS. Nothing here writes through the map.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let map = unsafe { options.map(&file) }.map_err(io)?;
         let mut f = Self::from_backing(Backing::Mmap(map))?;
         f.path = Some(path.to_path_buf());
         Ok(f)

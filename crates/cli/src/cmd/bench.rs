@@ -398,7 +398,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         if !path.is_file() {
             bail!("{}: no such model file", path.display());
         }
-        let file = common::open(path)?;
+        let file = common::open_model(path)?;
         let model = synapse_engine::load(&file).with_context(|| path.display().to_string())?;
         let facts = facts(&file, path);
         let n_vocab = model.info().n_vocab;

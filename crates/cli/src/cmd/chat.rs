@@ -33,7 +33,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let path = args.model.path()?;
     let threads = args.model.threads()?;
     let batch = args.model.batch()?;
-    let file = common::open(&path)?;
+    let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
     let piece = |id: Option<u32>| {

@@ -80,6 +80,11 @@ pub fn open(path: &Path) -> Result<GgufFile> {
     GgufFile::open(path).with_context(|| path.display().to_string())
 }
 
+/// [`open`] for running the model: every page mapped in up front ([`GgufFile::open_populated`]).
+pub fn open_model(path: &Path) -> Result<GgufFile> {
+    GgufFile::open_populated(path).with_context(|| path.display().to_string())
+}
+
 pub fn tokenizer(file: &GgufFile, path: &Path) -> Result<Tokenizer> {
     Tokenizer::from_metadata(file.metadata())
         .with_context(|| format!("{}: tokenizer", path.display()))

@@ -33,7 +33,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let path = args.model.path()?;
     let threads = args.model.threads()?;
     let batch = args.model.batch()?;
-    let file = common::open(&path)?;
+    let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let n_vocab = model.info().n_vocab;
     let tokens: Vec<u32> = match &args.ids {

@@ -93,7 +93,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let batch = args.model.batch()?;
     let text = common::prompt_text(&args.prompt, &args.file)?;
     let sampler_cfg = args.sampling.config()?;
-    let file = common::open(&path)?;
+    let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
     let info = model.info();
