@@ -63,17 +63,7 @@ fn fma_for_f16(a: f32, b: f32, c: f32) -> f32 {
 fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
     let n = q.len();
     let np = n & !63;
-    let mut acc = [[0.0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let e = i + 16 * j + l;
-                *a = q[e].mul_add(k[e], *a);
-            }
-        }
-    }
-    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut sum = crate::ops::reduce_add_16(v) as f64;
+    let mut sum = crate::ops::ggml_lanes_64(np, |e| (q[e], k[e])) as f64;
     for e in np..n {
         sum += (q[e] * k[e]) as f64;
     }

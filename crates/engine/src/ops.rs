@@ -135,31 +135,14 @@ pub fn softplus(x: f32) -> f32 {
 pub fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !63;
-    let mut acc = [[0.0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let e = i + 16 * j + l;
-                *a = x[e].mul_add(y[e], *a);
-            }
-        }
-    }
-    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut sum = reduce_add_16(v);
+    let mut sum = ggml_lanes_64(np, |e| (x[e], y[e]));
     for e in np..n {
         sum = x[e].mul_add(y[e], sum);
     }
     sum
 }
 
-/// The sum of 16 lanes as `_mm512_reduce_add_ps` adds them: halves, then quarters, then the
-/// last four pairwise.
-#[inline(always)]
-pub fn reduce_add_16(v: [f32; 16]) -> f32 {
-    let t3: [f32; 8] = std::array::from_fn(|i| v[i] + v[i + 8]);
-    let t6: [f32; 4] = std::array::from_fn(|i| t3[i] + t3[i + 4]);
-    (t6[0] + t6[2]) + (t6[1] + t6[3])
-}
+pub use synapse_quant::reference::dot::{ggml_lanes_64, reduce_add_16};
 
 /// `gelu(x)` with the tanh approximation, as ggml's `ggml_gelu_f32` computes it when GCC contracts
 /// it (`-march=native`, `-std=gnu11`): `1 + a*x*x` is one fused multiply-add; `tanhf` is libm's.

@@ -23,17 +23,7 @@ use crate::reference::dequant::{k_2bit, k_4bit, q3k_value, q5k_value, q6k_value}
 pub fn vec_dot_f32_f32(x: &[f32], y: &[f32]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !63;
-    let mut acc = [[0.0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let e = i + 16 * j + l;
-                *a = x[e].mul_add(y[e], *a);
-            }
-        }
-    }
-    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    tail_f32(reduce_add_16(v), &x[np..n], &y[np..n])
+    tail_f32(ggml_lanes_64(np, |e| (x[e], y[e])), &x[np..n], &y[np..n])
 }
 
 /// The leftovers of ggml's `ggml_vec_dot_f32` (`sumf += x[i] * y[i]` in f32), as GCC compiles
@@ -74,21 +64,31 @@ pub fn tail_f32(mut sum: f32, x: &[f32], y: &[f32]) -> f32 {
 pub fn vec_dot_f16_f16(x: &[f16], y: &[f16]) -> f32 {
     let n = x.len().min(y.len());
     let np = n & !63;
-    let mut acc = [[0.0f32; 16]; 4];
-    for i in (0..np).step_by(64) {
-        for (j, lanes) in acc.iter_mut().enumerate() {
-            for (l, a) in lanes.iter_mut().enumerate() {
-                let e = i + 16 * j + l;
-                *a = x[e].to_f32().mul_add(y[e].to_f32(), *a);
-            }
-        }
-    }
-    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
-    let mut sum = reduce_add_16(v) as f64;
+    let mut sum = ggml_lanes_64(np, |e| (x[e].to_f32(), y[e].to_f32())) as f64;
     for e in np..n {
         sum += (x[e].to_f32() * y[e].to_f32()) as f64;
     }
     sum as f32
+}
+
+/// The 64-value part of ggml's AVX-512 `ggml_vec_dot_f16` and `ggml_vec_dot_f32` over values
+/// `0..np` (`np` a multiple of 64), `xy(e)` giving the two factors of value `e`: four 16-lane
+/// accumulators, accumulator `j` lane `l` taking `fma(x, y, acc)` for `e = 64 i + 16 j + l`;
+/// then `(a0 + a2) + (a1 + a3)` lane by lane, and the lanes reduced by [`reduce_add_16`]. The
+/// dot products of F16/F32 weights and attention's `q . k` differ only in their tails.
+#[inline(always)]
+pub fn ggml_lanes_64(np: usize, xy: impl Fn(usize) -> (f32, f32)) -> f32 {
+    let mut acc = [[0.0f32; 16]; 4];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let (x, y) = xy(i + 16 * j + l);
+                *a = x.mul_add(y, *a);
+            }
+        }
+    }
+    let v: [f32; 16] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    reduce_add_16(v)
 }
 
 /// The sum of 16 lanes in the order of `_mm512_reduce_add_ps`: halves, then quarters, then the
