@@ -205,16 +205,24 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
         assert!(out.len() >= n * w.rows);
         *sh = SharedOut(out.as_mut_ptr(), out.len());
     }
-    let total: usize = ws.iter().map(|w| w.rows).sum();
-    threads.split(total, |rows| {
-        // This thread's share of the concatenated rows, matrix by matrix.
-        let mut first = 0;
+    // Each matrix is split over the threads on its own, so that the shares stay equal when
+    // the matrices' formats cost differently per row (Q4_K_M's V is often Q6_K); a share is a
+    // whole number of row groups, which keeps the kernels off their row-tail paths.
+    const GROUP: usize = 16;
+    let t = threads.n();
+    if t == 1 {
         for (w, out) in ws.iter().zip(&shared) {
-            let (lo, hi) = (rows.start.max(first), rows.end.min(first + w.rows));
+            matmul_rows(w, acts, out, 0..w.rows);
+        }
+        return;
+    }
+    threads.pool.run(&|i| {
+        for (w, out) in ws.iter().zip(&shared) {
+            let chunk = w.rows.div_ceil(t).next_multiple_of(GROUP);
+            let (lo, hi) = ((i * chunk).min(w.rows), ((i + 1) * chunk).min(w.rows));
             if lo < hi {
-                matmul_rows(w, acts, out, lo - first..hi - first);
+                matmul_rows(w, acts, out, lo..hi);
             }
-            first += w.rows;
         }
     });
 }

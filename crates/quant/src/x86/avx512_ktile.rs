@@ -156,10 +156,46 @@ pub fn q4_k_rows8(
     Ok(())
 }
 
+/// Batches at least this long take the rows-in-lanes kernel ([`super::avx512_lanes`]), whose
+/// transposition of the weights is paid once per call.
+const LANES_MIN_TOKENS: usize = 8;
+
+/// [`Q4KRows8`]: groups of sixteen rows in lanes for batches (see [`super::avx512_lanes`]),
+/// the tiles below for the other rows and for short batches.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    if n_tok < LANES_MIN_TOKENS || rows < super::avx512_lanes::ROWS {
+        // SAFETY: as for this function.
+        return unsafe { gemm_q4_k_rows8_tiles(w, a, per_row, out) };
+    }
+    let pair_sums: Vec<[i16; 8]> = a
+        .iter()
+        .map(|y| {
+            let mut ps = [0i16; 8];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
+            ps
+        })
+        .collect();
+    // SAFETY: as for this function; the sizes agree (`gemm_operands`).
+    let done = unsafe { super::avx512_lanes::q4_k_rows8(w, a, &pair_sums, per_row, out) };
+    if done < rows {
+        let left = rows - done;
+        let mut tail = vec![0.0f32; left * n_tok];
+        // SAFETY: as for this function.
+        unsafe { gemm_q4_k_rows8_tiles(&w[done * per_row..], a, per_row, &mut tail) };
+        for (t, o) in tail.chunks_exact(left).enumerate() {
+            out[t * rows + done..][..left].copy_from_slice(o);
+        }
+    }
+}
+
 /// [`gemm`] for [`Q4KRows8`], with eight-pair tiles: two rows by four tokens, eight rows a
 /// token.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+unsafe fn gemm_q4_k_rows8_tiles(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let bytes: &[u8] = bytemuck::cast_slice(w);

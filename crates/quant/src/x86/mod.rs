@@ -26,6 +26,7 @@ macro_rules! gemm_entries {
 pub mod avx2;
 pub mod avx512;
 pub mod avx512_ktile;
+mod avx512_lanes;
 pub mod avx512_nl;
 pub mod avx512_tile;
 pub mod avxvnni;

@@ -1,0 +1,273 @@
+//! AVX-512 VNNI prefill kernels with one weight row per i32 lane ("rows in lanes").
+//!
+//! The tiles of [`super::avx512_ktile`] put 64 values of one row in a register and dot them
+//! with 64 bytes of one token: every (row, token, block) ends as sixteen lanes that must be
+//! scaled per sub-block (`vpackssdw`, `vpmaddwd`, `vpdpwssd`) and reduced across the register
+//! (shuffles), so that four `vpdpbusd` carry about eight more instructions, most of them on the
+//! one shuffle port. Here a group of sixteen rows is first transposed, once per call, so that a
+//! register holds the same four values of each of the sixteen rows; a `vpdpbusd` against those
+//! four values of one token (broadcast from memory, a load) then adds to each row's own lane.
+//! A sub-block's dot product takes eight `vpdpbusd` a token and ends in its lane, scaled by one
+//! `vpmulld` against the sixteen rows' scales, with nothing to reduce. The transposition and
+//! the unpacking of the scales are paid once per sixteen rows and call, and shared by every
+//! token of the batch.
+//!
+//! The float side is the repacked order's (`reference::dot::vec_dot_q4_k_q8_k_rows8`): each
+//! block's exact integer totals converted, one fused multiply-add with `d_x * d_y` (`dmin_x *
+//! d_y`) per block, `main - mins` at the end, lane by lane. Integer sums are exact in any
+//! order, so every output has the bits of the row kernel (G1, D1).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use crate::blocks::*;
+
+/// Rows per group: one per i32 lane of a 512-bit register.
+pub(super) const ROWS: usize = 16;
+
+/// One Q4_K block of sixteen rows, transposed: what the tokens' loop reads.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Q4KLanes {
+    /// `qs[m][r]`: bytes `4m..4m + 4` of row `r`'s quants (`m = 8j + k`: values `4k..4k + 4`
+    /// of sub-block `2j` in the low nibbles, of `2j + 1` in the high nibbles).
+    qs: [[u32; ROWS]; 32],
+    /// Sub-block `s`'s scale of row `r`.
+    scales: [[i32; ROWS]; 8],
+    /// The mins of sub-blocks `2j` (low i16) and `2j + 1` (high i16) of row `r`.
+    mins: [[u32; ROWS]; 4],
+    d: [f32; ROWS],
+    dmin: [f32; ROWS],
+}
+
+const ZERO: Q4KLanes = Q4KLanes {
+    qs: [[0; ROWS]; 32],
+    scales: [[0; ROWS]; 8],
+    mins: [[0; ROWS]; 4],
+    d: [0.0; ROWS],
+    dmin: [0.0; ROWS],
+};
+
+thread_local! {
+    /// Each thread's transposed group, reused from call to call.
+    static SCRATCH: RefCell<Vec<Q4KLanes>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The sixteen registers transposed as a 16x16 matrix of i32: lane `r` of output `c` is lane
+/// `c` of input `r`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512i; 16]) -> [__m512i; 16] {
+    // Per 128-bit lane of rows a, b: [a0 b0 a1 b1] and [a2 b2 a3 b3].
+    let t: [__m512i; 16] = std::array::from_fn(|i| {
+        let (a, b) = (r[i & !1], r[i | 1]);
+        if i % 2 == 0 {
+            _mm512_unpacklo_epi32(a, b)
+        } else {
+            _mm512_unpackhi_epi32(a, b)
+        }
+    });
+    // u[4i + e], 128-bit lane L: rows 4i..4i + 4 of column 4L + e.
+    let u: [__m512i; 16] = std::array::from_fn(|n| {
+        let (i, e) = (n / 4, n % 4);
+        let (a, b) = (t[4 * i + e / 2], t[4 * i + 2 + e / 2]);
+        if e % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    let mut out = [_mm512_setzero_si512(); 16];
+    for e in 0..4 {
+        let p0 = _mm512_shuffle_i32x4::<0x44>(u[e], u[4 + e]);
+        let p1 = _mm512_shuffle_i32x4::<0xEE>(u[e], u[4 + e]);
+        let q0 = _mm512_shuffle_i32x4::<0x44>(u[8 + e], u[12 + e]);
+        let q1 = _mm512_shuffle_i32x4::<0xEE>(u[8 + e], u[12 + e]);
+        out[e] = _mm512_shuffle_i32x4::<0x88>(p0, q0);
+        out[4 + e] = _mm512_shuffle_i32x4::<0xDD>(p0, q0);
+        out[8 + e] = _mm512_shuffle_i32x4::<0x88>(p1, q1);
+        out[12 + e] = _mm512_shuffle_i32x4::<0xDD>(p1, q1);
+    }
+    out
+}
+
+/// Block `b` of sixteen rows (`rows[r]` is row `r`'s blocks) in [`Q4KLanes`] form.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+fn q4_k_lanes(rows: &[&[BlockQ4K]; ROWS], b: usize, g: &mut Q4KLanes) {
+    for half in 0..2 {
+        // SAFETY: 64 readable bytes of each row's 128 quant bytes.
+        let r: [__m512i; 16] = std::array::from_fn(|r| unsafe {
+            _mm512_loadu_si512(rows[r][b].qs.as_ptr().add(64 * half).cast())
+        });
+        for (c, v) in transpose16(r).into_iter().enumerate() {
+            // SAFETY: 64 writable bytes (a row of `qs`).
+            unsafe { _mm512_storeu_si512(g.qs[16 * half + c].as_mut_ptr().cast(), v) };
+        }
+    }
+    let mut d = [0u16; ROWS];
+    let mut dmin = [0u16; ROWS];
+    for (r, x) in rows.iter().enumerate() {
+        let x = &x[b];
+        let (sc, mn) = k_scales_mins(&x.scales);
+        for (scales, &sc) in g.scales.iter_mut().zip(&sc) {
+            scales[r] = sc as i32;
+        }
+        for j in 0..4 {
+            g.mins[j][r] = mn[2 * j] as u32 | (mn[2 * j + 1] as u32) << 16;
+        }
+        d[r] = x.d.to_bits();
+        dmin[r] = x.dmin.to_bits();
+    }
+    // SAFETY: 32 readable bytes each, 64 writable.
+    unsafe {
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr().cast()));
+        let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(dmin.as_ptr().cast()));
+        _mm512_storeu_ps(g.d.as_mut_ptr(), d);
+        _mm512_storeu_ps(g.dmin.as_mut_ptr(), dmin);
+    }
+}
+
+/// Four bytes of `p` as one i32 in every lane (a broadcast load).
+#[inline(always)]
+unsafe fn bcast4<T>(p: *const T) -> __m512i {
+    // SAFETY: the caller's: 4 readable bytes at `p`.
+    unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+/// Sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token `t0 + t`'s
+/// blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * rows + r0 ..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+fn q4_k_lanes_tokens<const T: usize>(
+    g: &[Q4KLanes],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    (rows, r0, t0): (usize, usize, usize),
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut main = [_mm512_setzero_ps(); T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let mut tot = [_mm512_setzero_si512(); T];
+        for s in 0..8 {
+            let (j, high) = (s / 2, s % 2 == 1);
+            let mut acc = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                // SAFETY: a row of `qs` (64 bytes).
+                let raw = unsafe { _mm512_loadu_si512(g.qs[8 * j + k].as_ptr().cast()) };
+                let w = if high {
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+                } else {
+                    _mm512_and_si512(raw, m4)
+                };
+                for t in 0..T {
+                    // SAFETY: values 32s + 4k..+4 of a 256-value block.
+                    let a = unsafe { bcast4(y[t].add(32 * s + 4 * k)) };
+                    acc[t] = _mm512_dpbusd_epi32(acc[t], w, a);
+                }
+            }
+            // SAFETY: a row of `scales` (64 bytes).
+            let sc = unsafe { _mm512_loadu_si512(g.scales[s].as_ptr().cast()) };
+            for t in 0..T {
+                tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(acc[t], sc));
+            }
+        }
+        // SAFETY: 64 readable bytes each.
+        let (dx, dminx) = unsafe {
+            (
+                _mm512_loadu_ps(g.d.as_ptr()),
+                _mm512_loadu_ps(g.dmin.as_ptr()),
+            )
+        };
+        for t in 0..T {
+            let ps = &pair_sums[t][b];
+            let mut m = _mm512_setzero_si512();
+            for j in 0..4 {
+                // SAFETY: a row of `mins`; i16 elements 2j, 2j + 1 of `ps`.
+                let (mn, p) = unsafe {
+                    (
+                        _mm512_loadu_si512(g.mins[j].as_ptr().cast()),
+                        bcast4(ps.as_ptr().add(2 * j)),
+                    )
+                };
+                m = _mm512_dpwssd_epi32(m, mn, p);
+            }
+            let yd = _mm512_set1_ps(ys[t][b].d);
+            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+        }
+    }
+    for t in 0..T {
+        let o = &mut out[(t0 + t) * rows + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_sub_ps(main[t], mins[t])) };
+    }
+}
+
+/// Tokens per pass over a group's blocks.
+const TOKENS: usize = 8;
+
+/// Rows `0..rows / 16 * 16` of a Q4_K matrix in the repacked order times every token (`a`,
+/// `per_row` blocks a token), into `out` (`(n_tok, rows)`); the last `rows % 16` rows are left
+/// to the caller. Returns the rows done.
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL/DQ, AVX-512 VNNI, AVX2, FMA and F16C; `w` holds `rows *
+/// per_row` blocks, `a` `n_tok * per_row` and `out` `n_tok * rows` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q4_k_rows8(
+    w: &[BlockQ4K],
+    a: &[BlockQ8K],
+    pair_sums: &[[i16; 8]],
+    per_row: usize,
+    out: &mut [f32],
+) -> usize {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = rows / ROWS;
+    SCRATCH.with_borrow_mut(|g| {
+        g.clear();
+        g.resize(per_row, ZERO);
+        for r0 in (0..groups).map(|i| i * ROWS) {
+            let xs: [&[BlockQ4K]; ROWS] =
+                std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            for (b, g) in g.iter_mut().enumerate() {
+                q4_k_lanes(&xs, b, g);
+            }
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
+            let mut t0 = 0;
+            while n_tok - t0 >= TOKENS {
+                q4_k_lanes_tokens::<TOKENS>(
+                    g,
+                    std::array::from_fn(|t| tok(t0 + t)),
+                    std::array::from_fn(|t| ps(t0 + t)),
+                    out,
+                    (rows, r0, t0),
+                );
+                t0 += TOKENS;
+            }
+            // The last tokens in one pass too (a pass per token would unpack the weights
+            // once per token).
+            macro_rules! rest {
+                ($($n:literal)*) => {
+                    match n_tok - t0 {
+                        $($n => q4_k_lanes_tokens::<$n>(
+                            g,
+                            std::array::from_fn(|t| tok(t0 + t)),
+                            std::array::from_fn(|t| ps(t0 + t)),
+                            out,
+                            (rows, r0, t0),
+                        ),)*
+                        _ => {}
+                    }
+                };
+            }
+            rest!(1 2 3 4 5 6 7);
+        }
+    });
+    groups * ROWS
+}
