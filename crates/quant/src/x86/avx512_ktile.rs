@@ -134,7 +134,6 @@ unsafe fn gemm<K: KTile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f3
 gemm_entries! {
     KTile needs "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c";
     q4_k: Q4K;
-    q6_k: Q6K;
     q2_k: Q2K;
     q3_k: Q3K;
     iq4_xs: IQ4XS;
@@ -156,6 +155,20 @@ pub fn q4_k_rows8(
     Ok(())
 }
 
+/// Tiled Q6_K (see [`crate::GemmFn`]).
+pub fn q6_k(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockQ6K>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: as in `q4_k_rows8`.
+    unsafe { gemm_q6_k(x, y, per_row, out) };
+    Ok(())
+}
+
 /// Batches at least this long take the rows-in-lanes kernel ([`super::avx512_lanes`]), whose
 /// transposition of the weights is paid once per call.
 const LANES_MIN_TOKENS: usize = 8;
@@ -164,28 +177,54 @@ const LANES_MIN_TOKENS: usize = 8;
 /// the tiles below for the other rows and for short batches.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    // SAFETY: as for this function.
+    unsafe {
+        lanes_then_tiles(
+            w,
+            a,
+            per_row,
+            out,
+            super::avx512_lanes::q4_k_rows8,
+            gemm_q4_k_rows8_tiles,
+        )
+    }
+}
+
+/// Q6_K: as [`gemm_q4_k_rows8`], with [`gemm`]'s tiles.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn gemm_q6_k(w: &[BlockQ6K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
+    // SAFETY: as for this function.
+    unsafe { lanes_then_tiles(w, a, per_row, out, super::avx512_lanes::q6_k, gemm::<Q6K>) }
+}
+
+/// A rows-in-lanes kernel (`lanes`, which does whole groups of sixteen rows and returns how
+/// many rows it did) for batches of at least [`LANES_MIN_TOKENS`], and `tiles` for the rows
+/// left over and for shorter batches.
+///
+/// # Safety
+/// The CPU must have what both kernels need; the operands' sizes agree (`gemm_operands`).
+#[inline]
+unsafe fn lanes_then_tiles<W>(
+    w: &[W],
+    a: &[BlockQ8K],
+    per_row: usize,
+    out: &mut [f32],
+    lanes: unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32]) -> usize,
+    tiles: unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32]),
+) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     if n_tok < LANES_MIN_TOKENS || rows < super::avx512_lanes::ROWS {
-        // SAFETY: as for this function.
-        return unsafe { gemm_q4_k_rows8_tiles(w, a, per_row, out) };
+        // SAFETY: the caller's.
+        return unsafe { tiles(w, a, per_row, out) };
     }
-    let pair_sums: Vec<[i16; 8]> = a
-        .iter()
-        .map(|y| {
-            let mut ps = [0i16; 8];
-            // SAFETY: 16 writable bytes.
-            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
-            ps
-        })
-        .collect();
-    // SAFETY: as for this function; the sizes agree (`gemm_operands`).
-    let done = unsafe { super::avx512_lanes::q4_k_rows8(w, a, &pair_sums, per_row, out) };
+    // SAFETY: the caller's.
+    let done = unsafe { lanes(w, a, per_row, out) };
     if done < rows {
         let left = rows - done;
         let mut tail = vec![0.0f32; left * n_tok];
-        // SAFETY: as for this function.
-        unsafe { gemm_q4_k_rows8_tiles(&w[done * per_row..], a, per_row, &mut tail) };
+        // SAFETY: the caller's, for the rows left (their sizes agree as well).
+        unsafe { tiles(&w[done * per_row..], a, per_row, &mut tail) };
         for (t, o) in tail.chunks_exact(left).enumerate() {
             out[t * rows + done..][..left].copy_from_slice(o);
         }
@@ -524,7 +563,7 @@ fn q4_k_raw_packed(p: &Q4KPackedPrep, y: &BlockQ8K, pair_sums: __m128i) -> (__m5
 /// The token's sub-block sums (`bsum[2k] + bsum[2k + 1]`, i16), which the mins multiply.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn q8_k_pair_sums(y: &BlockQ8K) -> __m128i {
+pub(super) fn q8_k_pair_sums(y: &BlockQ8K) -> __m128i {
     // SAFETY: 16 readable bytes each (bsums has 16 i16).
     let (lo, hi) = unsafe {
         (

@@ -20,6 +20,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use super::avx512_ktile::q8_k_pair_sums;
 use crate::blocks::*;
 
 /// Rows per group: one per i32 lane of a 512-bit register.
@@ -152,27 +153,43 @@ fn q4_k_lanes_tokens<const T: usize>(
     for (b, g) in g.iter().enumerate() {
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         let mut tot = [_mm512_setzero_si512(); T];
-        for s in 0..8 {
-            let (j, high) = (s / 2, s % 2 == 1);
-            let mut acc = [_mm512_setzero_si512(); T];
+        // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
+        // chains of `vpdpbusd` a token (each waits 5 cycles on the one before it).
+        for j in 0..4 {
+            let mut lo = [_mm512_setzero_si512(); T];
+            let mut hi = [_mm512_setzero_si512(); T];
             for k in 0..8 {
                 // SAFETY: a row of `qs` (64 bytes).
                 let raw = unsafe { _mm512_loadu_si512(g.qs[8 * j + k].as_ptr().cast()) };
-                let w = if high {
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
-                } else {
-                    _mm512_and_si512(raw, m4)
-                };
+                let (wlo, whi) = (
+                    _mm512_and_si512(raw, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4),
+                );
                 for t in 0..T {
-                    // SAFETY: values 32s + 4k..+4 of a 256-value block.
-                    let a = unsafe { bcast4(y[t].add(32 * s + 4 * k)) };
-                    acc[t] = _mm512_dpbusd_epi32(acc[t], w, a);
+                    // SAFETY: values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value block.
+                    let (alo, ahi) = unsafe {
+                        (
+                            bcast4(y[t].add(64 * j + 4 * k)),
+                            bcast4(y[t].add(64 * j + 32 + 4 * k)),
+                        )
+                    };
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], wlo, alo);
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], whi, ahi);
                 }
             }
-            // SAFETY: a row of `scales` (64 bytes).
-            let sc = unsafe { _mm512_loadu_si512(g.scales[s].as_ptr().cast()) };
+            // SAFETY: rows of `scales` (64 bytes).
+            let (slo, shi) = unsafe {
+                (
+                    _mm512_loadu_si512(g.scales[2 * j].as_ptr().cast()),
+                    _mm512_loadu_si512(g.scales[2 * j + 1].as_ptr().cast()),
+                )
+            };
             for t in 0..T {
-                tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(acc[t], sc));
+                let both = _mm512_add_epi32(
+                    _mm512_mullo_epi32(lo[t], slo),
+                    _mm512_mullo_epi32(hi[t], shi),
+                );
+                tot[t] = _mm512_add_epi32(tot[t], both);
             }
         }
         // SAFETY: 64 readable bytes each.
@@ -221,16 +238,28 @@ const TOKENS: usize = 8;
 pub(super) unsafe fn q4_k_rows8(
     w: &[BlockQ4K],
     a: &[BlockQ8K],
-    pair_sums: &[[i16; 8]],
     per_row: usize,
     out: &mut [f32],
 ) -> usize {
+    // Each token block's sub-block sums, which the mins multiply.
+    let pair_sums: Vec<[i16; 8]> = a
+        .iter()
+        .map(|y| {
+            let mut ps = [0i16; 8];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
+            ps
+        })
+        .collect();
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let groups = rows / ROWS;
     SCRATCH.with_borrow_mut(|g| {
-        g.clear();
-        g.resize(per_row, ZERO);
+        // Every block is written before it is read: grow only, never clear.
+        if g.len() < per_row {
+            g.resize(per_row, ZERO);
+        }
+        let g = &mut g[..per_row];
         for r0 in (0..groups).map(|i| i * ROWS) {
             let xs: [&[BlockQ4K]; ROWS] =
                 std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
@@ -267,6 +296,258 @@ pub(super) unsafe fn q4_k_rows8(
                 };
             }
             rest!(1 2 3 4 5 6 7);
+        }
+    });
+    groups * ROWS
+}
+
+/// One Q6_K block of sixteen rows, for `vpdpwssd`: the values times their scales as i16, and
+/// the scales for the `-32` offset.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Q6KLanes {
+    /// `w[16 l + 2 c + p][r]`: the i16 pair of values `32c + 4l + 2p` and `+ 1` of row `r`,
+    /// each times its scale (`q` in 0..64 unsigned, so that the lanes are ggml's).
+    w: [[u32; ROWS]; 128],
+    /// `offset[l][r]`: `-32 * scale[2l]` and `-32 * scale[2l + 1]` of row `r` as an i16 pair,
+    /// against the token's `bsum[2l]`, `bsum[2l + 1]`.
+    offset: [[u32; ROWS]; 8],
+    d: [f32; ROWS],
+}
+
+const ZERO6: Q6KLanes = Q6KLanes {
+    w: [[0; ROWS]; 128],
+    offset: [[0; ROWS]; 8],
+    d: [0.0; ROWS],
+};
+
+thread_local! {
+    static SCRATCH6: RefCell<(Vec<Q6KLanes>, Vec<i16>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Row `x`'s values times their scales, 32 a register (`chunk c`: values `32c..32c + 32`, as
+/// dwords `16c..16c + 16` of the row's i16 pairs).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+fn q6_k_scaled(x: &BlockQ6K) -> [__m512i; 8] {
+    let m15 = _mm256_set1_epi8(15);
+    // SAFETY: 16 readable bytes.
+    let sc16 = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(unsafe {
+        _mm_loadu_si128(x.scales.as_ptr().cast())
+    }));
+    let mut out = [_mm512_setzero_si512(); 8];
+    for h in 0..2 {
+        // SAFETY: in bounds for h < 2 (ql: 128 bytes, qh: 64).
+        let (b1, b2, qh) = unsafe {
+            (
+                _mm256_loadu_si256(x.ql.as_ptr().add(64 * h).cast()),
+                _mm256_loadu_si256(x.ql.as_ptr().add(64 * h + 32).cast()),
+                _mm256_loadu_si256(x.qh.as_ptr().add(32 * h).cast()),
+            )
+        };
+        let hi = |mask: i8| _mm256_and_si256(qh, _mm256_set1_epi8(mask));
+        let q = [
+            _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16::<4>(hi(3))),
+            _mm256_or_si256(_mm256_and_si256(b2, m15), _mm256_slli_epi16::<2>(hi(12))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(b1), m15), hi(48)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(b2), m15),
+                _mm256_srli_epi16::<2>(hi(-64)),
+            ),
+        ];
+        for (k, q) in q.into_iter().enumerate() {
+            let c = 4 * h + k;
+            let pick = _mm512_inserti64x4::<1>(
+                _mm512_set1_epi16(2 * c as i16),
+                _mm256_set1_epi16(2 * c as i16 + 1),
+            );
+            let sc = _mm512_permutexvar_epi16(pick, sc16);
+            out[c] = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(q), sc);
+        }
+    }
+    out
+}
+
+/// Block `b` of sixteen rows in [`Q6KLanes`] form.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+#[allow(clippy::needless_range_loop)] // `c` picks the inner index of every row's array
+fn q6_k_lanes(rows: &[&[BlockQ6K]; ROWS], b: usize, g: &mut Q6KLanes) {
+    let scaled: [[__m512i; 8]; ROWS] = std::array::from_fn(|r| q6_k_scaled(&rows[r][b]));
+    for c in 0..8 {
+        let cols = transpose16(std::array::from_fn(|r| scaled[r][c]));
+        for (k, v) in cols.into_iter().enumerate() {
+            // Dword 16c + k of the row: l = k / 2, p = k % 2.
+            let (l, p) = (k / 2, k % 2);
+            // SAFETY: 64 writable bytes (a row of `w`).
+            unsafe { _mm512_storeu_si512(g.w[16 * l + 2 * c + p].as_mut_ptr().cast(), v) };
+        }
+    }
+    let mut d = [0u16; ROWS];
+    for (r, x) in rows.iter().enumerate() {
+        let x = &x[b];
+        for l in 0..8 {
+            let s = |g: usize| (-32 * x.scales[g] as i32) as i16 as u16 as u32;
+            g.offset[l][r] = s(2 * l) | s(2 * l + 1) << 16;
+        }
+        d[r] = x.d.to_bits();
+    }
+    // SAFETY: 32 readable bytes, 64 writable.
+    unsafe {
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr().cast()));
+        _mm512_storeu_ps(g.d.as_mut_ptr(), d);
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`: the blocks; `y16[t]`: their values
+/// as i16, 256 a block), into `out[(t0 + t) * rows + r0 ..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn q6_k_lanes_tokens<const T: usize>(
+    g: &[Q6KLanes],
+    ys: [&[BlockQ8K]; T],
+    y16: [&[i16]; T],
+    out: &mut [f32],
+    (rows, r0, t0): (usize, usize, usize),
+) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: 64 readable bytes.
+        let dx = unsafe { _mm512_loadu_ps(g.d.as_ptr()) };
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
+        let v: [*const i16; T] = std::array::from_fn(|t| y16[t][256 * b..][..256].as_ptr());
+        for l in 0..8 {
+            // SAFETY: a row of `offset`; i16 elements 2l, 2l + 1 of the 16 bsums.
+            let mut lane: [__m512i; T] = std::array::from_fn(|t| unsafe {
+                _mm512_dpwssd_epi32(
+                    _mm512_setzero_si512(),
+                    _mm512_loadu_si512(g.offset[l].as_ptr().cast()),
+                    bcast4(ys[t][b].bsums.as_ptr().add(2 * l)),
+                )
+            });
+            // Two chains a token (p = 0 and 1), added at the end: one chain of 17 dependent
+            // `vpdpwssd` (5 cycles each) a token would leave the multipliers waiting.
+            let mut odd = [_mm512_setzero_si512(); T];
+            let base: [*const i16; T] = std::array::from_fn(|t| v[t].wrapping_add(4 * l));
+            let wl = g.w[16 * l..].as_ptr();
+            macro_rules! chunk {
+                ($($c:literal)*) => {$(
+                    // SAFETY: rows 16l + 2c, + 1 of `w`.
+                    let (w0, w1) = unsafe {
+                        (
+                            _mm512_loadu_si512(wl.add(2 * $c).cast()),
+                            _mm512_loadu_si512(wl.add(2 * $c + 1).cast()),
+                        )
+                    };
+                    for t in 0..T {
+                        // SAFETY: AVX-512 VNNI (this function's features); values 32c + 4l
+                        // .. + 4 of the token's block.
+                        unsafe {
+                            std::arch::asm!(
+                                "vpdpwssd {e}, {w0}, dword ptr [{b} + {o0}]{{1to16}}",
+                                "vpdpwssd {d}, {w1}, dword ptr [{b} + {o1}]{{1to16}}",
+                                e = inout(zmm_reg) lane[t],
+                                d = inout(zmm_reg) odd[t],
+                                w0 = in(zmm_reg) w0,
+                                w1 = in(zmm_reg) w1,
+                                b = in(reg) base[t],
+                                o0 = const 2 * 32 * $c,
+                                o1 = const 2 * (32 * $c + 2),
+                                options(pure, readonly, nostack, preserves_flags),
+                            );
+                        }
+                    }
+                )*};
+            }
+            chunk!(0 1 2 3 4 5 6 7);
+            for t in 0..T {
+                let lane = _mm512_add_epi32(lane[t], odd[t]);
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][l]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds the lanes.
+        let even = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let odd = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        let o = &mut out[(t0 + t) * rows + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_add_ps(even, odd)) };
+    }
+}
+
+/// Tokens per pass over a group's Q6_K blocks.
+const TOKENS6: usize = 6;
+
+/// Rows `0..rows / 16 * 16` of a Q6_K matrix (`vec_dot` order) times every token, as
+/// [`q4_k_rows8`]. Returns the rows done.
+///
+/// # Safety
+/// As [`q4_k_rows8`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn q6_k(
+    w: &[BlockQ6K],
+    a: &[BlockQ8K],
+    per_row: usize,
+    out: &mut [f32],
+) -> usize {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = rows / ROWS;
+    SCRATCH6.with_borrow_mut(|(g, y16)| {
+        // Every element is written before it is read: grow only, never clear.
+        if g.len() < per_row {
+            g.resize(per_row, ZERO6);
+        }
+        if y16.len() < a.len() * 256 {
+            y16.resize(a.len() * 256, 0);
+        }
+        let (g, y16) = (&mut g[..per_row], &mut y16[..a.len() * 256]);
+        for (y, v) in a.iter().zip(y16.chunks_exact_mut(256)) {
+            for (c, v) in v.chunks_exact_mut(32).enumerate() {
+                // SAFETY: 32 readable bytes, 64 writable.
+                unsafe {
+                    let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
+                    _mm512_storeu_si512(v.as_mut_ptr().cast(), _mm512_cvtepi8_epi16(q));
+                }
+            }
+        }
+        for r0 in (0..groups).map(|i| i * ROWS) {
+            let xs: [&[BlockQ6K]; ROWS] =
+                std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            for (b, g) in g.iter_mut().enumerate() {
+                q6_k_lanes(&xs, b, g);
+            }
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let v = |t: usize| &y16[t * per_row * 256..][..per_row * 256];
+            let mut t0 = 0;
+            while n_tok - t0 >= TOKENS6 {
+                q6_k_lanes_tokens::<TOKENS6>(
+                    g,
+                    std::array::from_fn(|t| tok(t0 + t)),
+                    std::array::from_fn(|t| v(t0 + t)),
+                    out,
+                    (rows, r0, t0),
+                );
+                t0 += TOKENS6;
+            }
+            macro_rules! rest {
+                ($($n:literal)*) => {
+                    match n_tok - t0 {
+                        $($n => q6_k_lanes_tokens::<$n>(
+                            g,
+                            std::array::from_fn(|t| tok(t0 + t)),
+                            std::array::from_fn(|t| v(t0 + t)),
+                            out,
+                            (rows, r0, t0),
+                        ),)*
+                        _ => {}
+                    }
+                };
+            }
+            rest!(1 2 3 4 5);
         }
     });
     groups * ROWS
