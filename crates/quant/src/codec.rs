@@ -23,7 +23,7 @@ pub trait QuantizeBlock: Block {
     fn quantize(x: &[f32], y: &mut Self);
     /// Encode activations for a dot product as llama.cpp does at inference (see
     /// [`crate::reference::quantize`]); the reference quantizer unless that differs.
-    #[inline]
+    #[inline(always)]
     fn quantize_act(x: &[f32], y: &mut Self) {
         Self::quantize(x, y)
     }
@@ -47,11 +47,13 @@ macro_rules! impl_blocks {
                 }
             }
             $(impl QuantizeBlock for $block {
-                #[inline]
+                #[inline(always)]
                 fn quantize(x: &[f32], y: &mut Self) {
                     $q(x, y)
                 }
-                $(#[inline]
+                // Always inlined, so that `v3::quantize_act` compiles it for AVX2 (rounding
+                // in one instruction, not a libm call).
+                $(#[inline(always)]
                 fn quantize_act(x: &[f32], y: &mut Self) {
                     $qa(x, y)
                 })?

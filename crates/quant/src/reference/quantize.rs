@@ -33,7 +33,7 @@ pub fn quantize_bf16(x: &[f32], y: &mut bf16) {
     *y = bf16::from_bits(out);
 }
 
-#[inline]
+#[inline(always)]
 fn abs_max(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
@@ -46,7 +46,7 @@ fn q8_scale(x: &[f32]) -> (f32, f32) {
 }
 
 /// Scale and reciprocal as ggml-cpu's vectorised quantizers compute them.
-#[inline]
+#[inline(always)]
 fn q8_scale_act(x: &[f32]) -> (f32, f32) {
     let amax = abs_max(x);
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -54,7 +54,7 @@ fn q8_scale_act(x: &[f32]) -> (f32, f32) {
 }
 
 /// Q8_0 as llama.cpp quantizes activations at inference (ggml-cpu's `quantize_row_q8_0`).
-#[inline]
+#[inline(always)]
 pub fn quantize_q8_0_act(x: &[f32], y: &mut BlockQ8_0) {
     let (d, id) = q8_scale_act(x);
     y.d = f16::from_f32(d);
@@ -64,7 +64,7 @@ pub fn quantize_q8_0_act(x: &[f32], y: &mut BlockQ8_0) {
 }
 
 /// Q8_1 as llama.cpp quantizes activations at inference (ggml-cpu's `quantize_row_q8_1`).
-#[inline]
+#[inline(always)]
 pub fn quantize_q8_1_act(x: &[f32], y: &mut BlockQ8_1) {
     let (d, id) = q8_scale_act(x);
     y.d = f16::from_f32(d);
@@ -97,15 +97,20 @@ pub fn quantize_q8_1(x: &[f32], y: &mut BlockQ8_1) {
 
 /// Q8_K: the scale is set by the value of largest magnitude, which maps to -127 exactly
 /// (`iscale = -127 / max`); values are rounded half to even and clamped at 127.
-#[inline]
+#[inline(always)]
 pub fn quantize_q8_k(x: &[f32], y: &mut BlockQ8K) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x.iter().take(QK_K) {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
+    // The value of largest magnitude, the first of them if several: ggml's loop keeps `v` when
+    // `|v| > amax`, which skips NaN. Written as a maximum over eight running lanes (exact in
+    // any order), then a search for its first occurrence, so that the compiler vectorises it.
+    let x = &x[..QK_K];
+    let mut lanes = [0.0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = if v.abs() > *m { v.abs() } else { *m };
         }
     }
+    let amax = lanes.iter().fold(0.0f32, |m, &v| if v > m { v } else { m });
+    let max = x.iter().find(|v| v.abs() == amax).copied().unwrap_or(0.0);
     if amax == 0.0 {
         *y = bytemuck::Zeroable::zeroed();
         return;

@@ -169,17 +169,13 @@ pub fn q6_k(
     Ok(())
 }
 
-/// Batches at least this long take the rows-in-lanes kernel ([`super::avx512_lanes`]), whose
-/// transposition of the weights is paid once per call.
-const LANES_MIN_TOKENS: usize = 8;
-
 /// [`Q4KRows8`]: groups of sixteen rows in lanes for batches (see [`super::avx512_lanes`]),
 /// the tiles below for the other rows and for short batches.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
     // SAFETY: as for this function.
     unsafe {
-        lanes_then_tiles(
+        super::avx512_lanes::lanes_then_tiles(
             w,
             a,
             per_row,
@@ -194,40 +190,15 @@ unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn gemm_q6_k(w: &[BlockQ6K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
     // SAFETY: as for this function.
-    unsafe { lanes_then_tiles(w, a, per_row, out, super::avx512_lanes::q6_k, gemm::<Q6K>) }
-}
-
-/// A rows-in-lanes kernel (`lanes`, which does whole groups of sixteen rows and returns how
-/// many rows it did) for batches of at least [`LANES_MIN_TOKENS`], and `tiles` for the rows
-/// left over and for shorter batches.
-///
-/// # Safety
-/// The CPU must have what both kernels need; the operands' sizes agree (`gemm_operands`).
-#[inline]
-unsafe fn lanes_then_tiles<W>(
-    w: &[W],
-    a: &[BlockQ8K],
-    per_row: usize,
-    out: &mut [f32],
-    lanes: unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32]) -> usize,
-    tiles: unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32]),
-) {
-    let rows = w.len() / per_row;
-    let n_tok = a.len() / per_row;
-    if n_tok < LANES_MIN_TOKENS || rows < super::avx512_lanes::ROWS {
-        // SAFETY: the caller's.
-        return unsafe { tiles(w, a, per_row, out) };
-    }
-    // SAFETY: the caller's.
-    let done = unsafe { lanes(w, a, per_row, out) };
-    if done < rows {
-        let left = rows - done;
-        let mut tail = vec![0.0f32; left * n_tok];
-        // SAFETY: the caller's, for the rows left (their sizes agree as well).
-        unsafe { tiles(&w[done * per_row..], a, per_row, &mut tail) };
-        for (t, o) in tail.chunks_exact(left).enumerate() {
-            out[t * rows + done..][..left].copy_from_slice(o);
-        }
+    unsafe {
+        super::avx512_lanes::lanes_then_tiles(
+            w,
+            a,
+            per_row,
+            out,
+            super::avx512_lanes::q6_k,
+            gemm::<Q6K>,
+        )
     }
 }
 

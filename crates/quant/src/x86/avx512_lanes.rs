@@ -552,3 +552,308 @@ pub(super) unsafe fn q6_k(
     });
     groups * ROWS
 }
+
+// ---------------------------------------------------------------------------------------------
+// The 32-value block formats in `vec_dot` order: eight float lanes a (row, token), lane `l`
+// taking values `4l..4l + 4` of every block, fused by `d_x * d_y` block by block, added as
+// `avx2::hsum` adds them at the end. Here lane `l` of sixteen rows is one register: a block
+// of a token is eight `vpdpbusd` (four values of sixteen rows each), eight conversions and
+// eight fused multiply-adds, every one of them doing sixteen rows' work.
+
+/// A 32-value weight format for [`lanes32`]: its values as unsigned bytes (`x + OFFSET`), its
+/// scale, and for the formats with a min, the min (against the token's `s`).
+pub(super) trait Lanes32 {
+    type W: Copy;
+    type A: Copy;
+    /// What [`Self::bytes`] adds to each value: the kernel subtracts `OFFSET * sum(y)`.
+    const OFFSET: i32;
+    const MIN: bool;
+    /// # Safety
+    /// AVX2.
+    unsafe fn bytes(x: &Self::W) -> __m256i;
+    /// The f16 bits of `d` and of the min (0 without one).
+    fn heads(x: &Self::W) -> (u16, u16);
+    /// The token block's bytes, `d` and `s` (f16 bits; 0 without `s`).
+    fn token(y: &Self::A) -> (&[i8; 32], u16, u16);
+}
+
+macro_rules! lanes32 {
+    ($name:ident: $w:ty, $a:ty, offset $off:literal, min $min:literal,
+     |$x:ident| $bytes:expr, heads $heads:expr, token |$y:ident| $tok:expr) => {
+        pub(super) struct $name;
+        impl Lanes32 for $name {
+            type W = $w;
+            type A = $a;
+            const OFFSET: i32 = $off;
+            const MIN: bool = $min;
+            #[inline]
+            #[target_feature(enable = "avx2")]
+            unsafe fn bytes($x: &$w) -> __m256i {
+                $bytes
+            }
+            #[inline]
+            fn heads($x: &$w) -> (u16, u16) {
+                $heads
+            }
+            #[inline]
+            fn token($y: &$a) -> (&[i8; 32], u16, u16) {
+                $tok
+            }
+        }
+    };
+}
+
+use super::avx2::{load32, nibbles, q5_bytes};
+
+lanes32!(Q4_0: BlockQ4_0, BlockQ8_0, offset 8, min false,
+    |x| nibbles(&x.qs), heads (x.d.to_bits(), 0), token |y| (&y.qs, y.d.to_bits(), 0));
+lanes32!(Q5_0: BlockQ5_0, BlockQ8_0, offset 16, min false,
+    |x| q5_bytes(&x.qs, x.qh), heads (x.d.to_bits(), 0), token |y| (&y.qs, y.d.to_bits(), 0));
+lanes32!(Q8_0: BlockQ8_0, BlockQ8_0, offset 128, min false,
+    |x| _mm256_xor_si256(load32(&x.qs), _mm256_set1_epi8(-128)),
+    heads (x.d.to_bits(), 0), token |y| (&y.qs, y.d.to_bits(), 0));
+lanes32!(Q4_1: BlockQ4_1, BlockQ8_1, offset 0, min true,
+    |x| nibbles(&x.qs), heads (x.d.to_bits(), x.m.to_bits()),
+    token |y| (&y.qs, y.d.to_bits(), y.s.to_bits()));
+lanes32!(Q5_1: BlockQ5_1, BlockQ8_1, offset 0, min true,
+    |x| q5_bytes(&x.qs, x.qh), heads (x.d.to_bits(), x.m.to_bits()),
+    token |y| (&y.qs, y.d.to_bits(), y.s.to_bits()));
+
+/// One block of sixteen rows of a 32-value format, transposed.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Block32Lanes {
+    /// `q[l][r]`: values `4l..4l + 4` of row `r` (plus the offset) as bytes.
+    q: [[u32; ROWS]; 8],
+    d: [f32; ROWS],
+    m: [f32; ROWS],
+}
+
+const ZERO32: Block32Lanes = Block32Lanes {
+    q: [[0; ROWS]; 8],
+    d: [0.0; ROWS],
+    m: [0.0; ROWS],
+};
+
+/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values, `d`, `s`.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Tok32 {
+    bias: [i32; 8],
+    d: f32,
+    s: f32,
+}
+
+thread_local! {
+    static SCRATCH32: RefCell<(Vec<Block32Lanes>, Vec<Tok32>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Blocks `b` and `b + 1` (if there is one) of sixteen rows in [`Block32Lanes`] form.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,f16c")]
+fn lanes32_pair<K: Lanes32>(rows: &[&[K::W]; ROWS], b: usize, g: &mut [Block32Lanes]) {
+    let two = g.len() > 1;
+    let r: [__m512i; 16] = std::array::from_fn(|r| {
+        // SAFETY: AVX2 (this function's features).
+        let lo = unsafe { K::bytes(&rows[r][b]) };
+        let hi = if two {
+            // SAFETY: as above.
+            unsafe { K::bytes(&rows[r][b + 1]) }
+        } else {
+            _mm256_setzero_si256()
+        };
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    });
+    let cols = transpose16(r);
+    for (i, g) in g.iter_mut().enumerate() {
+        for l in 0..8 {
+            // SAFETY: 64 writable bytes (a row of `q`).
+            unsafe { _mm512_storeu_si512(g.q[l].as_mut_ptr().cast(), cols[8 * i + l]) };
+        }
+        let mut d = [0u16; ROWS];
+        let mut m = [0u16; ROWS];
+        for (r, x) in rows.iter().enumerate() {
+            (d[r], m[r]) = K::heads(&x[b + i]);
+        }
+        // SAFETY: 32 readable bytes each, 64 writable.
+        unsafe {
+            _mm512_storeu_ps(
+                g.d.as_mut_ptr(),
+                _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr().cast())),
+            );
+            _mm512_storeu_ps(
+                g.m.as_mut_ptr(),
+                _mm512_cvtph_ps(_mm256_loadu_si256(m.as_ptr().cast())),
+            );
+        }
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`: their blocks and what
+/// [`Tok32`] keeps of them), into `out[(t0 + t) * rows + r0 ..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn lanes32_tokens<K: Lanes32, const T: usize>(
+    g: &[Block32Lanes],
+    ys: [&[K::A]; T],
+    toks: [&[Tok32]; T],
+    out: &mut [f32],
+    (rows, r0, t0): (usize, usize, usize),
+) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: 64 readable bytes each.
+        let (dx, mx) = unsafe { (_mm512_loadu_ps(g.d.as_ptr()), _mm512_loadu_ps(g.m.as_ptr())) };
+        let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
+        let y: [*const i8; T] = std::array::from_fn(|t| K::token(&ys[t][b]).0.as_ptr());
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(tk[t].d)));
+        if K::MIN {
+            for t in 0..T {
+                mins[t] = _mm512_fmadd_ps(mx, _mm512_set1_ps(tk[t].s), mins[t]);
+            }
+        }
+        for l in 0..8 {
+            // SAFETY: a row of `q`.
+            let w = unsafe { _mm512_loadu_si512(g.q[l].as_ptr().cast()) };
+            for t in 0..T {
+                let start = if K::OFFSET != 0 {
+                    _mm512_set1_epi32(tk[t].bias[l])
+                } else {
+                    _mm512_setzero_si512()
+                };
+                // SAFETY: values 4l..4l + 4 of the token's 32.
+                let a = unsafe { bcast4(y[t].add(4 * l)) };
+                let s = _mm512_dpbusd_epi32(start, w, a);
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds the lanes.
+        let even = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let odd = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        let mut v = _mm512_add_ps(even, odd);
+        if K::MIN {
+            v = _mm512_add_ps(v, mins[t]);
+        }
+        let o = &mut out[(t0 + t) * rows + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+    }
+}
+
+/// Tokens per pass over a group's 32-value blocks (eight float lanes each).
+const TOKENS32: usize = 3;
+
+/// Rows `0..rows / 16 * 16` of a 32-value format matrix (`vec_dot` order) times every token,
+/// as [`q4_k_rows8`]. Returns the rows done.
+///
+/// # Safety
+/// As [`q4_k_rows8`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(super) unsafe fn lanes32<K: Lanes32>(
+    w: &[K::W],
+    a: &[K::A],
+    per_row: usize,
+    out: &mut [f32],
+) -> usize {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = rows / ROWS;
+    SCRATCH32.with_borrow_mut(|(g, toks)| {
+        // Every element is written before it is read: grow only, never clear.
+        if g.len() < per_row {
+            g.resize(per_row, ZERO32);
+        }
+        let g = &mut g[..per_row];
+        toks.clear();
+        toks.extend(a.iter().map(|y| {
+            let (qs, d, s) = K::token(y);
+            // SAFETY: 32 readable bytes.
+            let q = unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) };
+            let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+            let mut bias = [0i32; 8];
+            let neg = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-K::OFFSET));
+            // SAFETY: 32 writable bytes.
+            unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), neg) };
+            let f = |h: u16| half::f16::from_bits(h).to_f32();
+            Tok32 {
+                bias,
+                d: f(d),
+                s: f(s),
+            }
+        }));
+        for r0 in (0..groups).map(|i| i * ROWS) {
+            let xs: [&[K::W]; ROWS] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            for (i, g) in g.chunks_mut(2).enumerate() {
+                lanes32_pair::<K>(&xs, 2 * i, g);
+            }
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let tk = |t: usize| &toks[t * per_row..][..per_row];
+            let mut t0 = 0;
+            while n_tok - t0 >= TOKENS32 {
+                lanes32_tokens::<K, TOKENS32>(
+                    g,
+                    std::array::from_fn(|t| tok(t0 + t)),
+                    std::array::from_fn(|t| tk(t0 + t)),
+                    out,
+                    (rows, r0, t0),
+                );
+                t0 += TOKENS32;
+            }
+            match n_tok - t0 {
+                1 => lanes32_tokens::<K, 1>(g, [tok(t0)], [tk(t0)], out, (rows, r0, t0)),
+                2 => lanes32_tokens::<K, 2>(
+                    g,
+                    [tok(t0), tok(t0 + 1)],
+                    [tk(t0), tk(t0 + 1)],
+                    out,
+                    (rows, r0, t0),
+                ),
+                _ => {}
+            }
+        }
+    });
+    groups * ROWS
+}
+
+/// Batches at least this long take the rows-in-lanes kernels, whose transposition of the
+/// weights is paid once per call.
+const LANES_MIN_TOKENS: usize = 8;
+
+/// A rows-in-lanes kernel (`lanes`, which does whole groups of sixteen rows and returns how
+/// many rows it did) for batches of at least [`LANES_MIN_TOKENS`], and `tiles` for the rows
+/// left over and for shorter batches.
+///
+/// # Safety
+/// The CPU must have what both kernels need; the operands' sizes agree (`gemm_operands`).
+#[inline]
+pub(super) unsafe fn lanes_then_tiles<W, A>(
+    w: &[W],
+    a: &[A],
+    per_row: usize,
+    out: &mut [f32],
+    lanes: unsafe fn(&[W], &[A], usize, &mut [f32]) -> usize,
+    tiles: unsafe fn(&[W], &[A], usize, &mut [f32]),
+) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    if n_tok < LANES_MIN_TOKENS || rows < ROWS {
+        // SAFETY: the caller's.
+        return unsafe { tiles(w, a, per_row, out) };
+    }
+    // SAFETY: the caller's.
+    let done = unsafe { lanes(w, a, per_row, out) };
+    if done < rows {
+        let left = rows - done;
+        let mut tail = vec![0.0f32; left * n_tok];
+        // SAFETY: the caller's, for the rows left (their sizes agree as well).
+        unsafe { tiles(&w[done * per_row..], a, per_row, &mut tail) };
+        for (t, o) in tail.chunks_exact(left).enumerate() {
+            out[t * rows + done..][..left].copy_from_slice(o);
+        }
+    }
+}

@@ -196,8 +196,37 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     }
 }
 
-gemm_entries! {
-    Pair needs "avx512vnni";
+/// The entries: rows in lanes for batches ([`super::avx512_lanes::lanes32`]), [`gemm`]'s
+/// tiles for the rows left over and for short batches.
+macro_rules! lanes_entries {
+    ($( $name:ident: $k:ident; )*) => {$(
+        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+        pub fn $name(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[u8],
+            n_tok: usize,
+            out: &mut [f32],
+        ) -> Result<(), QuantError> {
+            let (x, y, per_row) = gemm_operands::<<$k as Pair>::W>(w, row_bytes, a, n_tok, out)?;
+            // SAFETY: `gemm_kernel` hands these entries out only after `available` found the
+            // features both kernels need; the operands' sizes agree (checked above).
+            unsafe {
+                super::avx512_lanes::lanes_then_tiles(
+                    x,
+                    y,
+                    per_row,
+                    out,
+                    super::avx512_lanes::lanes32::<super::avx512_lanes::$k>,
+                    gemm::<$k>,
+                )
+            };
+            Ok(())
+        }
+    )*};
+}
+
+lanes_entries! {
     q4_0: Q4_0;
     q4_1: Q4_1;
     q5_0: Q5_0;
