@@ -184,6 +184,9 @@ impl Heads<'_> {
 /// One head's working rows; F16 values are held as f32 (exactly), and rounding to F16 is a trip
 /// through `h16`. Made once per thread and reused for every head it computes.
 struct HeadScratch {
+    /// The scores `scale * q . k` of every position, computed before the online softmax (they
+    /// do not depend on it), so that the dot products are independent of one another.
+    scores: Vec<f32>,
     h16: [half::f16; MAX_HEAD_DIM],
     qf: [f32; MAX_HEAD_DIM],
     acc: [f32; MAX_HEAD_DIM],
@@ -193,6 +196,7 @@ struct HeadScratch {
 impl HeadScratch {
     fn new() -> HeadScratch {
         HeadScratch {
+            scores: Vec::new(),
             h16: [half::f16::ZERO; MAX_HEAD_DIM],
             qf: [0.0; MAX_HEAD_DIM],
             acc: [0.0; MAX_HEAD_DIM],
@@ -219,11 +223,15 @@ fn attend_head<O: HeadOps>(
     let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
     let group = s.n_head / s.n_head_kv;
-    let (qf, acc, row, h16) = (
+    if scratch.scores.len() < n_pos {
+        scratch.scores.resize(n_pos, 0.0);
+    }
+    let (qf, acc, row, h16, scores) = (
         &mut scratch.qf[..hd],
         &mut scratch.acc[..hd],
         &mut scratch.row[..hd],
         &mut scratch.h16[..hd],
+        &mut scratch.scores[..n_pos],
     );
     // `attend_head::<O>` runs only where `O`'s instructions exist (`Scalar` anywhere, `V3`
     // from `Heads::one_v3`): what every `O::` call below needs.
@@ -232,12 +240,12 @@ fn attend_head<O: HeadOps>(
     // SAFETY: see above.
     unsafe { O::round_f16(qf, h16) };
     let off = (h / group) * hd;
+    for (j, sc) in scores.iter_mut().enumerate() {
+        // SAFETY: see above.
+        *sc = unsafe { O::dot_h(qf, &keys[j * kv_dim + off..j * kv_dim + off + hd]) } * s.scale;
+    }
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0.0f32);
-    for j in 0..n_pos {
-        // SAFETY: see above.
-        unsafe { O::widen(&keys[j * kv_dim + off..j * kv_dim + off + hd], row) };
-        // SAFETY: see above.
-        let sc = unsafe { O::dot(qf, row) } * s.scale;
+    for (j, &sc) in scores.iter().enumerate() {
         let (mut ms, mut vs) = (1.0f32, 1.0f32);
         if sc > m {
             let m_old = m;
@@ -296,6 +304,20 @@ trait HeadOps {
     /// # Safety
     /// As [`HeadOps::widen`].
     unsafe fn dot(q: &[f32], k: &[f32]) -> f32;
+    /// [`HeadOps::dot`] of `q` and the F16 row `k` (widening is exact: the same value).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    #[inline(always)]
+    unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
+        let mut row = [0.0f32; MAX_HEAD_DIM];
+        let row = &mut row[..k.len()];
+        // SAFETY: the caller's.
+        unsafe {
+            Self::widen(k, row);
+            Self::dot(q, row)
+        }
+    }
 }
 
 /// [`HeadOps`] in portable code.
@@ -368,6 +390,45 @@ impl HeadOps for V3 {
         let mut sum = crate::ops::reduce_add_16(v) as f64;
         for e in np..n {
             sum += (q[e] * k[e]) as f64;
+        }
+        sum as f32
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
+        use std::arch::x86_64::*;
+        let n = q.len().min(k.len());
+        let np = n & !63;
+        // As `dot`, with each key value widened in the register that uses it.
+        let mut acc = [_mm256_setzero_ps(); 8];
+        for i in (0..np).step_by(64) {
+            for (u, acc) in acc.iter_mut().enumerate() {
+                let e = i + 8 * u;
+                // SAFETY: values e..e + 8 of both (e + 8 <= np <= n).
+                *acc = unsafe {
+                    _mm256_fmadd_ps(
+                        _mm256_loadu_ps(q.as_ptr().add(e)),
+                        _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(e).cast())),
+                        *acc,
+                    )
+                };
+            }
+        }
+        let half = |h: usize| {
+            _mm256_add_ps(
+                _mm256_add_ps(acc[h], acc[4 + h]),
+                _mm256_add_ps(acc[2 + h], acc[6 + h]),
+            )
+        };
+        let mut v = [0.0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe {
+            _mm256_storeu_ps(v.as_mut_ptr(), half(0));
+            _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
+        }
+        let mut sum = crate::ops::reduce_add_16(v) as f64;
+        for e in np..n {
+            sum += (q[e] * k[e].to_f32()) as f64;
         }
         sum as f32
     }
@@ -633,6 +694,21 @@ mod tests {
             // SAFETY: as above.
             let (a, b) = unsafe { (Scalar::dot(&q, &k), V3::dot(&q, &k)) };
             assert_eq!(a.to_bits(), b.to_bits(), "dot of {n}");
+            // And against F16 keys, widened in the register (V3) or first (Scalar).
+            let k16: Vec<half::f16> = (0..n)
+                .map(|_| half::f16::from_f32(f16_val(&mut rng)))
+                .collect();
+            let kf: Vec<f32> = k16.iter().map(|h| h.to_f32()).collect();
+            // SAFETY: as above.
+            let (c, d, e) = unsafe {
+                (
+                    Scalar::dot(&q, &kf),
+                    Scalar::dot_h(&q, &k16),
+                    V3::dot_h(&q, &k16),
+                )
+            };
+            assert_eq!(c.to_bits(), d.to_bits(), "dot_h (scalar) of {n}");
+            assert_eq!(c.to_bits(), e.to_bits(), "dot_h (v3) of {n}");
         }
     }
 }
