@@ -12,10 +12,15 @@
 //! the unpacking of the scales are paid once per sixteen rows and call, and shared by every
 //! token of the batch.
 //!
-//! The float side is the repacked order's (`reference::dot::vec_dot_q4_k_q8_k_rows8`): each
+//! Three families: Q4_K in the repacked order, Q6_K and the 32-value formats in `vec_dot`
+//! order (see each section). Each keeps its format's float order, lane by lane: for Q4_K each
 //! block's exact integer totals converted, one fused multiply-add with `d_x * d_y` (`dmin_x *
-//! d_y`) per block, `main - mins` at the end, lane by lane. Integer sums are exact in any
-//! order, so every output has the bits of the row kernel (G1, D1).
+//! d_y`) per block and `main - mins` at the end (`reference::dot::vec_dot_q4_k_q8_k_rows8`);
+//! for the others ggml's eight integer lanes per block, each fused into its own float lane,
+//! added as `avx2::hsum` adds them. Integer sums are exact in any order, so every output has
+//! the bits of the row kernel (G1, D1). The callers (`lanes_then_tiles`) give batches of at
+//! least [`LANES_MIN_TOKENS`] tokens and whole groups of sixteen rows to these kernels, and
+//! the rest to the older tiles.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
