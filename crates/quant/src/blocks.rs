@@ -265,6 +265,23 @@ pub fn k_scales_mins(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (join(w0 & 0x3F3F_3F3F, sc_hi), join(w1 & 0x3F3F_3F3F, mn_hi))
 }
 
+/// The sixteen 6-bit scales of a Q3_K block (0..64, before subtracting 32), as [`q3k_scale`]
+/// gives them one by one, unpacked four at a time in 32-bit words: low nibbles from bytes
+/// 0..8 (groups 0..8) and their high nibbles (8..16), the two high bits of group `g` from byte
+/// `8 + g % 4` at bit `2 * (g / 4)`.
+#[inline]
+pub fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, hi) = (w(0), w(1), w(2));
+    let join = |lo: u32, shift: u32| lo & 0x0F0F_0F0F | ((hi >> shift) & 0x0303_0303) << 4;
+    let words = [join(w0, 0), join(w1, 2), join(w0 >> 4, 4), join(w1 >> 4, 6)];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
 /// The 6-bit scale (0..64, before subtracting 32) of group `g` (0..16) of a Q3_K block.
 #[inline]
 pub fn q3k_scale(scales: &[u8; 12], g: usize) -> u8 {
@@ -288,6 +305,22 @@ pub fn iq4xs_scale(b: &BlockIQ4XS, j: usize) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn q3k_scales_unpacks_as_q3k_scale() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..4096 {
+            let scales: [u8; 12] = std::array::from_fn(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            });
+            for (g, &s) in q3k_scales(&scales).iter().enumerate() {
+                assert_eq!(s, q3k_scale(&scales, g), "group {g} of {scales:?}");
+            }
+        }
+    }
 
     #[test]
     fn k_scales_mins_unpacks_as_k_scale_min() {

@@ -89,7 +89,7 @@ pub fn vec_dot_q3_k_q8_k<D: Dot>(dt: D, x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let four = vdupq_n_u8(4);
     let mut acc = Acc8::new();
     for (x, y) in x.iter().zip(y) {
-        let sc: [i32; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i32 - 32);
+        let sc: [i32; 16] = q3k_scales(&x.scales).map(|s| s as i32 - 32);
         let (hm_lo, hm_hi) = (ld_u8(&x.hmask, 0), ld_u8(&x.hmask, 16));
         let mut lanes = Lanes::zero();
         for h in 0..2 {

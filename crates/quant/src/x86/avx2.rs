@@ -439,7 +439,7 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let four = _mm256_set1_epi8(4);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+        let sc: [i16; 16] = q3k_scales(&x.scales).map(|s| s as i16 - 32);
         // SAFETY: 32 readable bytes.
         let hm = unsafe { _mm256_loadu_si256(x.hmask.as_ptr().cast()) };
         let mut sumi = _mm256_setzero_si256();

@@ -1159,7 +1159,7 @@ fn q3_k_prep(x: &BlockQ3K) -> SignedKPrep {
         let clear = _mm512_testn_epi8_mask(hm, bits);
         signed_bytes(_mm512_mask_sub_epi8(low, clear, low, four))
     });
-    let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+    let sc: [i16; 16] = q3k_scales(&x.scales).map(|s| s as i16 - 32);
     // SAFETY: 32 readable bytes.
     let sc16 = _mm512_castsi256_si512(unsafe { _mm256_loadu_si256(sc.as_ptr().cast()) });
     SignedKPrep {

@@ -625,7 +625,7 @@ impl Tile for Q3K {
     unsafe fn prep(x: &BlockQ3K) -> Q3KPrep {
         let m3 = _mm256_set1_epi8(3);
         let four = _mm256_set1_epi8(4);
-        let sc: [i16; 16] = std::array::from_fn(|g| q3k_scale(&x.scales, g) as i16 - 32);
+        let sc: [i16; 16] = q3k_scales(&x.scales).map(|s| s as i16 - 32);
         // SAFETY: 32 readable bytes each (hmask: 32, qs: 64).
         let (hm, q0, q1) = unsafe {
             (
