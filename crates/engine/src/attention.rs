@@ -356,81 +356,22 @@ impl HeadOps for V3 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
-        use std::arch::x86_64::*;
-        let n = q.len().min(k.len());
-        let np = n & !63;
-        // acc[2j + h]: lanes 8h..8h + 8 of dot_f16's accumulator j.
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for i in (0..np).step_by(64) {
-            for (u, acc) in acc.iter_mut().enumerate() {
-                let e = i + 8 * u;
-                // SAFETY: values e..e + 8 of both (e + 8 <= np <= n).
-                *acc = unsafe {
-                    _mm256_fmadd_ps(
-                        _mm256_loadu_ps(q.as_ptr().add(e)),
-                        _mm256_loadu_ps(k.as_ptr().add(e)),
-                        *acc,
-                    )
-                };
-            }
-        }
-        // (acc0 + acc2) + (acc1 + acc3), lane by lane.
-        let half = |h: usize| {
-            _mm256_add_ps(
-                _mm256_add_ps(acc[h], acc[4 + h]),
-                _mm256_add_ps(acc[2 + h], acc[6 + h]),
-            )
-        };
-        let mut v = [0.0f32; 16];
-        // SAFETY: 16 writable floats.
-        unsafe {
-            _mm256_storeu_ps(v.as_mut_ptr(), half(0));
-            _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
-        }
-        let mut sum = crate::ops::reduce_add_16(v) as f64;
-        for e in np..n {
-            sum += (q[e] * k[e]) as f64;
-        }
-        sum as f32
+        // SAFETY: values e..e + 8 of `k` (the caller of `v3_dot` asks for e + 8 <= k.len()).
+        v3_dot(
+            q,
+            k.len(),
+            |e| unsafe { std::arch::x86_64::_mm256_loadu_ps(k.as_ptr().add(e)) },
+            |e| k[e],
+        )
     }
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
         use std::arch::x86_64::*;
-        let n = q.len().min(k.len());
-        let np = n & !63;
-        // As `dot`, with each key value widened in the register that uses it.
-        let mut acc = [_mm256_setzero_ps(); 8];
-        for i in (0..np).step_by(64) {
-            for (u, acc) in acc.iter_mut().enumerate() {
-                let e = i + 8 * u;
-                // SAFETY: values e..e + 8 of both (e + 8 <= np <= n).
-                *acc = unsafe {
-                    _mm256_fmadd_ps(
-                        _mm256_loadu_ps(q.as_ptr().add(e)),
-                        _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(e).cast())),
-                        *acc,
-                    )
-                };
-            }
-        }
-        let half = |h: usize| {
-            _mm256_add_ps(
-                _mm256_add_ps(acc[h], acc[4 + h]),
-                _mm256_add_ps(acc[2 + h], acc[6 + h]),
-            )
-        };
-        let mut v = [0.0f32; 16];
-        // SAFETY: 16 writable floats.
-        unsafe {
-            _mm256_storeu_ps(v.as_mut_ptr(), half(0));
-            _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
-        }
-        let mut sum = crate::ops::reduce_add_16(v) as f64;
-        for e in np..n {
-            sum += (q[e] * k[e].to_f32()) as f64;
-        }
-        sum as f32
+        // Each key value widened in the register that uses it.
+        // SAFETY: values e..e + 8 of `k`, as above.
+        let load = |e: usize| unsafe { _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(e).cast())) };
+        v3_dot(q, k.len(), load, |e| k[e].to_f32())
     }
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -528,6 +469,50 @@ impl HeadOps for V3 {
             *a = fma_for_f16(x, vs16, *a);
         }
     }
+}
+
+/// [`dot_f16`] of `q` and a key of `n` values, eight at a time from `load(e)` (values `e..e +
+/// 8`, asked for only with `e + 8 <= n`), the tail from `value(e)`: [`V3`]'s `dot` and
+/// `dot_h`, which differ only in how the key is read.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn v3_dot(
+    q: &[f32],
+    n: usize,
+    load: impl Fn(usize) -> std::arch::x86_64::__m256,
+    value: impl Fn(usize) -> f32,
+) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(n);
+    let np = n & !63;
+    // acc[2j + h]: lanes 8h..8h + 8 of dot_f16's accumulator j.
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for i in (0..np).step_by(64) {
+        for (u, acc) in acc.iter_mut().enumerate() {
+            let e = i + 8 * u;
+            // SAFETY: values e..e + 8 of `q` (e + 8 <= np <= n).
+            *acc = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(q.as_ptr().add(e)) }, load(e), *acc);
+        }
+    }
+    // (acc0 + acc2) + (acc1 + acc3), lane by lane.
+    let half = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[h], acc[4 + h]),
+            _mm256_add_ps(acc[2 + h], acc[6 + h]),
+        )
+    };
+    let mut v = [0.0f32; 16];
+    // SAFETY: 16 writable floats.
+    unsafe {
+        _mm256_storeu_ps(v.as_mut_ptr(), half(0));
+        _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
+    }
+    let mut sum = crate::ops::reduce_add_16(v) as f64;
+    for (e, &q) in q.iter().enumerate().take(n).skip(np) {
+        sum += (q * value(e)) as f64;
+    }
+    sum as f32
 }
 
 /// In-place softmax; the normalising sum is taken in f64, as ggml does.

@@ -194,7 +194,7 @@ pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
 }
 
 /// [`matmul`] for several matrices that take the same input (Q, K and V; gate and up) in one
-/// hand-off to the threads: their rows, end to end, are split over the threads as one range.
+/// hand-off to the threads: each thread takes its share of every matrix.
 pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads: &Threads) {
     const MAX: usize = 4;
     assert!(ws.len() == outs.len() && ws.len() <= MAX);
@@ -210,12 +210,6 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
     // whole number of row groups, which keeps the kernels off their row-tail paths.
     const GROUP: usize = 16;
     let t = threads.n();
-    if t == 1 {
-        for (w, out) in ws.iter().zip(&shared) {
-            matmul_rows(w, acts, out, 0..w.rows);
-        }
-        return;
-    }
     threads.pool.run(&|i| {
         for (w, out) in ws.iter().zip(&shared) {
             let chunk = w.rows.div_ceil(t).next_multiple_of(GROUP);

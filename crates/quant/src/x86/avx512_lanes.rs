@@ -31,6 +31,39 @@ use crate::blocks::*;
 /// Rows per group: one per i32 lane of a 512-bit register.
 pub(super) const ROWS: usize = 16;
 
+/// The first `n` elements of a scratch buffer that is only ever grown, never cleared: the
+/// kernels write every element before they read it.
+#[inline]
+fn grown<T: Copy>(v: &mut Vec<T>, n: usize, zero: T) -> &mut [T] {
+    if v.len() < n {
+        v.resize(n, zero);
+    }
+    &mut v[..n]
+}
+
+/// The rows of group `r0..r0 + 16` of a matrix of `per_row` blocks a row.
+#[inline]
+fn group_rows<W>(w: &[W], per_row: usize, r0: usize) -> [&[W]; ROWS] {
+    std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row])
+}
+
+/// `$pass!(T, t0)` for tokens `t0..t0 + T` over tokens `0..$n_tok`: passes of `$full`, then
+/// one pass of those left (`$rest` lists every count below `$full`), so that no token takes a
+/// pass of its own: each pass reads the group's transposed weights once.
+macro_rules! token_passes {
+    ($n_tok:expr, $pass:ident, $full:expr, [$($rest:literal)*]) => {{
+        let mut t0 = 0;
+        while $n_tok - t0 >= $full {
+            $pass!($full, t0);
+            t0 += $full;
+        }
+        match $n_tok - t0 {
+            $($rest => $pass!($rest, t0),)*
+            _ => {}
+        }
+    }};
+}
+
 /// One Q4_K block of sixteen rows, transposed: what the tokens' loop reads.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -56,7 +89,8 @@ const ZERO: Q4KLanes = Q4KLanes {
 
 thread_local! {
     /// Each thread's transposed group, reused from call to call.
-    static SCRATCH: RefCell<Vec<Q4KLanes>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<(Vec<Q4KLanes>, Vec<[i16; 8]>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// The sixteen registers transposed as a 16x16 matrix of i32: lane `r` of output `c` is lane
@@ -246,61 +280,38 @@ pub(super) unsafe fn q4_k_rows8(
     per_row: usize,
     out: &mut [f32],
 ) -> usize {
-    // Each token block's sub-block sums, which the mins multiply.
-    let pair_sums: Vec<[i16; 8]> = a
-        .iter()
-        .map(|y| {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let groups = rows / ROWS;
+    SCRATCH.with_borrow_mut(|(g, pair_sums)| {
+        let g = grown(g, per_row, ZERO);
+        // Each token block's sub-block sums, which the mins multiply.
+        pair_sums.clear();
+        pair_sums.extend(a.iter().map(|y| {
             let mut ps = [0i16; 8];
             // SAFETY: 16 writable bytes.
             unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
             ps
-        })
-        .collect();
-    let rows = w.len() / per_row;
-    let n_tok = a.len() / per_row;
-    let groups = rows / ROWS;
-    SCRATCH.with_borrow_mut(|g| {
-        // Every block is written before it is read: grow only, never clear.
-        if g.len() < per_row {
-            g.resize(per_row, ZERO);
-        }
-        let g = &mut g[..per_row];
+        }));
         for r0 in (0..groups).map(|i| i * ROWS) {
-            let xs: [&[BlockQ4K]; ROWS] =
-                std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            let xs = group_rows(w, per_row, r0);
             for (b, g) in g.iter_mut().enumerate() {
                 q4_k_lanes(&xs, b, g);
             }
             let tok = |t: usize| &a[t * per_row..][..per_row];
             let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
-            let mut t0 = 0;
-            while n_tok - t0 >= TOKENS {
-                q4_k_lanes_tokens::<TOKENS>(
-                    g,
-                    std::array::from_fn(|t| tok(t0 + t)),
-                    std::array::from_fn(|t| ps(t0 + t)),
-                    out,
-                    (rows, r0, t0),
-                );
-                t0 += TOKENS;
-            }
-            // The last tokens in one pass too (a pass per token would unpack the weights
-            // once per token).
-            macro_rules! rest {
-                ($($n:literal)*) => {
-                    match n_tok - t0 {
-                        $($n => q4_k_lanes_tokens::<$n>(
-                            g,
-                            std::array::from_fn(|t| tok(t0 + t)),
-                            std::array::from_fn(|t| ps(t0 + t)),
-                            out,
-                            (rows, r0, t0),
-                        ),)*
-                        _ => {}
-                    }
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    q4_k_lanes_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| ps($t0 + t)),
+                        out,
+                        (rows, r0, $t0),
+                    )
                 };
             }
-            rest!(1 2 3 4 5 6 7);
+            token_passes!(n_tok, pass, TOKENS, [1 2 3 4 5 6 7]);
         }
     });
     groups * ROWS
@@ -502,14 +513,7 @@ pub(super) unsafe fn q6_k(
     let n_tok = a.len() / per_row;
     let groups = rows / ROWS;
     SCRATCH6.with_borrow_mut(|(g, y16)| {
-        // Every element is written before it is read: grow only, never clear.
-        if g.len() < per_row {
-            g.resize(per_row, ZERO6);
-        }
-        if y16.len() < a.len() * 256 {
-            y16.resize(a.len() * 256, 0);
-        }
-        let (g, y16) = (&mut g[..per_row], &mut y16[..a.len() * 256]);
+        let (g, y16) = (grown(g, per_row, ZERO6), grown(y16, a.len() * 256, 0));
         for (y, v) in a.iter().zip(y16.chunks_exact_mut(256)) {
             for (c, v) in v.chunks_exact_mut(32).enumerate() {
                 // SAFETY: 32 readable bytes, 64 writable.
@@ -520,39 +524,24 @@ pub(super) unsafe fn q6_k(
             }
         }
         for r0 in (0..groups).map(|i| i * ROWS) {
-            let xs: [&[BlockQ6K]; ROWS] =
-                std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            let xs = group_rows(w, per_row, r0);
             for (b, g) in g.iter_mut().enumerate() {
                 q6_k_lanes(&xs, b, g);
             }
             let tok = |t: usize| &a[t * per_row..][..per_row];
             let v = |t: usize| &y16[t * per_row * 256..][..per_row * 256];
-            let mut t0 = 0;
-            while n_tok - t0 >= TOKENS6 {
-                q6_k_lanes_tokens::<TOKENS6>(
-                    g,
-                    std::array::from_fn(|t| tok(t0 + t)),
-                    std::array::from_fn(|t| v(t0 + t)),
-                    out,
-                    (rows, r0, t0),
-                );
-                t0 += TOKENS6;
-            }
-            macro_rules! rest {
-                ($($n:literal)*) => {
-                    match n_tok - t0 {
-                        $($n => q6_k_lanes_tokens::<$n>(
-                            g,
-                            std::array::from_fn(|t| tok(t0 + t)),
-                            std::array::from_fn(|t| v(t0 + t)),
-                            out,
-                            (rows, r0, t0),
-                        ),)*
-                        _ => {}
-                    }
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    q6_k_lanes_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| v($t0 + t)),
+                        out,
+                        (rows, r0, $t0),
+                    )
                 };
             }
-            rest!(1 2 3 4 5);
+            token_passes!(n_tok, pass, TOKENS6, [1 2 3 4 5]);
         }
     });
     groups * ROWS
@@ -769,11 +758,7 @@ pub(super) unsafe fn lanes32<K: Lanes32>(
     let n_tok = a.len() / per_row;
     let groups = rows / ROWS;
     SCRATCH32.with_borrow_mut(|(g, toks)| {
-        // Every element is written before it is read: grow only, never clear.
-        if g.len() < per_row {
-            g.resize(per_row, ZERO32);
-        }
-        let g = &mut g[..per_row];
+        let g = grown(g, per_row, ZERO32);
         toks.clear();
         toks.extend(a.iter().map(|y| {
             let (qs, d, s) = K::token(y);
@@ -792,34 +777,24 @@ pub(super) unsafe fn lanes32<K: Lanes32>(
             }
         }));
         for r0 in (0..groups).map(|i| i * ROWS) {
-            let xs: [&[K::W]; ROWS] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+            let xs = group_rows(w, per_row, r0);
             for (i, g) in g.chunks_mut(2).enumerate() {
                 lanes32_pair::<K>(&xs, 2 * i, g);
             }
             let tok = |t: usize| &a[t * per_row..][..per_row];
             let tk = |t: usize| &toks[t * per_row..][..per_row];
-            let mut t0 = 0;
-            while n_tok - t0 >= TOKENS32 {
-                lanes32_tokens::<K, TOKENS32>(
-                    g,
-                    std::array::from_fn(|t| tok(t0 + t)),
-                    std::array::from_fn(|t| tk(t0 + t)),
-                    out,
-                    (rows, r0, t0),
-                );
-                t0 += TOKENS32;
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    lanes32_tokens::<K, { $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| tk($t0 + t)),
+                        out,
+                        (rows, r0, $t0),
+                    )
+                };
             }
-            match n_tok - t0 {
-                1 => lanes32_tokens::<K, 1>(g, [tok(t0)], [tk(t0)], out, (rows, r0, t0)),
-                2 => lanes32_tokens::<K, 2>(
-                    g,
-                    [tok(t0), tok(t0 + 1)],
-                    [tk(t0), tk(t0 + 1)],
-                    out,
-                    (rows, r0, t0),
-                ),
-                _ => {}
-            }
+            token_passes!(n_tok, pass, TOKENS32, [1 2]);
         }
     });
     groups * ROWS
