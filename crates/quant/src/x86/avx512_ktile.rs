@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32};
 use crate::blocks::*;
-use crate::codec::{gemm_operands, prefetch_ahead};
+use crate::codec::prefetch_ahead;
 use crate::{DotBlock, QuantError};
 
 /// A dot product split into per-token work (`tok`), per-weight-block work (`prep`) and the work
@@ -132,41 +132,22 @@ unsafe fn gemm<K: KTile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f3
 }
 
 gemm_entries! {
-    KTile needs "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c";
+    KTile;
     q4_k: Q4K;
     q2_k: Q2K;
     q3_k: Q3K;
     iq4_xs: IQ4XS;
 }
 
-/// Tiled Q4_K in llama.cpp's repacked order (see [`crate::GemmFn`]): eight (row, token) pairs
-/// at a time, whose per-block totals are reduced together ([`reduce8`]).
-pub fn q4_k_rows8(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = gemm_operands::<BlockQ4K>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
-    // these functions need; the operands' sizes agree (checked above).
-    unsafe { gemm_q4_k_rows8(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// Tiled Q4_K in llama.cpp's repacked order (see [`crate::GemmFn`]): eight (row, token) pairs
+    /// at a time, whose per-block totals are reduced together ([`reduce8`]).
+    q4_k_rows8: BlockQ4K => gemm_q4_k_rows8
 }
 
-/// Tiled Q6_K (see [`crate::GemmFn`]).
-pub fn q6_k(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = gemm_operands::<BlockQ6K>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: as in `q4_k_rows8`.
-    unsafe { gemm_q6_k(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// Tiled Q6_K (see [`crate::GemmFn`]).
+    q6_k: BlockQ6K => gemm_q6_k
 }
 
 /// [`Q4KRows8`]: groups of sixteen rows in lanes for batches (see [`super::avx512_lanes`]),
@@ -1202,20 +1183,10 @@ fn iq4_xs_prep(x: &BlockIQ4XS) -> SignedKPrep {
     }
 }
 
-/// Tiled Q5_K (see [`crate::GemmFn`]): one row by eight tokens, whose min terms run as the
-/// lanes of one vector ([`q5_k_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
-pub fn q5_k(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = gemm_operands::<BlockQ5K>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
-    // these functions need; the operands' sizes agree (checked above).
-    unsafe { gemm_q5_k(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// Tiled Q5_K (see [`crate::GemmFn`]): one row by eight tokens, whose min terms run as the
+    /// lanes of one vector ([`q5_k_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+    q5_k: BlockQ5K => gemm_q5_k
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -1296,20 +1267,10 @@ unsafe fn q5_k_row_by_8(
     }
 }
 
-/// Tiled Q2_K in llama.cpp's repacked order (see [`crate::GemmFn`]): one row by eight tokens
-/// ([`q2_k_rows8_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
-pub fn q2_k_rows8(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = gemm_operands::<BlockQ2K>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernel` hands this entry out only after `available` found every feature
-    // these functions need; the operands' sizes agree (checked above).
-    unsafe { gemm_q2_k_rows8(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// Tiled Q2_K in llama.cpp's repacked order (see [`crate::GemmFn`]): one row by eight tokens
+    /// ([`q2_k_rows8_row_by_8`]), then [`gemm`]'s tiles for the tokens left over.
+    q2_k_rows8: BlockQ2K => gemm_q2_k_rows8
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]

@@ -19,7 +19,6 @@ use std::arch::x86_64::*;
 
 use super::avx2::{head_f16x2, hsum, load32, q5_bytes};
 use crate::blocks::*;
-use crate::codec::gemm_operands;
 use crate::{DotBlock, QuantError};
 
 /// Whether this CPU has what these kernels use: AVX-512 F/BW/DQ/VL with VNNI (and the AVX2,
@@ -196,32 +195,28 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     }
 }
 
-/// The entries: rows in lanes for batches ([`super::avx512_lanes::lanes32`]), [`gemm`]'s
-/// tiles for the rows left over and for short batches.
+/// Rows in lanes for batches ([`super::avx512_lanes::lanes32`] with `L`, the same format),
+/// [`gemm`]'s tiles for the rows left over and for short batches.
+///
+/// # Safety
+/// As [`gemm`]; the operands' sizes agree.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn lanes_or_tiles<K: Pair, L: super::avx512_lanes::Lanes32<W = K::W, A = Act<K>>>(
+    w: &[K::W],
+    a: &[Act<K>],
+    per_row: usize,
+    out: &mut [f32],
+) {
+    use super::avx512_lanes::{lanes32, lanes_then_tiles};
+    // SAFETY: the caller's.
+    unsafe { lanes_then_tiles(w, a, per_row, out, lanes32::<L>, gemm::<K>) }
+}
+
 macro_rules! lanes_entries {
     ($( $name:ident: $k:ident; )*) => {$(
-        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
-        pub fn $name(
-            w: &[u8],
-            row_bytes: usize,
-            a: &[u8],
-            n_tok: usize,
-            out: &mut [f32],
-        ) -> Result<(), QuantError> {
-            let (x, y, per_row) = gemm_operands::<<$k as Pair>::W>(w, row_bytes, a, n_tok, out)?;
-            // SAFETY: `gemm_kernel` hands these entries out only after `available` found the
-            // features both kernels need; the operands' sizes agree (checked above).
-            unsafe {
-                super::avx512_lanes::lanes_then_tiles(
-                    x,
-                    y,
-                    per_row,
-                    out,
-                    super::avx512_lanes::lanes32::<super::avx512_lanes::$k>,
-                    gemm::<$k>,
-                )
-            };
-            Ok(())
+        tiled_entry! {
+            /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+            $name: <$k as Pair>::W => lanes_or_tiles::<$k, super::avx512_lanes::$k>
         }
     )*};
 }

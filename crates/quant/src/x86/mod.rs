@@ -1,11 +1,12 @@
 //! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
 
-/// The safe entry points of a tiled kernel family ([`crate::GemmFn`]): check and cast the
-/// operands, then call the family's `gemm` driver for each kernel `$k` (whose weight block is
-/// `<$k as $family>::W`). `gemm_kernel` hands them out only after checking `$features`.
-macro_rules! gemm_entries {
-    ($family:ident needs $features:literal; $( $name:ident: $k:ty; )*) => {$(
-        /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+/// The safe entry point of a tiled kernel ([`crate::GemmFn`]): check the operands and cast
+/// them to `$block` weights and their activation blocks, then run `$driver(weights,
+/// activations, blocks per row, out)`, an `unsafe fn` whose CPU features `gemm_kernel` has
+/// detected before it hands the entry out.
+macro_rules! tiled_entry {
+    ($(#[$doc:meta])* $name:ident: $block:ty => $driver:expr) => {
+        $(#[$doc])*
         pub fn $name(
             w: &[u8],
             row_bytes: usize,
@@ -14,11 +15,22 @@ macro_rules! gemm_entries {
             out: &mut [f32],
         ) -> Result<(), QuantError> {
             let (x, y, per_row) =
-                gemm_operands::<<$k as $family>::W>(w, row_bytes, a, n_tok, out)?;
-            // SAFETY: `gemm_kernel` hands these entries out only after detecting the CPU
-            // features `gemm` needs (named above); the operands' sizes agree (checked above).
-            unsafe { gemm::<$k>(x, y, per_row, out) };
+                crate::codec::gemm_operands::<$block>(w, row_bytes, a, n_tok, out)?;
+            // SAFETY: `gemm_kernel` hands this entry out only after detecting the CPU
+            // features the driver needs; the operands' sizes agree (checked above).
+            unsafe { $driver(x, y, per_row, out) };
             Ok(())
+        }
+    };
+}
+
+/// [`tiled_entry`]s of a tiled kernel family: the family's `gemm` driver for each kernel `$k`
+/// (whose weight block is `<$k as $family>::W`).
+macro_rules! gemm_entries {
+    ($family:ident; $( $name:ident: $k:ty; )*) => {$(
+        tiled_entry! {
+            /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
+            $name: <$k as $family>::W => gemm::<$k>
         }
     )*};
 }

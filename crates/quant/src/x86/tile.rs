@@ -17,7 +17,6 @@ use super::avx2::{
     nibbles, q5_bytes,
 };
 use crate::blocks::*;
-use crate::codec::gemm_operands;
 use crate::{DotBlock, QuantError};
 
 /// A dot product split into per-weight-block and per-token work (see the module doc).
@@ -108,7 +107,7 @@ unsafe fn gemm<K: Tile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
 }
 
 gemm_entries! {
-    Tile needs "avx2,fma,f16c";
+    Tile;
     q4_0: Q4_0;
     q4_0_rows8: Q4_0Rows8;
     q4_1: Q4_1;
