@@ -7,14 +7,17 @@
 //! the output rows, never the reduction.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use synapse_gguf::{GgmlType, TensorView};
+use synapse_quant::PackedMatrix;
 
 use crate::pool::ThreadPool;
 use crate::ModelError;
 
-/// A 2-D weight matrix of `rows` outputs by `cols` inputs, in its file format.
-#[derive(Clone, Copy)]
+/// A 2-D weight matrix of `rows` outputs by `cols` inputs, in its file format, and, where the
+/// CPU has kernels for it ([`Matrix::pack`]), its whole groups of sixteen rows packed.
+#[derive(Clone)]
 pub struct Matrix<'a> {
     pub ty: GgmlType,
     pub rows: usize,
@@ -27,6 +30,11 @@ pub struct Matrix<'a> {
     gemm: Option<synapse_quant::GemmFn>,
     /// The tiled kernel for one token, where it beats `gemv`.
     gemm1: Option<synapse_quant::GemmFn>,
+    /// In llama.cpp's repacked order.
+    repacked: bool,
+    /// Rows `0..packed.rows()` packed: those rows are multiplied from here, for every batch
+    /// size, and the file's bytes of them are not read again.
+    packed: Option<Arc<PackedMatrix>>,
 }
 
 impl<'a> Matrix<'a> {
@@ -68,7 +76,28 @@ impl<'a> Matrix<'a> {
             gemv: vd.gemv,
             gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
             gemm1: synapse_quant::decode_tile_kernel(info.ggml_type, repacked),
+            repacked,
+            packed: None,
         })
+    }
+
+    /// This matrix with its whole groups of sixteen rows packed, where the CPU has kernels
+    /// for packed rows of its format (`synapse_quant::pack_matrix`); unchanged otherwise.
+    /// The results are the same bits either way: packing changes the speed only. `release`
+    /// is given the file's bytes of the rows packed, piece by piece, as they are.
+    pub fn pack(
+        mut self,
+        name: &str,
+        release: &(dyn Fn(&[u8]) + Sync),
+    ) -> Result<Matrix<'a>, ModelError> {
+        let packed =
+            synapse_quant::pack_matrix(self.ty, self.repacked, self.data, self.row_bytes, release)
+                .map_err(|e| ModelError::Tensor {
+                    tensor: name.into(),
+                    source: e,
+                })?;
+        self.packed = packed.map(Arc::new);
+        Ok(self)
     }
 
     pub fn row(&self, r: usize) -> &'a [u8] {
@@ -221,14 +250,15 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
     });
 }
 
+/// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each weight
+/// row once per tile and chunk, not once per token). Only the loop order: no effect on any
+/// value.
+const ROW_TILE: usize = 64;
+const TOKEN_CHUNK: usize = 64;
+
 /// Rows `rows` of `w` times every token of `acts`, into `out` (`(n_tokens, w.rows)`), which
 /// no other thread writes those rows of.
 fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
-    /// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each
-    /// weight row once per tile and chunk, not once per token). Only the loop order: no effect
-    /// on any value.
-    const ROW_TILE: usize = 64;
-    const TOKEN_CHUNK: usize = 64;
     let n = acts.n;
     // Each slice of `out` this thread writes: rows of `rows` only.
     let out_slice = |start: usize, len: usize| {
@@ -238,6 +268,19 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
         unsafe { std::slice::from_raw_parts_mut(out.0.add(start), len) }
     };
     let w_rows = |r0: usize, r1: usize| &w.data[r0 * w.row_bytes..r1 * w.row_bytes];
+    // Whole groups of packed rows first (a thread's share starts on a group), then the rest
+    // from the file's layout.
+    let rows = match &w.packed {
+        Some(p) if rows.start < p.rows() => {
+            let end = rows.end.min(p.rows());
+            matmul_packed(p, acts, &out_slice, w.rows, rows.start..end);
+            end..rows.end
+        }
+        _ => rows,
+    };
+    if rows.is_empty() {
+        return;
+    }
     let (w_gemm1, gemv, row_bytes) = (w.gemm1, w.gemv, w.row_bytes);
     match w.gemm {
         // One token: the thread's rows are contiguous in `out`.
@@ -274,6 +317,38 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
                     (w.gemv)(w_rows(r0, r1), w.row_bytes, acts.row(t), o)
                         .expect("sizes agree by construction");
                 }
+            }
+        }
+    }
+}
+
+/// Packed rows `rows` of a matrix of `n_rows` rows times every token, into `out_slice(start,
+/// len)` (the elements of `out`, `(n_tokens, n_rows)`, this thread writes).
+fn matmul_packed<'o>(
+    p: &PackedMatrix,
+    acts: &Acts,
+    out_slice: &impl Fn(usize, usize) -> &'o mut [f32],
+    n_rows: usize,
+    rows: Range<usize>,
+) {
+    let n = acts.n;
+    if n == 1 {
+        let o = out_slice(rows.start, rows.len());
+        p.gemm(rows, acts.row(0), 1, o)
+            .expect("sizes agree by construction");
+        return;
+    }
+    let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
+    for t0 in (0..n).step_by(TOKEN_CHUNK) {
+        let nt = TOKEN_CHUNK.min(n - t0);
+        let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
+        for r0 in rows.clone().step_by(ROW_TILE) {
+            let r1 = (r0 + ROW_TILE).min(rows.end);
+            let tile = &mut buf[..nt * (r1 - r0)];
+            p.gemm(r0..r1, a, nt, tile)
+                .expect("sizes agree by construction");
+            for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
+                out_slice((t0 + t) * n_rows + r0, r1 - r0).copy_from_slice(o);
             }
         }
     }

@@ -221,6 +221,35 @@ impl GgufFile {
         Ok(f)
     }
 
+    /// Let the process's mapping of the pages wholly inside `bytes` (a slice of this file's
+    /// bytes, as [`GgufFile::tensor`] gives them) go, after their contents were copied
+    /// elsewhere: the pages leave the resident set (the page cache keeps them), and a later
+    /// read of them maps them in again from the file, with the same contents. Nothing happens
+    /// for a file held in memory, a slice from elsewhere, or a system without `madvise`.
+    pub fn release(&self, bytes: &[u8]) {
+        let Backing::Mmap(map) = &self.backing else {
+            return;
+        };
+        let (base, start) = (map.as_ptr() as usize, bytes.as_ptr() as usize);
+        if bytes.is_empty() || start < base || start + bytes.len() > base + map.len() {
+            return;
+        }
+        const PAGE: usize = 4096;
+        let first = (start - base).next_multiple_of(PAGE);
+        let end = (start - base + bytes.len()) / PAGE * PAGE;
+        if first < end {
+            // SAFETY: the map is read-only and private to this process, so dropping its pages
+            // loses nothing: the next read faults them in again from the file, which holds
+            // the same bytes (the caveat of `open`: unless another process changes the file).
+            // Slices into the map stay valid. A failure (an old kernel, say) only leaves the
+            // pages resident.
+            #[cfg(unix)]
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+            };
+        }
+    }
+
     /// Validate a GGUF image held in memory.
     pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
         Self::from_backing(Backing::Owned(bytes))

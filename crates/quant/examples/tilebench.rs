@@ -1,6 +1,7 @@
 //! Times every tiled kernel this CPU runs for one format on a hot matrix:
 //! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`
-//! (first the row kernel, `gemv` once per token, which the engine runs where there is no tile).
+//! (first the row kernel, `gemv` once per token, which the engine runs where there is no tile;
+//! then the packed matrix, where the CPU has one).
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -60,6 +61,22 @@ fn main() {
         "row gemv",
         best * 1e3
     );
+    // The packed matrix (made once, as the engine does at load time), where this CPU has one.
+    if let Some(p) = synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap() {
+        let mut out = vec![0f32; p.rows() * n_tok];
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = Instant::now();
+            p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let gmac = (p.rows() * cols * n_tok) as f64 / best / 1e9;
+        println!(
+            "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
+            "packed",
+            best * 1e3
+        );
+    }
     for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
         let mut best = f64::MAX;
         for _ in 0..20 {

@@ -14,6 +14,7 @@
 mod aarch64;
 pub mod blocks;
 pub mod codec;
+pub mod packed;
 pub mod reference;
 #[cfg(test)]
 mod test_util;
@@ -25,6 +26,7 @@ pub use codec::{
     llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,
     GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
+pub use packed::{pack_matrix, PackedMatrix};
 pub use synapse_gguf::GgmlType;
 
 /// What can go wrong when decoding or encoding blocks.
@@ -49,6 +51,12 @@ pub enum QuantError {
         ty: GgmlType,
         addr: usize,
         align: usize,
+    },
+    #[error("{ty}: no memory for a packed copy of {bytes} bytes: {reason}")]
+    NoMemory {
+        ty: GgmlType,
+        bytes: usize,
+        reason: String,
     },
     #[error("{ty} dot {act}: {weights} weights against {activations} activations")]
     DotLength {

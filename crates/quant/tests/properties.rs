@@ -516,3 +516,97 @@ fn chosen_gemv_is_row_by_row_bit_identical() {
         }
     }
 }
+
+/// Packed matrices (`pack_matrix`: whole groups of sixteen rows) give, for every (row, token)
+/// and every batch size, the bits of the single-row kernel of that matrix; a range of rows that
+/// is not whole groups, or operands that do not fit, are errors.
+#[test]
+fn packed_matrices_are_bit_identical_to_the_row_kernel() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut packed_types = Vec::new();
+    for &ty in WEIGHT_TYPES {
+        for repacked in [false, true] {
+            let act = vec_dot_type(ty).unwrap();
+            let row_kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+            for (rows, n_tok, n_blocks) in [
+                (16, 1, 1),
+                (35, 1, 2),
+                (48, 2, 1),
+                (32, 3, 3),
+                (16, 4, 1),
+                (33, 5, 1),
+                (16, 7, 2),
+                (16, 8, 1),
+                (32, 9, 1),
+                (16, 13, 1),
+                (17, 64, 1),
+                (16, 93, 1),
+                (5, 3, 1),
+            ] {
+                let n = n_blocks * 256 + if ty.block_len() == 32 { 32 } else { 0 };
+                let w = random_weights(&mut rng, ty, rows * n / ty.block_len());
+                let row_bytes = w.len() / rows;
+                let released = std::sync::Mutex::new(0);
+                let release = |b: &[u8]| *released.lock().unwrap() += b.len();
+                let Some(p) =
+                    synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &release).unwrap()
+                else {
+                    continue;
+                };
+                // Every packed row's bytes were handed back, once.
+                assert_eq!(*released.lock().unwrap(), p.bytes());
+                assert!(rows >= 16, "{ty}: {rows} rows packed");
+                assert_eq!(p.rows(), rows / 16 * 16);
+                assert_eq!(p.bytes(), p.rows() * row_bytes, "{ty}: packed size");
+                packed_types.push((ty, repacked));
+                let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(act, &x).unwrap();
+                let act_bytes = a.len() / n_tok;
+                // The whole packed range, and its groups one by one.
+                let ranges = std::iter::once(0..p.rows())
+                    .chain((0..p.rows()).step_by(16).map(|r| r..r + 16));
+                for range in ranges {
+                    let len = range.len();
+                    let mut out = vec![f32::NAN; len * n_tok];
+                    p.gemm(range.clone(), &a, n_tok, &mut out).unwrap();
+                    for t in 0..n_tok {
+                        for (i, r) in range.clone().enumerate() {
+                            let wr = &w[r * row_bytes..(r + 1) * row_bytes];
+                            let at = &a[t * act_bytes..(t + 1) * act_bytes];
+                            let want = (row_kernel.f)(wr, at).unwrap();
+                            assert_eq!(
+                                out[t * len + i].to_bits(),
+                                want.to_bits(),
+                                "{ty} packed, repacked={repacked}: row {r} of {rows}, token {t} of {n_tok}"
+                            );
+                        }
+                    }
+                    assert!(p.gemm(range.clone(), &a, n_tok + 1, &mut out).is_err());
+                    assert!(p
+                        .gemm(range, &a[..act_bytes * (n_tok - 1)], n_tok, &mut out)
+                        .is_err());
+                }
+                let mut out = vec![0.0; 8 * n_tok];
+                assert!(p.gemm(0..8, &a, n_tok, &mut out).is_err());
+                let mut out = vec![0.0; (p.rows() + 16) * n_tok];
+                assert!(p.gemm(0..p.rows() + 16, &a, n_tok, &mut out).is_err());
+            }
+        }
+    }
+    // The formats with a packed kernel on this CPU (AVX-512 VNNI, unless SYNAPSE_ISA or
+    // SYNAPSE_PACK=0 say otherwise) are all packed, in the orders they have.
+    #[cfg(target_arch = "x86_64")]
+    if synapse_quant::kernel_isa() == "avx512vnni"
+        && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
+    {
+        for want in [
+            (GgmlType::Q4_K, true),
+            (GgmlType::Q6_K, false),
+            (GgmlType::Q6_K, true),
+            (GgmlType::Q8_0, false),
+            (GgmlType::Q5_0, false),
+        ] {
+            assert!(packed_types.contains(&want), "{want:?} not packed");
+        }
+    }
+}

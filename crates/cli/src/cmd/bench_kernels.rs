@@ -2,11 +2,13 @@
 //! measured read bandwidth (`synapse_engine::membw`'s probe at the same thread count).
 //!
 //! - gemv-bench: a 4096 x 4096 matrix of random blocks times one token on one thread, fused (the
-//!   kernel synapse runs) against dequantize-to-f32 then an f32 dot (what a naive engine would
-//!   do).
+//!   row kernel) against dequantize-to-f32 then an f32 dot (what a naive engine would do), and,
+//!   for the formats this CPU has packed kernels for, the same matrices packed (what the engine
+//!   runs for them: `synapse_quant::pack_matrix`).
 //! - kbench: the matrices of Llama-3.2-1B (2048x2048 Q/O, 512x2048 K/V, 8192x2048 gate/up,
 //!   2048x8192 down, 128256x2048 output; rows x columns) times n = 1, 64 and 93 tokens, through
-//!   the engine's own `matmul` on its thread pool, as a model runs them.
+//!   the engine's own `matmul` on its thread pool, as a model runs them (packed where the CPU
+//!   has kernels for it).
 //!
 //! Each timing is the best of several runs; GB/s counts the weight bytes once per product (the
 //! weights are read once per row tile whatever the number of tokens).
@@ -214,6 +216,7 @@ fn kbench(
             let ms = ws
                 .iter()
                 .map(|w| {
+                    // Packed where the CPU has kernels for it, as the engine loads a model.
                     Matrix::new(
                         TensorView {
                             info: &info,
@@ -221,7 +224,8 @@ fn kbench(
                         },
                         cols,
                         Some(rows),
-                    )
+                    )?
+                    .pack(&info.name, &|_| ())
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let x: Vec<f32> = (0..max_n * cols)
@@ -268,9 +272,9 @@ fn gemv_bench(args: &BenchKernelsArgs, peak: f64) -> Result<()> {
         args.reps, args.membw_mib
     );
     println!(
-        "| format | weights MiB | fused ms | fused GB/s | of peak | dequant+dot ms | fused speed-up |"
+        "| format | weights MiB | fused ms | fused GB/s | of peak | dequant+dot ms | fused speed-up | packed ms | packed GB/s | packed of peak | packed speed-up |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let x: Vec<f32> = (0..n)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
@@ -292,7 +296,22 @@ fn gemv_bench(args: &BenchKernelsArgs, peak: f64) -> Result<()> {
                 black_box(&out);
             }
         }) / copies as u32;
+        // The same matrices packed (what the engine multiplies, where the CPU has kernels
+        // for the format's packed rows).
+        let repacked = synapse_quant::llama_cpp_repacks(ty, n);
+        let packed = ws
+            .iter()
+            .map(|w| synapse_quant::pack_matrix(ty, repacked, w, row_bytes, &|_| ()))
+            .collect::<Result<Option<Vec<_>>, _>>()?;
         drop(ws);
+        let packed = packed.map(|ps| {
+            best_of(args.reps, || {
+                for p in &ps {
+                    p.gemm(0..n, &a, 1, &mut out).expect("sizes agree");
+                    black_box(&out);
+                }
+            }) / copies as u32
+        });
         let mut row = vec![0f32; n];
         let naive = best_of(args.reps, || {
             for (r, o) in out.iter_mut().enumerate() {
@@ -303,8 +322,17 @@ fn gemv_bench(args: &BenchKernelsArgs, peak: f64) -> Result<()> {
             black_box(&out);
         });
         let gbs = w.len() as f64 / fused.as_secs_f64() / 1e9;
+        let packed = packed.map_or("- | - | - | -".to_string(), |d| {
+            let gbs = w.len() as f64 / d.as_secs_f64() / 1e9;
+            format!(
+                "{:.3} | {gbs:.1} | {:.0}% | {:.2}x",
+                d.as_secs_f64() * 1e3,
+                100.0 * gbs / peak,
+                naive.as_secs_f64() / d.as_secs_f64()
+            )
+        });
         println!(
-            "| {} | {:.1} | {:.3} | {:.1} | {:.0}% | {:.3} | {:.2}x |",
+            "| {} | {:.1} | {:.3} | {:.1} | {:.0}% | {:.3} | {:.2}x | {packed} |",
             ty.name(),
             w.len() as f64 / (1 << 20) as f64,
             fused.as_secs_f64() * 1e3,

@@ -24,7 +24,18 @@ pub(crate) fn matrix<'a>(
     let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
         tensor: name.into(),
     })?;
-    Matrix::new(t, cols, rows)
+    let m = Matrix::new(t, cols, rows)?;
+    // The token embedding is read by row lookups, in the file's layout.
+    if name == "token_embd.weight" {
+        return Ok(m);
+    }
+    packed(file, m, name)
+}
+
+/// `m` packed (where the CPU has kernels for its format), with the file's pages of the packed
+/// rows let go: the packed copy is the one the process keeps.
+fn packed<'a>(file: &'a GgufFile, m: Matrix<'a>, name: &str) -> Result<Matrix<'a>, ModelError> {
+    m.pack(name, &|bytes| file.release(bytes))
 }
 
 /// [`vector`], or `None` when the file has no tensor of that name.
@@ -47,7 +58,9 @@ pub(crate) fn output_matrix<'a>(
 ) -> Result<Matrix<'a>, ModelError> {
     match file.tensor("output.weight") {
         Ok(_) => matrix(file, "output.weight", n_embd, Some(tok_embd.rows)),
-        Err(_) => Ok(tok_embd),
+        // Tied: the output packs the embedding's rows, whose pages then come back from the
+        // file only for the rows that tokens look up.
+        Err(_) => packed(file, tok_embd, "token_embd.weight"),
     }
 }
 

@@ -69,7 +69,7 @@ impl<'a> Decoder<'a> {
             eps: spec.eps,
             attn,
             rope: spec.rope,
-            tok_embd,
+            tok_embd: tok_embd.clone(),
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output: output_matrix(file, tok_embd, n_embd)?,

@@ -150,7 +150,7 @@ impl<'a> Gemma3<'a> {
                 local,
             });
         }
-        let output = output_matrix(file, tok_embd, n_embd)?;
+        let output = output_matrix(file, tok_embd.clone(), n_embd)?;
         Ok(Gemma3 {
             info: ModelInfo {
                 arch: "gemma3".into(),

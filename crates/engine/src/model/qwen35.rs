@@ -271,7 +271,7 @@ impl<'a> Qwen35<'a> {
             dn,
             n_attn_layers,
             n_dn_layers,
-            tok_embd,
+            tok_embd: tok_embd.clone(),
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output: output_matrix(file, tok_embd, n_embd)?,

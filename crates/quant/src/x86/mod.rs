@@ -40,6 +40,7 @@ pub mod avx512;
 pub mod avx512_ktile;
 mod avx512_lanes;
 pub mod avx512_nl;
+pub(crate) mod avx512_packed;
 pub mod avx512_tile;
 pub mod avxvnni;
 pub mod f16;

@@ -1,0 +1,150 @@
+//! Weight matrices packed once, when a model is loaded, for kernels that read sixteen rows
+//! as one (see `x86::avx512_packed`): the same bytes as the file's, moved so that a 512-bit
+//! load holds the same four bytes of sixteen rows. A packed matrix gives the bits of the row
+//! kernels for every batch size (tested), so it changes only the speed.
+//!
+//! Only whole groups of sixteen rows are packed; a matrix's last `rows % 16` rows stay with
+//! the kernels that read the file's layout.
+
+use std::ops::Range;
+
+use crate::{GgmlType, QuantError};
+
+/// A packed weight matrix: its first [`PackedMatrix::rows`] rows, in groups of sixteen.
+pub struct PackedMatrix {
+    ty: GgmlType,
+    rows: usize,
+    /// Blocks per row.
+    per_row: usize,
+    /// Page-aligned, read-only once packed.
+    #[cfg(target_arch = "x86_64")]
+    data: memmap2::Mmap,
+    #[cfg(target_arch = "x86_64")]
+    format: &'static crate::x86::avx512_packed::PackedFormat,
+}
+
+impl std::fmt::Debug for PackedMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackedMatrix")
+            .field("ty", &self.ty)
+            .field("rows", &self.rows)
+            .field("per_row", &self.per_row)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `SYNAPSE_PACK=0` turns packing off (to measure what it brings).
+fn packing_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPSE_PACK").map_or(true, |v| v != "0"))
+}
+
+/// Pack the whole groups of sixteen rows of a weight matrix of type `ty` (`repacked` as for
+/// [`crate::matrix_kernel`]; `w`: its rows, `row_bytes` each), if this CPU has a packed kernel
+/// for that format (and `SYNAPSE_PACK` is not `0`). `Ok(None)`: no packed form; the matrix
+/// stays with the kernels of [`crate::matrix_kernel`] and [`crate::gemm_kernel`].
+///
+/// Packing goes piece by piece over the machine's cores; `release` is given the bytes of `w`
+/// each piece has packed, once it has (to let a file's pages go as their copy is made).
+pub fn pack_matrix(
+    ty: GgmlType,
+    repacked: bool,
+    w: &[u8],
+    row_bytes: usize,
+    release: &(dyn Fn(&[u8]) + Sync),
+) -> Result<Option<PackedMatrix>, QuantError> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let repacked = repacked && crate::llama_cpp_repacks(ty, 8);
+        let Some(format) = crate::x86::avx512_packed::format(ty, repacked) else {
+            return Ok(None);
+        };
+        if !packing_enabled() || !crate::x86::has_avx512_vnni() || row_bytes == 0 {
+            return Ok(None);
+        }
+        let per_row = row_bytes / ty.block_bytes();
+        if per_row * ty.block_bytes() != row_bytes || w.len() % row_bytes != 0 {
+            return Err(QuantError::ByteLength {
+                ty,
+                bytes: row_bytes,
+            });
+        }
+        let groups = w.len() / row_bytes / 16;
+        if groups == 0 {
+            return Ok(None);
+        }
+        use crate::x86::avx512_packed::PackError;
+        let data = (format.pack)(w, row_bytes, groups, release).map_err(|e| match e {
+            PackError::Quant(e) => e,
+            PackError::Io(e) => QuantError::NoMemory {
+                ty,
+                bytes: groups * 16 * row_bytes,
+                reason: e.to_string(),
+            },
+        })?;
+        Ok(Some(PackedMatrix {
+            ty,
+            rows: 16 * groups,
+            per_row,
+            data,
+            format,
+        }))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, repacked, w, row_bytes, release, packing_enabled());
+        Ok(None)
+    }
+}
+
+impl PackedMatrix {
+    /// Rows packed: a multiple of sixteen.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The weight type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Bytes the packed rows take (those of the file's rows, moved).
+    pub fn bytes(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        return self.rows / 16 * self.per_row * self.format.block_bytes;
+        #[cfg(not(target_arch = "x86_64"))]
+        0
+    }
+
+    /// Rows `rows` (whole groups of sixteen, within [`Self::rows`]) times the `n_tok`
+    /// activation rows in `a` (the weight type's activation blocks), into `out` as `(n_tok,
+    /// rows.len())`: bit for bit what the matrix's row kernel gives, token by token.
+    pub fn gemm(
+        &self,
+        rows: Range<usize>,
+        a: &[u8],
+        n_tok: usize,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        let whole = rows.start % 16 == 0 && rows.end % 16 == 0 && rows.start <= rows.end;
+        if !whole || rows.end > self.rows {
+            return Err(QuantError::DotLength {
+                ty: self.ty,
+                act: self.ty,
+                weights: rows.len() * self.per_row * self.ty.block_len(),
+                activations: a.len(),
+            });
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let group = self.per_row * self.format.block_bytes;
+            let p = &self.data[rows.start / 16 * group..rows.end / 16 * group];
+            (self.format.kernel)(p, self.per_row, a, n_tok, out)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (a, n_tok, out);
+            unreachable!("no packed matrices without x86-64")
+        }
+    }
+}

@@ -1,0 +1,888 @@
+//! Weights packed at load time for the rows-in-lanes kernels (AVX-512 VNNI), used for every
+//! batch size, one token included.
+//!
+//! [`super::avx512_lanes`] transposes a group of sixteen rows on every call, which a batch of
+//! 64 tokens pays for but one token cannot: decode stays with the row kernels, which are bound
+//! by instructions per weight (the unpacking, the per-sub-block scaling and the horizontal
+//! reductions) well below the machine's read bandwidth. Here the transposition is done once,
+//! when the model is loaded: each group of sixteen rows is stored block by block, each 4-byte
+//! word of a block as sixteen consecutive words, one per row, so that one 512-bit load gives a
+//! register with the same word of the sixteen rows. The packed matrix has exactly the size of
+//! the file's (each block's bytes are only moved, scales and heads included), so the engine
+//! keeps one copy of the weights: the packed one, and drops the mapped pages it came from.
+//!
+//! One token then costs, per four values of sixteen rows, a load share, one to three unpacking
+//! instructions and one `vpdpbusd` (or `vpmaddubsw` + `vpdpwssd` for Q6_K): several times the
+//! read bandwidth of a core, so that decode runs at the speed of memory. A batch shares the
+//! unpacked registers between its tokens, as the per-call kernels do, without their
+//! transposition.
+//!
+//! The float side of each format is the order it had: Q4_K in llama.cpp's repacked order (one
+//! exact integer total per block and row, one fused multiply-add), Q6_K, Q8_0 and Q5_0 in
+//! `vec_dot` order (ggml's eight exact integer lanes per block, each fused into its own float
+//! lane, added as `avx2::hsum` adds them). Integer sums are exact in any order, so every output
+//! has the bits of the row kernels (tested), and G1, D1 and the golden logits are unchanged.
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::avx512_ktile::q8_k_pair_sums;
+use crate::blocks::*;
+use crate::{GgmlType, QuantError};
+
+/// Rows per group: one per i32 lane of a 512-bit register.
+pub(crate) const ROWS: usize = 16;
+
+/// A packed format: one value holds one block of each of sixteen rows.
+pub(crate) trait Pack: Pod + Send {
+    /// The file's block.
+    type W: Pod + Sync;
+    /// Block `b` of each of the sixteen rows (`rows[r]`).
+    fn pack(rows: [&Self::W; ROWS]) -> Self;
+}
+
+/// The little-endian 4-byte word `i` of `bytes`.
+#[inline]
+fn word(bytes: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().expect("4 bytes"))
+}
+
+/// Pack whole groups of sixteen rows (`groups` of them, `per_row` blocks a row) of `w` into
+/// lines: group `g`'s blocks are elements `g * per_row..(g + 1) * per_row` of the `[P]` the
+/// lines hold. The groups are split over the machine's cores; after each piece, `release` is
+/// given the file's bytes of the rows just packed (so that the process does not hold both
+/// copies of a large matrix at once).
+pub(crate) fn pack_groups<P: Pack>(
+    w: &[P::W],
+    per_row: usize,
+    groups: usize,
+    release: &(dyn Fn(&[u8]) + Sync),
+) -> std::io::Result<memmap2::Mmap> {
+    let bytes = groups * per_row * size_of::<P>();
+    // Zeroed pages straight from the system (page-aligned), as transparent huge pages where
+    // the system gives them: a five-hundredth of the page faults while packing, and of the
+    // TLB misses while streaming the weights.
+    let mut map = memmap2::MmapMut::map_anon(bytes.max(1))?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let packed: &mut [P] = bytemuck::cast_slice_mut(&mut map[..bytes]);
+    // Pieces of about 1 MiB, dealt to the threads round-robin.
+    let piece = (1 << 20) / (per_row * size_of::<P>()).max(1) + 1;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pack_piece = |first: usize, out: &mut [P]| {
+        for (i, group) in out.chunks_exact_mut(per_row).enumerate() {
+            let g = first + i;
+            for (b, p) in group.iter_mut().enumerate() {
+                *p = P::pack(std::array::from_fn(|r| &w[(ROWS * g + r) * per_row + b]));
+            }
+        }
+        let rows = &w[ROWS * first * per_row..ROWS * (first + out.len() / per_row) * per_row];
+        release(bytemuck::cast_slice(rows));
+    };
+    let mut pieces: Vec<(usize, &mut [P])> = packed
+        .chunks_mut(piece * per_row)
+        .enumerate()
+        .map(|(i, out)| (i * piece, out))
+        .collect();
+    if threads <= 1 || pieces.len() <= 1 {
+        for (first, out) in pieces {
+            pack_piece(first, out);
+        }
+    } else {
+        let mut shares: Vec<Vec<(usize, &mut [P])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, p) in pieces.drain(..).enumerate() {
+            shares[i % threads].push(p);
+        }
+        std::thread::scope(|s| {
+            for share in shares {
+                s.spawn(|| {
+                    for (first, out) in share {
+                        pack_piece(first, out);
+                    }
+                });
+            }
+        });
+    }
+    map.make_read_only()
+}
+
+/// Sixteen consecutive u32 as a register.
+#[inline(always)]
+unsafe fn ld(p: &[u32; ROWS]) -> __m512i {
+    // SAFETY: 64 readable bytes; AVX-512 F (the callers' features).
+    unsafe { _mm512_loadu_si512(p.as_ptr().cast()) }
+}
+
+/// Sixteen f16 (bits) as floats.
+#[inline(always)]
+unsafe fn ld_f16(p: &[u16; ROWS]) -> __m512 {
+    // SAFETY: 32 readable bytes; AVX-512 F (the callers' features).
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.as_ptr().cast())) }
+}
+
+/// Four bytes of `p` as one i32 in every lane (a broadcast load).
+#[inline(always)]
+unsafe fn bcast4<T>(p: *const T) -> __m512i {
+    // SAFETY: the caller's: 4 readable bytes at `p`.
+    unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+/// A `vpshufb` control that builds each 4-byte word from bytes `sel` of the same word (0x80:
+/// a zero byte).
+#[inline(always)]
+unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
+    let mut c = [0u8; 16];
+    for p in 0..4 {
+        for i in 0..4 {
+            c[4 * p + i] = if sel[i] == 0x80 {
+                0x80
+            } else {
+                4 * p as u8 + sel[i]
+            };
+        }
+    }
+    // SAFETY: 16 readable bytes; AVX-512 F (the callers' features).
+    unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(c.as_ptr().cast())) }
+}
+
+/// How far ahead of the kernels the packed blocks are asked for, in bytes: the hardware's
+/// prefetchers alone leave a core well under the bandwidth a streaming read reaches (as for
+/// the row kernels, `codec::PREFETCH_AHEAD`).
+const PREFETCH_AHEAD: usize = 8192;
+
+/// Ask the cache for the lines `PREFETCH_AHEAD` bytes beyond packed block `p`, one request
+/// per 64-byte line. A hint: it reads nothing and never faults, past the matrix's end too.
+#[inline(always)]
+fn prefetch_ahead<P>(p: &P) {
+    let base = (p as *const P).cast::<u8>().wrapping_add(PREFETCH_AHEAD);
+    for line in (0..size_of::<P>()).step_by(64) {
+        // SAFETY: a prefetch reads nothing into the program and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(line).cast()) };
+    }
+}
+
+/// `(a & 0x0F) | b` per byte, for `b` that has only bits 4 and 5 (or 4) set.
+#[inline(always)]
+unsafe fn nibble_or(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: AVX-512 F (the callers' features). Truth table (a, b, c): (a & c) | b.
+    unsafe { _mm512_ternarylogic_epi32::<0xEC>(a, b, _mm512_set1_epi32(0x0F0F_0F0F)) }
+}
+
+/// `acc + Σ a.i16[2l + p] * b.i16[2l + p]` per i32 lane, as one `vpdpwssd`: LLVM splits the
+/// intrinsic into `vpmaddwd` + `vpaddd` unless it is told the CPU runs it fast.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: AVX-512 VNNI (the callers' features); registers only.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// `$pass!(T, t0)` for tokens `t0..t0 + T` over tokens `0..$n_tok`: passes of `$full`, then
+/// one pass of those left (`$rest` lists every count below `$full`).
+macro_rules! token_passes {
+    ($n_tok:expr, $pass:ident, $full:expr, [$($rest:literal)*]) => {{
+        let mut t0 = 0;
+        while $n_tok - t0 >= $full {
+            $pass!($full, t0);
+            t0 += $full;
+        }
+        match $n_tok - t0 {
+            $($rest => $pass!($rest, t0),)*
+            _ => {}
+        }
+    }};
+}
+
+/// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
+#[inline(always)]
+unsafe fn hsum8(a: &[__m512; 8]) -> __m512 {
+    // SAFETY: AVX-512 F (the callers' features).
+    unsafe {
+        let even = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let odd = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        _mm512_add_ps(even, odd)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_K in the repacked order.
+
+/// One Q4_K block of sixteen rows (2304 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q4KPacked {
+    /// `qs[m][r]`: bytes `4m..4m + 4` of row `r`'s quants (`m = 8j + k`: values `4k..4k + 4`
+    /// of sub-block `2j` in the low nibbles, of `2j + 1` in the high nibbles).
+    qs: [[u32; ROWS]; 32],
+    /// `sc[m][r]`: bytes `4m..4m + 4` of row `r`'s twelve bytes of 6-bit scales and mins.
+    sc: [[u32; ROWS]; 3],
+    d: [u16; ROWS],
+    dmin: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q4KPacked>() == ROWS * size_of::<BlockQ4K>());
+
+impl Pack for Q4KPacked {
+    type W = BlockQ4K;
+    fn pack(rows: [&BlockQ4K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(&x.scales, m);
+            }
+            p.d[r] = x.d.to_bits();
+            p.dmin[r] = x.dmin.to_bits();
+        }
+        p
+    }
+}
+
+/// The eight sub-block scales (i32 lanes) and the four pairs of mins (sub-blocks `2j`, `2j +
+/// 1` as the low and high i16) of a packed Q4_K block, unpacked in the lanes.
+#[inline(always)]
+unsafe fn q4_k_scales(p: &Q4KPacked) -> ([__m512i; 8], [__m512i; 4]) {
+    // SAFETY: AVX-512 F/BW (the callers' features); rows of `sc`.
+    unsafe {
+        let (s0, s1, s2) = (ld(&p.sc[0]), ld(&p.sc[1]), ld(&p.sc[2]));
+        let (m3f, m0f, m30) = (
+            _mm512_set1_epi32(0x3F3F_3F3F),
+            _mm512_set1_epi32(0x0F0F_0F0F),
+            _mm512_set1_epi32(0x3030_3030),
+        );
+        // Bytes j of these are the scale and the min of sub-blocks j (`lo`) and 4 + j (`hi`):
+        // ggml's `get_scale_min_k4`, four at a time.
+        let sc_lo = _mm512_and_si512(s0, m3f);
+        let mn_lo = _mm512_and_si512(s1, m3f);
+        let sc_hi = _mm512_or_si512(
+            _mm512_and_si512(s2, m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<2>(s0), m30),
+        );
+        let mn_hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s2), m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<2>(s1), m30),
+        );
+        let z = 0x80;
+        let byte = [
+            word_shuffle([0, z, z, z]),
+            word_shuffle([1, z, z, z]),
+            word_shuffle([2, z, z, z]),
+            word_shuffle([3, z, z, z]),
+        ];
+        let sc = std::array::from_fn(|j| {
+            _mm512_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, byte[j % 4])
+        });
+        let (p01, p23) = (word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z]));
+        let mins = [
+            _mm512_shuffle_epi8(mn_lo, p01),
+            _mm512_shuffle_epi8(mn_lo, p23),
+            _mm512_shuffle_epi8(mn_hi, p01),
+            _mm512_shuffle_epi8(mn_hi, p23),
+        ];
+        (sc, mins)
+    }
+}
+
+/// Sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token `t0 + t`'s
+/// blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * stride + r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q4_k_tokens<const T: usize>(
+    g: &[Q4KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut main = [_mm512_setzero_ps(); T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        // SAFETY: this function's features.
+        let (sc, mn) = unsafe { q4_k_scales(g) };
+        let mut tot = [_mm512_setzero_si512(); T];
+        // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
+        // chains of `vpdpbusd` a token.
+        for j in 0..4 {
+            let mut lo = [_mm512_setzero_si512(); T];
+            let mut hi = [_mm512_setzero_si512(); T];
+            for k in 0..8 {
+                // SAFETY: a row of `qs`.
+                let raw = unsafe { ld(&g.qs[8 * j + k]) };
+                let (wlo, whi) = (
+                    _mm512_and_si512(raw, m4),
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4),
+                );
+                for t in 0..T {
+                    // SAFETY: values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value block.
+                    let (alo, ahi) = unsafe {
+                        (
+                            bcast4(y[t].add(64 * j + 4 * k)),
+                            bcast4(y[t].add(64 * j + 32 + 4 * k)),
+                        )
+                    };
+                    lo[t] = _mm512_dpbusd_epi32(lo[t], wlo, alo);
+                    hi[t] = _mm512_dpbusd_epi32(hi[t], whi, ahi);
+                }
+            }
+            for t in 0..T {
+                let both = _mm512_add_epi32(
+                    _mm512_mullo_epi32(lo[t], sc[2 * j]),
+                    _mm512_mullo_epi32(hi[t], sc[2 * j + 1]),
+                );
+                tot[t] = _mm512_add_epi32(tot[t], both);
+            }
+        }
+        // SAFETY: rows of `d`, `dmin`.
+        let (dx, dminx) = unsafe { (ld_f16(&g.d), ld_f16(&g.dmin)) };
+        for t in 0..T {
+            let ps = &pair_sums[t][b];
+            let mut m = _mm512_setzero_si512();
+            for (j, &mn) in mn.iter().enumerate() {
+                // SAFETY: i16 elements 2j, 2j + 1 of `ps`; this function's features.
+                m = unsafe { dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j))) };
+            }
+            let yd = _mm512_set1_ps(ys[t][b].d);
+            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+        }
+    }
+    for t in 0..T {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_sub_ps(main[t], mins[t])) };
+    }
+}
+
+thread_local! {
+    /// Each thread's per-call token tables, reused from call to call.
+    static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
+/// (`(n_tok, 16 * groups)`).
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/DQ/VL, AVX-512 VNNI, AVX2, FMA and F16C; `a` holds `n_tok *
+/// per_row` blocks and `out` `n_tok * 16 * (p.len() / per_row)` floats.
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    PAIR_SUMS.with_borrow_mut(|pair_sums| {
+        pair_sums.clear();
+        pair_sums.extend(a.iter().map(|y| {
+            let mut ps = [0i16; 8];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
+            ps
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    q4_k_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| ps($t0 + t)),
+                        out,
+                        (stride, ROWS * gi, $t0),
+                    )
+                };
+            }
+            token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q6_K in `vec_dot` order: lane `l` takes values whose index mod 32 is in `4l..4l + 4`, with q
+// unsigned (0..64), each times its 16-value group's scale, less `32 * (bsum[2l] * scale[2l] +
+// bsum[2l + 1] * scale[2l + 1])`.
+
+/// One Q6_K block of sixteen rows (3360 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q6KPacked {
+    /// Word `m` of each row's 128 bytes of low nibbles.
+    ql: [[u32; ROWS]; 32],
+    /// Word `m` of each row's 64 bytes of high bit pairs.
+    qh: [[u32; ROWS]; 16],
+    /// Word `m` of each row's sixteen i8 scales.
+    sc: [[u32; ROWS]; 4],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q6KPacked>() == ROWS * size_of::<BlockQ6K>());
+
+impl Pack for Q6KPacked {
+    type W = BlockQ6K;
+    fn pack(rows: [&BlockQ6K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, ql) in p.ql.iter_mut().enumerate() {
+                ql[r] = word(&x.ql, m);
+            }
+            for (m, qh) in p.qh.iter_mut().enumerate() {
+                qh[r] = word(&x.qh, m);
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(bytemuck::cast_slice(&x.scales), m);
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn q6_k_tokens<const T: usize>(
+    g: &[Q6KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let m30 = _mm512_set1_epi32(0x3030_3030);
+    let z = 0x80;
+    // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+    // SAFETY: this function's features.
+    let dup: [__m512i; 4] =
+        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
+    // SAFETY: as above.
+    let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        // SAFETY: rows of `sc` and `d`.
+        let (sc, dx) = unsafe {
+            (
+                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
+                ld_f16(&g.d),
+            )
+        };
+        // (scale[group], scale[group]) as i16 pairs, for the sixteen groups.
+        let scale: [__m512i; 16] = std::array::from_fn(|group| {
+            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]))
+        });
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        for k in 0..8 {
+            // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]), times -32.
+            let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(
+                sc[k / 2],
+                if k % 2 == 0 { pair01 } else { pair23 },
+            ));
+            let mut lane: [__m512i; T] = std::array::from_fn(|t| {
+                // SAFETY: i16 elements 2k, 2k + 1 of the bsums; this function's features.
+                let off = unsafe {
+                    dpwssd(
+                        _mm512_setzero_si512(),
+                        pair,
+                        bcast4(ys[t][b].bsums.as_ptr().add(2 * k)),
+                    )
+                };
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off))
+            });
+            // With one token, two chains (h = 0 and 1), added at the end: one chain of
+            // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
+            // waiting. (Several tokens have chains enough.)
+            let mut lane1 = [_mm512_setzero_si512(); T];
+            for h in 0..2 {
+                // SAFETY: rows of `ql`, `qh`.
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        ld(&g.ql[16 * h + k]),
+                        ld(&g.ql[16 * h + 8 + k]),
+                        ld(&g.qh[8 * h + k]),
+                    )
+                };
+                // SAFETY: this function's features.
+                let v = unsafe {
+                    [
+                        nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
+                        nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
+                        nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
+                        nibble_or(
+                            _mm512_srli_epi32::<4>(ql1),
+                            _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
+                        ),
+                    ]
+                };
+                // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
+                for (w, v) in v.into_iter().enumerate() {
+                    let s = scale[8 * h + 2 * w + k / 4];
+                    for t in 0..T {
+                        let chain = if T > 1 || h == 0 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
+                        // SAFETY: four values of the token's 256; this function's features.
+                        *chain = unsafe {
+                            let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
+                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), s)
+                        };
+                    }
+                }
+            }
+            for t in 0..T {
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats; this function's features.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+    }
+}
+
+/// Packed Q6_K groups times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    for (gi, g) in p.chunks_exact(per_row).enumerate() {
+        let tok = |t: usize| &a[t * per_row..][..per_row];
+        macro_rules! pass {
+            ($n:expr, $t0:expr) => {
+                q6_k_tokens::<{ $n }>(
+                    g,
+                    std::array::from_fn(|t| tok($t0 + t)),
+                    out,
+                    (stride, ROWS * gi, $t0),
+                )
+            };
+        }
+        token_passes!(n_tok, pass, 4, [1 2 3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 32-value formats in `vec_dot` order: eight float lanes a (row, token), lane `l` taking
+// values `4l..4l + 4` of every block, fused by `d_x * d_y` block by block.
+
+/// A packed 32-value format without a min, against Q8_0.
+pub(crate) trait Pack32: Pack {
+    /// What [`Self::lane`] adds to each value: the kernel starts each lane at `-OFFSET *
+    /// sum(y)`.
+    const OFFSET: i32;
+    /// Values `4l..4l + 4` of the sixteen rows, plus [`Self::OFFSET`], as unsigned bytes.
+    ///
+    /// # Safety
+    /// AVX-512 F.
+    unsafe fn lane(&self, l: usize) -> __m512i;
+    fn d(&self) -> &[u16; ROWS];
+}
+
+/// One Q8_0 block of sixteen rows (544 bytes), each value stored plus 128.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q8_0Packed {
+    q: [[u32; ROWS]; 8],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q8_0Packed>() == ROWS * size_of::<BlockQ8_0>());
+
+impl Pack for Q8_0Packed {
+    type W = BlockQ8_0;
+    fn pack(rows: [&BlockQ8_0; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (l, q) in p.q.iter_mut().enumerate() {
+                q[r] = word(bytemuck::cast_slice(&x.qs), l) ^ 0x8080_8080;
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+impl Pack32 for Q8_0Packed {
+    const OFFSET: i32 = 128;
+    #[inline(always)]
+    unsafe fn lane(&self, l: usize) -> __m512i {
+        // SAFETY: a row of `q`; the caller's features.
+        unsafe { ld(&self.q[l]) }
+    }
+    fn d(&self) -> &[u16; ROWS] {
+        &self.d
+    }
+}
+
+/// One Q5_0 block of sixteen rows (352 bytes). The 32 fifth bits of a row are stored
+/// reordered: bit `l` of byte `i` is the bit of value `4l + i`, so that lane `l`'s four bits
+/// move to bit 4 of their bytes with one shift.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q5_0Packed {
+    qs: [[u32; ROWS]; 4],
+    qh: [u32; ROWS],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q5_0Packed>() == ROWS * size_of::<BlockQ5_0>());
+
+impl Pack for Q5_0Packed {
+    type W = BlockQ5_0;
+    fn pack(rows: [&BlockQ5_0; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            let qh = u32::from_le_bytes(x.qh);
+            p.qh[r] = (0..32)
+                .map(|v| ((qh >> v) & 1) << (8 * (v % 4) + v / 4))
+                .fold(0, |a, b| a | b);
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+impl Pack32 for Q5_0Packed {
+    const OFFSET: i32 = 16;
+    #[inline(always)]
+    unsafe fn lane(&self, l: usize) -> __m512i {
+        // SAFETY: rows of `qs`, `qh`; the caller's features.
+        unsafe {
+            let qh = ld(&self.qh);
+            let bit = _mm512_and_si512(
+                if l <= 4 {
+                    _mm512_sllv_epi32(qh, _mm512_set1_epi32(4 - l as i32))
+                } else {
+                    _mm512_srlv_epi32(qh, _mm512_set1_epi32(l as i32 - 4))
+                },
+                _mm512_set1_epi32(0x1010_1010),
+            );
+            let q = if l < 4 {
+                ld(&self.qs[l])
+            } else {
+                _mm512_srli_epi32::<4>(ld(&self.qs[l - 4]))
+            };
+            nibble_or(q, bit)
+        }
+    }
+    fn d(&self) -> &[u16; ROWS] {
+        &self.d
+    }
+}
+
+/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values, and `d`.
+#[derive(Clone, Copy)]
+struct Tok32 {
+    bias: [i32; 8],
+    d: f32,
+}
+
+thread_local! {
+    static TOKS32: RefCell<Vec<Tok32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`), into `out[(t0 + t) *
+/// stride + r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn tokens32<P: Pack32, const T: usize>(
+    g: &[P],
+    ys: [&[BlockQ8_0]; T],
+    toks: [&[Tok32]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        // SAFETY: a row of `d`.
+        let dx = unsafe { ld_f16(g.d()) };
+        let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(tk[t].d)));
+        for l in 0..8 {
+            // SAFETY: this function's features.
+            let w = unsafe { g.lane(l) };
+            for t in 0..T {
+                // SAFETY: values 4l..4l + 4 of the token's 32.
+                let a = unsafe { bcast4(y[t].add(4 * l)) };
+                let s = _mm512_dpbusd_epi32(_mm512_set1_epi32(tk[t].bias[l]), w, a);
+                acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(s), acc[t][l]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats; this function's features.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+    }
+}
+
+/// Packed 32-value groups times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[BlockQ8_0], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    TOKS32.with_borrow_mut(|toks| {
+        toks.clear();
+        toks.extend(a.iter().map(|y| {
+            // SAFETY: 32 readable bytes; this function's features.
+            let q = unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) };
+            let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
+            let mut bias = [0i32; 8];
+            let neg = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-P::OFFSET));
+            // SAFETY: 32 writable bytes.
+            unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), neg) };
+            Tok32 {
+                bias,
+                d: y.d.to_f32(),
+            }
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let tk = |t: usize| &toks[t * per_row..][..per_row];
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    tokens32::<P, { $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| tk($t0 + t)),
+                        out,
+                        (stride, ROWS * gi, $t0),
+                    )
+                };
+            }
+            token_passes!(n_tok, pass, 3, [1 2]);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entries.
+
+/// The product of packed groups with a batch of tokens: `(packed groups' bytes, blocks per
+/// row, activation blocks, tokens, out)`, `out` as `(n_tok, 16 * groups)`.
+pub(crate) type PackedFn = fn(&[u8], usize, &[u8], usize, &mut [f32]) -> Result<(), QuantError>;
+
+/// Pack the first `groups` groups of sixteen rows of a matrix: `(rows' bytes, row_bytes,
+/// groups, release)`, as [`pack_groups`].
+pub(crate) type PackFn =
+    fn(&[u8], usize, usize, &(dyn Fn(&[u8]) + Sync)) -> Result<memmap2::Mmap, PackError>;
+
+/// Why a matrix could not be packed.
+pub(crate) enum PackError {
+    Quant(QuantError),
+    /// No memory for the packed copy.
+    Io(std::io::Error),
+}
+
+impl From<QuantError> for PackError {
+    fn from(e: QuantError) -> Self {
+        PackError::Quant(e)
+    }
+}
+
+/// A packed format's pieces: how to pack a matrix, its kernel, its packed block's bytes.
+pub(crate) struct PackedFormat {
+    pub pack: PackFn,
+    pub kernel: PackedFn,
+    pub block_bytes: usize,
+}
+
+/// Check and cast the operands of a packed kernel.
+fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
+    ty: GgmlType,
+    act: GgmlType,
+    p: &'p [u8],
+    per_row: usize,
+    a: &'a [u8],
+    n_tok: usize,
+    out: &[f32],
+) -> Result<(&'p [P], &'a [A]), QuantError> {
+    let bad = || QuantError::DotLength {
+        ty,
+        act,
+        weights: p.len() / size_of::<P>() * ROWS * ty.block_len(),
+        activations: a.len() / size_of::<A>() * act.block_len(),
+    };
+    let p: &[P] = bytemuck::try_cast_slice(p).map_err(|_| bad())?;
+    let a: &[A] = crate::codec::cast_blocks::<A>(a)?;
+    let groups = p.len() / per_row.max(1);
+    let fits = per_row > 0
+        && p.len() == groups * per_row
+        && a.len() == n_tok * per_row
+        && out.len() == n_tok * ROWS * groups;
+    if fits {
+        Ok((p, a))
+    } else {
+        Err(bad())
+    }
+}
+
+macro_rules! packed_format {
+    ($name:ident: $p:ty, $act:ty, $ty:expr, $act_ty:expr => $driver:expr) => {
+        pub(crate) static $name: PackedFormat = PackedFormat {
+            pack: |w, row_bytes, groups, release| {
+                let x = crate::codec::cast_blocks::<<$p as Pack>::W>(w)?;
+                let per_row = row_bytes / size_of::<<$p as Pack>::W>();
+                if per_row == 0 || x.len() < groups * ROWS * per_row {
+                    return Err(PackError::Quant(QuantError::ByteLength {
+                        ty: $ty,
+                        bytes: w.len(),
+                    }));
+                }
+                pack_groups::<$p>(x, per_row, groups, release).map_err(PackError::Io)
+            },
+            kernel: |p, per_row, a, n_tok, out| {
+                let (p, a) = operands::<$p, $act>($ty, $act_ty, p, per_row, a, n_tok, out)?;
+                // SAFETY: `crate::packed` hands these formats out only after detecting the
+                // CPU features the drivers need; the operands' sizes agree (checked above).
+                unsafe { $driver(p, per_row, a, out) };
+                Ok(())
+            },
+            block_bytes: size_of::<$p>(),
+        };
+    };
+}
+
+packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
+packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed>);
+packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed>);
+
+/// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
+/// order), if there is one.
+pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
+    match (ty, repacked) {
+        (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q6_K, _) => Some(&Q6_K),
+        (GgmlType::Q8_0, _) => Some(&Q8_0),
+        (GgmlType::Q5_0, _) => Some(&Q5_0),
+        _ => None,
+    }
+}
