@@ -156,10 +156,18 @@ const PREFETCH_AHEAD: usize = 8192;
 /// per 64-byte line. A hint: it reads nothing and never faults, past the matrix's end too.
 #[inline(always)]
 fn prefetch_ahead<P>(p: &P) {
+    prefetch_part(p, 0, 1);
+}
+
+/// Part `part` of `parts` of [`prefetch_ahead`]: a block's requests spread over its loop, so
+/// that they do not all wait at once for the core's few line-fill buffers.
+#[inline(always)]
+fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
     let base = (p as *const P).cast::<u8>().wrapping_add(PREFETCH_AHEAD);
-    for line in (0..size_of::<P>()).step_by(64) {
+    let lines = size_of::<P>().div_ceil(64);
+    for line in lines * part / parts..lines * (part + 1) / parts {
         // SAFETY: a prefetch reads nothing into the program and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(line).cast()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(64 * line).cast()) };
     }
 }
 
@@ -311,7 +319,6 @@ fn q4_k_tokens<const T: usize>(
     let mut main = [_mm512_setzero_ps(); T];
     let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_ahead(g);
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         // SAFETY: this function's features.
         let (sc, mn) = unsafe { q4_k_scales(g) };
@@ -319,6 +326,7 @@ fn q4_k_tokens<const T: usize>(
         // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
         // chains of `vpdpbusd` a token.
         for j in 0..4 {
+            prefetch_part(g, j, 4);
             let mut lo = [_mm512_setzero_si512(); T];
             let mut hi = [_mm512_setzero_si512(); T];
             for k in 0..8 {
@@ -471,7 +479,6 @@ fn q6_k_tokens<const T: usize>(
     let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_ahead(g);
         // SAFETY: rows of `sc` and `d`.
         let (sc, dx) = unsafe {
             (
@@ -486,6 +493,7 @@ fn q6_k_tokens<const T: usize>(
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
+            prefetch_part(g, k, 8);
             // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]), times -32.
             let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(
                 sc[k / 2],
