@@ -605,6 +605,9 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::Q6_K, true),
             (GgmlType::Q8_0, false),
             (GgmlType::Q5_0, false),
+            (GgmlType::Q4_0, false),
+            (GgmlType::Q4_1, false),
+            (GgmlType::Q5_1, false),
         ] {
             assert!(packed_types.contains(&want), "{want:?} not packed");
         }

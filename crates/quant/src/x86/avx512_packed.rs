@@ -585,7 +585,7 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
                 )
             };
         }
-        token_passes!(n_tok, pass, 4, [1 2 3]);
+        token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
     }
 }
 
@@ -593,17 +593,55 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // The 32-value formats in `vec_dot` order: eight float lanes a (row, token), lane `l` taking
 // values `4l..4l + 4` of every block, fused by `d_x * d_y` block by block.
 
-/// A packed 32-value format without a min, against Q8_0.
+/// A token block of the 32-value formats' activations (Q8_0, Q8_1).
+pub(crate) trait Act32: crate::codec::Block {
+    fn qs(&self) -> &[i8; 32];
+    fn d(&self) -> f32;
+    /// `d * sum(qs)` (Q8_1), which the weights' min multiplies; 0 without one.
+    fn s(&self) -> f32;
+}
+
+impl Act32 for BlockQ8_0 {
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+    fn d(&self) -> f32 {
+        self.d.to_f32()
+    }
+    fn s(&self) -> f32 {
+        0.0
+    }
+}
+
+impl Act32 for BlockQ8_1 {
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+    fn d(&self) -> f32 {
+        self.d.to_f32()
+    }
+    fn s(&self) -> f32 {
+        self.s.to_f32()
+    }
+}
+
+/// A packed 32-value format.
 pub(crate) trait Pack32: Pack {
+    /// Its activation blocks.
+    type A: Act32;
     /// What [`Self::lane`] adds to each value: the kernel starts each lane at `-OFFSET *
     /// sum(y)`.
     const OFFSET: i32;
+    /// Whether the format has a min (`x = d * q + m`), fused against the token's `s`.
+    const MIN: bool;
     /// Values `4l..4l + 4` of the sixteen rows, plus [`Self::OFFSET`], as unsigned bytes.
     ///
     /// # Safety
     /// AVX-512 F.
     unsafe fn lane(&self, l: usize) -> __m512i;
     fn d(&self) -> &[u16; ROWS];
+    /// The mins (the scales, unused, without [`Self::MIN`]).
+    fn m(&self) -> &[u16; ROWS];
 }
 
 /// One Q8_0 block of sixteen rows (544 bytes), each value stored plus 128.
@@ -630,7 +668,9 @@ impl Pack for Q8_0Packed {
 }
 
 impl Pack32 for Q8_0Packed {
+    type A = BlockQ8_0;
     const OFFSET: i32 = 128;
+    const MIN: bool = false;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: a row of `q`; the caller's features.
@@ -639,97 +679,219 @@ impl Pack32 for Q8_0Packed {
     fn d(&self) -> &[u16; ROWS] {
         &self.d
     }
-}
-
-/// One Q5_0 block of sixteen rows (352 bytes). The 32 fifth bits of a row are stored
-/// reordered: bit `l` of byte `i` is the bit of value `4l + i`, so that lane `l`'s four bits
-/// move to bit 4 of their bytes with one shift.
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C)]
-pub(crate) struct Q5_0Packed {
-    qs: [[u32; ROWS]; 4],
-    qh: [u32; ROWS],
-    d: [u16; ROWS],
-}
-const _: () = assert!(size_of::<Q5_0Packed>() == ROWS * size_of::<BlockQ5_0>());
-
-impl Pack for Q5_0Packed {
-    type W = BlockQ5_0;
-    fn pack(rows: [&BlockQ5_0; ROWS]) -> Self {
-        let mut p = Self::zeroed();
-        for (r, x) in rows.into_iter().enumerate() {
-            for (m, qs) in p.qs.iter_mut().enumerate() {
-                qs[r] = word(&x.qs, m);
-            }
-            let qh = u32::from_le_bytes(x.qh);
-            p.qh[r] = (0..32)
-                .map(|v| ((qh >> v) & 1) << (8 * (v % 4) + v / 4))
-                .fold(0, |a, b| a | b);
-            p.d[r] = x.d.to_bits();
-        }
-        p
-    }
-}
-
-impl Pack32 for Q5_0Packed {
-    const OFFSET: i32 = 16;
-    #[inline(always)]
-    unsafe fn lane(&self, l: usize) -> __m512i {
-        // SAFETY: rows of `qs`, `qh`; the caller's features.
-        unsafe {
-            let qh = ld(&self.qh);
-            let bit = _mm512_and_si512(
-                if l <= 4 {
-                    _mm512_sllv_epi32(qh, _mm512_set1_epi32(4 - l as i32))
-                } else {
-                    _mm512_srlv_epi32(qh, _mm512_set1_epi32(l as i32 - 4))
-                },
-                _mm512_set1_epi32(0x1010_1010),
-            );
-            let q = if l < 4 {
-                ld(&self.qs[l])
-            } else {
-                _mm512_srli_epi32::<4>(ld(&self.qs[l - 4]))
-            };
-            nibble_or(q, bit)
-        }
-    }
-    fn d(&self) -> &[u16; ROWS] {
+    fn m(&self) -> &[u16; ROWS] {
         &self.d
     }
 }
 
-/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values, and `d`.
+/// The fifth bits of a row of Q5_0/Q5_1 (the little-endian `qh`: bit `v` for value `v`),
+/// reordered so that bit `l` of byte `i` is the bit of value `4l + i`: lane `l`'s four bits
+/// then move to bit 4 of their bytes with one shift.
+fn fifth_bits(qh: [u8; 4]) -> u32 {
+    let qh = u32::from_le_bytes(qh);
+    (0..32)
+        .map(|v| ((qh >> v) & 1) << (8 * (v % 4) + v / 4))
+        .fold(0, |a, b| a | b)
+}
+
+/// Values `4l..4l + 4` of sixteen rows of a 4-bit 32-value format (`qs`: the rows' nibble
+/// words; values `0..16` in the low nibbles, `16..32` in the high), with the fifth bits of
+/// [`fifth_bits`] (`qh`) if there are.
+#[inline(always)]
+unsafe fn nibble_lane(qs: &[[u32; ROWS]; 4], qh: Option<&[u32; ROWS]>, l: usize) -> __m512i {
+    // SAFETY: rows of `qs`, `qh`; the caller's features.
+    unsafe {
+        let q = if l < 4 {
+            ld(&qs[l])
+        } else {
+            _mm512_srli_epi32::<4>(ld(&qs[l - 4]))
+        };
+        let Some(qh) = qh else {
+            return _mm512_and_si512(q, _mm512_set1_epi8(0x0F));
+        };
+        let qh = ld(qh);
+        let bit = _mm512_and_si512(
+            if l <= 4 {
+                _mm512_sllv_epi32(qh, _mm512_set1_epi32(4 - l as i32))
+            } else {
+                _mm512_srlv_epi32(qh, _mm512_set1_epi32(l as i32 - 4))
+            },
+            _mm512_set1_epi32(0x1010_1010),
+        );
+        nibble_or(q, bit)
+    }
+}
+
+/// A packed 4-bit 32-value format: `$name` for `$block` against `$act`; `qh`: with fifth
+/// bits; `min`: with a min.
+macro_rules! packed_nibbles {
+    ($(#[$doc:meta])* $name:ident: $block:ty, $act:ty, offset $off:literal,
+     qh $qh:tt, min $min:tt) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Pod, Zeroable)]
+        #[repr(C)]
+        pub(crate) struct $name {
+            qs: [[u32; ROWS]; 4],
+            qh: [[u32; ROWS]; $qh as usize],
+            d: [u16; ROWS],
+            m: [[u16; ROWS]; $min as usize],
+        }
+        const _: () = assert!(size_of::<$name>() == ROWS * size_of::<$block>());
+
+        impl Pack for $name {
+            type W = $block;
+            #[allow(unused_variables)] // `x` without fifth bits or a min
+            fn pack(rows: [&$block; ROWS]) -> Self {
+                let mut p = Self::zeroed();
+                for (r, x) in rows.into_iter().enumerate() {
+                    for (m, qs) in p.qs.iter_mut().enumerate() {
+                        qs[r] = word(&x.qs, m);
+                    }
+                    packed_nibbles!(@heads p, r, x, qh $qh, min $min);
+                    p.d[r] = x.d.to_bits();
+                }
+                p
+            }
+        }
+
+        impl Pack32 for $name {
+            type A = $act;
+            const OFFSET: i32 = $off;
+            const MIN: bool = $min;
+            #[inline(always)]
+            unsafe fn lane(&self, l: usize) -> __m512i {
+                // SAFETY: the caller's.
+                unsafe { nibble_lane(&self.qs, self.qh.first(), l) }
+            }
+            fn d(&self) -> &[u16; ROWS] {
+                &self.d
+            }
+            fn m(&self) -> &[u16; ROWS] {
+                self.m.first().unwrap_or(&self.d)
+            }
+        }
+    };
+    (@heads $p:ident, $r:ident, $x:ident, qh true, min $min:tt) => {
+        $p.qh[0][$r] = fifth_bits($x.qh);
+        packed_nibbles!(@heads $p, $r, $x, qh false, min $min);
+    };
+    (@heads $p:ident, $r:ident, $x:ident, qh false, min true) => {
+        $p.m[0][$r] = $x.m.to_bits();
+    };
+    (@heads $p:ident, $r:ident, $x:ident, qh false, min false) => {};
+}
+
+packed_nibbles!(
+    /// One Q4_0 block of sixteen rows (288 bytes), in `vec_dot` order.
+    Q4_0Packed: BlockQ4_0, BlockQ8_0, offset 8, qh false, min false
+);
+packed_nibbles!(
+    /// One Q4_1 block of sixteen rows (320 bytes).
+    Q4_1Packed: BlockQ4_1, BlockQ8_1, offset 0, qh false, min true
+);
+packed_nibbles!(
+    /// One Q5_0 block of sixteen rows (352 bytes), fifth bits as [`fifth_bits`].
+    Q5_0Packed: BlockQ5_0, BlockQ8_0, offset 16, qh true, min false
+);
+packed_nibbles!(
+    /// One Q5_1 block of sixteen rows (384 bytes), fifth bits as [`fifth_bits`].
+    Q5_1Packed: BlockQ5_1, BlockQ8_1, offset 0, qh true, min true
+);
+
+/// Where [`tokens32`] reads a block of sixteen rows from: the packed block itself, or its
+/// lanes unpacked once per call ([`Unpacked32`]) when several passes over the tokens share
+/// them.
+trait Lanes32 {
+    /// # Safety
+    /// AVX-512 F.
+    unsafe fn lane(&self, l: usize) -> __m512i;
+    fn d(&self) -> &[u16; ROWS];
+    fn m(&self) -> &[u16; ROWS];
+}
+
+impl<P: Pack32> Lanes32 for P {
+    #[inline(always)]
+    unsafe fn lane(&self, l: usize) -> __m512i {
+        // SAFETY: the caller's.
+        unsafe { Pack32::lane(self, l) }
+    }
+    fn d(&self) -> &[u16; ROWS] {
+        Pack32::d(self)
+    }
+    fn m(&self) -> &[u16; ROWS] {
+        Pack32::m(self)
+    }
+}
+
+/// A packed 32-value block's eight lanes as bytes, with its heads.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Unpacked32 {
+    q: [[u32; ROWS]; 8],
+    d: [u16; ROWS],
+    m: [u16; ROWS],
+}
+
+impl Lanes32 for Unpacked32 {
+    #[inline(always)]
+    unsafe fn lane(&self, l: usize) -> __m512i {
+        // SAFETY: a row of `q`; the caller's features.
+        unsafe { _mm512_load_si512(self.q[l].as_ptr().cast()) }
+    }
+    fn d(&self) -> &[u16; ROWS] {
+        &self.d
+    }
+    fn m(&self) -> &[u16; ROWS] {
+        &self.m
+    }
+}
+
+/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values, `d` and
+/// `s`.
 #[derive(Clone, Copy)]
 struct Tok32 {
     bias: [i32; 8],
     d: f32,
+    s: f32,
 }
 
 thread_local! {
-    static TOKS32: RefCell<Vec<Tok32>> = const { RefCell::new(Vec::new()) };
+    static TOKS32: RefCell<(Vec<Tok32>, Vec<Unpacked32>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
 }
+
+/// Passes over the tokens from which a group's lanes are unpacked once per call rather than
+/// once per pass.
+const UNPACK_FROM_PASSES: usize = 2;
 
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`), into `out[(t0 + t) *
 /// stride + r0..][..16]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
-fn tokens32<P: Pack32, const T: usize>(
-    g: &[P],
-    ys: [&[BlockQ8_0]; T],
+fn tokens32<P: Pack32, L: Lanes32, const T: usize>(
+    g: &[L],
+    ys: [&[P::A]; T],
     toks: [&[Tok32]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
         prefetch_ahead(g);
         // SAFETY: a row of `d`.
         let dx = unsafe { ld_f16(g.d()) };
         let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(tk[t].d)));
+        if P::MIN {
+            // SAFETY: a row of `m`.
+            let mx = unsafe { ld_f16(g.m()) };
+            for t in 0..T {
+                mins[t] = _mm512_fmadd_ps(mx, _mm512_set1_ps(tk[t].s), mins[t]);
+            }
+        }
         for l in 0..8 {
             // SAFETY: this function's features.
             let w = unsafe { g.lane(l) };
@@ -742,9 +904,14 @@ fn tokens32<P: Pack32, const T: usize>(
         }
     }
     for (t, a) in acc.iter().enumerate() {
+        // SAFETY: this function's features.
+        let mut v = unsafe { hsum8(a) };
+        if P::MIN {
+            v = _mm512_add_ps(v, mins[t]);
+        }
         let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats; this function's features.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
     }
 }
 
@@ -753,14 +920,14 @@ fn tokens32<P: Pack32, const T: usize>(
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[BlockQ8_0], out: &mut [f32]) {
+unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[P::A], out: &mut [f32]) {
     let stride = p.len() / per_row * ROWS;
     let n_tok = a.len() / per_row;
-    TOKS32.with_borrow_mut(|toks| {
+    TOKS32.with_borrow_mut(|(toks, unpacked)| {
         toks.clear();
         toks.extend(a.iter().map(|y| {
             // SAFETY: 32 readable bytes; this function's features.
-            let q = unsafe { _mm256_loadu_si256(y.qs.as_ptr().cast()) };
+            let q = unsafe { _mm256_loadu_si256(y.qs().as_ptr().cast()) };
             let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
             let mut bias = [0i32; 8];
             let neg = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-P::OFFSET));
@@ -768,27 +935,60 @@ unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[BlockQ8_0], out: &mut
             unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), neg) };
             Tok32 {
                 bias,
-                d: y.d.to_f32(),
+                d: y.d(),
+                s: y.s(),
             }
         }));
+        let unpack = n_tok.div_ceil(TOKENS32) >= UNPACK_FROM_PASSES;
+        if unpack && unpacked.len() < per_row {
+            let zero = Unpacked32 {
+                q: [[0; ROWS]; 8],
+                d: [0; ROWS],
+                m: [0; ROWS],
+            };
+            unpacked.resize(per_row, zero);
+        }
         for (gi, g) in p.chunks_exact(per_row).enumerate() {
             let tok = |t: usize| &a[t * per_row..][..per_row];
             let tk = |t: usize| &toks[t * per_row..][..per_row];
+            if unpack {
+                for (u, g) in unpacked.iter_mut().zip(g) {
+                    for (l, q) in u.q.iter_mut().enumerate() {
+                        // SAFETY: 64 writable, aligned bytes; this function's features.
+                        unsafe { _mm512_store_si512(q.as_mut_ptr().cast(), Pack32::lane(g, l)) };
+                    }
+                    u.d = *Pack32::d(g);
+                    u.m = *Pack32::m(g);
+                }
+            }
             macro_rules! pass {
                 ($n:expr, $t0:expr) => {
-                    tokens32::<P, { $n }>(
-                        g,
-                        std::array::from_fn(|t| tok($t0 + t)),
-                        std::array::from_fn(|t| tk($t0 + t)),
-                        out,
-                        (stride, ROWS * gi, $t0),
-                    )
+                    if unpack {
+                        tokens32::<P, Unpacked32, { $n }>(
+                            &unpacked[..per_row],
+                            std::array::from_fn(|t| tok($t0 + t)),
+                            std::array::from_fn(|t| tk($t0 + t)),
+                            out,
+                            (stride, ROWS * gi, $t0),
+                        )
+                    } else {
+                        tokens32::<P, P, { $n }>(
+                            g,
+                            std::array::from_fn(|t| tok($t0 + t)),
+                            std::array::from_fn(|t| tk($t0 + t)),
+                            out,
+                            (stride, ROWS * gi, $t0),
+                        )
+                    }
                 };
             }
-            token_passes!(n_tok, pass, 3, [1 2]);
+            token_passes!(n_tok, pass, TOKENS32, [1 2]);
         }
     });
 }
+
+/// Tokens per pass over a group's 32-value blocks (eight float lanes each).
+const TOKENS32: usize = 3;
 
 // ---------------------------------------------------------------------------------------------
 // Entries.
@@ -882,6 +1082,9 @@ packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K =
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed>);
 packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed>);
+packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed>);
+packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed>);
+packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed>);
 
 /// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
 /// order), if there is one.
@@ -891,6 +1094,9 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
         (GgmlType::Q6_K, _) => Some(&Q6_K),
         (GgmlType::Q8_0, _) => Some(&Q8_0),
         (GgmlType::Q5_0, _) => Some(&Q5_0),
+        (GgmlType::Q4_0, false) => Some(&Q4_0),
+        (GgmlType::Q4_1, _) => Some(&Q4_1),
+        (GgmlType::Q5_1, _) => Some(&Q5_1),
         _ => None,
     }
 }
