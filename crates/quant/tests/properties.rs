@@ -608,6 +608,8 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::Q4_0, false),
             (GgmlType::Q4_1, false),
             (GgmlType::Q5_1, false),
+            (GgmlType::Q4_0, true),
+            (GgmlType::IQ4_NL, true),
         ] {
             assert!(packed_types.contains(&want), "{want:?} not packed");
         }

@@ -798,6 +798,55 @@ packed_nibbles!(
     Q5_1Packed: BlockQ5_1, BlockQ8_1, offset 0, qh true, min true
 );
 
+/// One IQ4_NL block of sixteen rows (288 bytes): Q4_0's layout, each nibble an index into
+/// the sixteen non-uniform levels.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct IQ4NLPacked {
+    qs: [[u32; ROWS]; 4],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<IQ4NLPacked>() == ROWS * size_of::<BlockIQ4NL>());
+
+impl Pack for IQ4NLPacked {
+    type W = BlockIQ4NL;
+    fn pack(rows: [&BlockIQ4NL; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+impl Pack32 for IQ4NLPacked {
+    type A = BlockQ8_0;
+    const OFFSET: i32 = 128;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn lane(&self, l: usize) -> __m512i {
+        // The levels plus 128, as unsigned bytes, looked up sixteen at a time.
+        let mut table = [0u8; 16];
+        for (t, &k) in table.iter_mut().zip(&KVALUES_IQ4NL) {
+            *t = (k as i16 + 128) as u8;
+        }
+        // SAFETY: 16 readable bytes; the caller's features.
+        unsafe {
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+            _mm512_shuffle_epi8(table, nibble_lane(&self.qs, None, l))
+        }
+    }
+    fn d(&self) -> &[u16; ROWS] {
+        &self.d
+    }
+    fn m(&self) -> &[u16; ROWS] {
+        &self.d
+    }
+}
+
 /// Where [`tokens32`] reads a block of sixteen rows from: the packed block itself, or its
 /// lanes unpacked once per call ([`Unpacked32`]) when several passes over the tokens share
 /// them.
@@ -915,12 +964,68 @@ fn tokens32<P: Pack32, L: Lanes32, const T: usize>(
     }
 }
 
-/// Packed 32-value groups times every token, as [`q4_k`].
+/// [`tokens32`] in the order of llama.cpp's repacked gemv (Q4_0, IQ4_NL): each block's exact
+/// integer total fused into one running float a (row, token) by `d_x * d_y`
+/// (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn tokens32_rows8<P: Pack32, L: Lanes32, const T: usize>(
+    g: &[L],
+    ys: [&[P::A]; T],
+    toks: [&[Tok32]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let mut acc = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        // SAFETY: a row of `d`.
+        let dx = unsafe { ld_f16(g.d()) };
+        let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
+        // Two chains a token (even and odd lanes), added at the end.
+        let mut even: [__m512i; T] =
+            std::array::from_fn(|t| _mm512_set1_epi32(tk[t].bias.iter().sum::<i32>()));
+        let mut odd = [_mm512_setzero_si512(); T];
+        for l in 0..8 {
+            // SAFETY: this function's features.
+            let w = unsafe { g.lane(l) };
+            for t in 0..T {
+                // SAFETY: values 4l..4l + 4 of the token's 32.
+                let a = unsafe { bcast4(y[t].add(4 * l)) };
+                if l % 2 == 0 {
+                    even[t] = _mm512_dpbusd_epi32(even[t], w, a);
+                } else {
+                    odd[t] = _mm512_dpbusd_epi32(odd[t], w, a);
+                }
+            }
+        }
+        for t in 0..T {
+            let total = _mm512_add_epi32(even[t], odd[t]);
+            let d = _mm512_mul_ps(dx, _mm512_set1_ps(tk[t].d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), d, acc[t]);
+        }
+    }
+    for (t, &a) in acc.iter().enumerate() {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+/// Packed 32-value groups times every token, as [`q4_k`]: in `vec_dot` order, or in the order
+/// of llama.cpp's repacked gemv (`REPACKED`, Q4_0 and IQ4_NL).
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[P::A], out: &mut [f32]) {
+unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
+    p: &[P],
+    per_row: usize,
+    a: &[P::A],
+    out: &mut [f32],
+) {
     let stride = p.len() / per_row * ROWS;
     let n_tok = a.len() / per_row;
     TOKS32.with_borrow_mut(|(toks, unpacked)| {
@@ -939,7 +1044,8 @@ unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[P::A], out: &mut [f32
                 s: y.s(),
             }
         }));
-        let unpack = n_tok.div_ceil(TOKENS32) >= UNPACK_FROM_PASSES;
+        let per_pass = if REPACKED { TOKENS32_ROWS8 } else { TOKENS32 };
+        let unpack = n_tok.div_ceil(per_pass) >= UNPACK_FROM_PASSES;
         if unpack && unpacked.len() < per_row {
             let zero = Unpacked32 {
                 q: [[0; ROWS]; 8],
@@ -962,33 +1068,43 @@ unsafe fn lanes32<P: Pack32>(p: &[P], per_row: usize, a: &[P::A], out: &mut [f32
                 }
             }
             macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    if unpack {
-                        tokens32::<P, Unpacked32, { $n }>(
+                ($n:expr, $t0:expr) => {{
+                    let ys = std::array::from_fn(|t| tok($t0 + t));
+                    let tks = std::array::from_fn(|t| tk($t0 + t));
+                    let at = (stride, ROWS * gi, $t0);
+                    match (unpack, REPACKED) {
+                        (true, false) => tokens32::<P, Unpacked32, { $n }>(
                             &unpacked[..per_row],
-                            std::array::from_fn(|t| tok($t0 + t)),
-                            std::array::from_fn(|t| tk($t0 + t)),
+                            ys,
+                            tks,
                             out,
-                            (stride, ROWS * gi, $t0),
-                        )
-                    } else {
-                        tokens32::<P, P, { $n }>(
-                            g,
-                            std::array::from_fn(|t| tok($t0 + t)),
-                            std::array::from_fn(|t| tk($t0 + t)),
+                            at,
+                        ),
+                        (false, false) => tokens32::<P, P, { $n }>(g, ys, tks, out, at),
+                        (true, true) => tokens32_rows8::<P, Unpacked32, { $n }>(
+                            &unpacked[..per_row],
+                            ys,
+                            tks,
                             out,
-                            (stride, ROWS * gi, $t0),
-                        )
+                            at,
+                        ),
+                        (false, true) => tokens32_rows8::<P, P, { $n }>(g, ys, tks, out, at),
                     }
-                };
+                }};
             }
-            token_passes!(n_tok, pass, TOKENS32, [1 2]);
+            if REPACKED {
+                token_passes!(n_tok, pass, TOKENS32_ROWS8, [1 2 3 4 5 6 7]);
+            } else {
+                token_passes!(n_tok, pass, TOKENS32, [1 2]);
+            }
         }
     });
 }
 
 /// Tokens per pass over a group's 32-value blocks (eight float lanes each).
 const TOKENS32: usize = 3;
+/// Tokens per pass in the repacked order (one float a token).
+const TOKENS32_ROWS8: usize = 8;
 
 // ---------------------------------------------------------------------------------------------
 // Entries.
@@ -1080,11 +1196,13 @@ macro_rules! packed_format {
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
-packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed>);
-packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed>);
-packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed>);
-packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed>);
-packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed>);
+packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>);
+packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>);
+packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>);
+packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>);
+packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>);
+packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>);
+packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>);
 
 /// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
 /// order), if there is one.
@@ -1095,6 +1213,8 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
         (GgmlType::Q8_0, _) => Some(&Q8_0),
         (GgmlType::Q5_0, _) => Some(&Q5_0),
         (GgmlType::Q4_0, false) => Some(&Q4_0),
+        (GgmlType::Q4_0, true) => Some(&Q4_0_ROWS8),
+        (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
         (GgmlType::Q4_1, _) => Some(&Q4_1),
         (GgmlType::Q5_1, _) => Some(&Q5_1),
         _ => None,
