@@ -260,12 +260,13 @@ impl Pack for Q4KPacked {
 }
 
 /// The eight sub-block scales (i32 lanes) and the four pairs of mins (sub-blocks `2j`, `2j +
-/// 1` as the low and high i16) of a packed Q4_K block, unpacked in the lanes.
+/// 1` as the low and high i16) of a packed Q4_K or Q5_K block (`sc`: its scale words),
+/// unpacked in the lanes.
 #[inline(always)]
-unsafe fn q4_k_scales(p: &Q4KPacked) -> ([__m512i; 8], [__m512i; 4]) {
+unsafe fn k_scales(sc: &[[u32; ROWS]; 3]) -> ([__m512i; 8], [__m512i; 4]) {
     // SAFETY: AVX-512 F/BW (the callers' features); rows of `sc`.
     unsafe {
-        let (s0, s1, s2) = (ld(&p.sc[0]), ld(&p.sc[1]), ld(&p.sc[2]));
+        let (s0, s1, s2) = (ld(&sc[0]), ld(&sc[1]), ld(&sc[2]));
         let (m3f, m0f, m30) = (
             _mm512_set1_epi32(0x3F3F_3F3F),
             _mm512_set1_epi32(0x0F0F_0F0F),
@@ -321,7 +322,7 @@ fn q4_k_tokens<const T: usize>(
     for (b, g) in g.iter().enumerate() {
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         // SAFETY: this function's features.
-        let (sc, mn) = unsafe { q4_k_scales(g) };
+        let (sc, mn) = unsafe { k_scales(&g.sc) };
         let mut tot = [_mm512_setzero_si512(); T];
         // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
         // chains of `vpdpbusd` a token.
@@ -587,6 +588,177 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
         }
         token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q5_K in `vec_dot` order: the main term in eight lanes (lane `l` takes values whose index mod
+// 32 is in `4l..4l + 4`, each times its sub-block's scale), fused by `d_y * d_x`; the min
+// term one integer a block, fused into one running float by `-d_y * dmin_x`, added at the end.
+
+/// One Q5_K block of sixteen rows (2816 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q5KPacked {
+    /// Word `m` of each row's 128 bytes of nibbles (`m = 8p + k`: values `64p + 4k..+4` in the
+    /// low nibbles, `64p + 32 + 4k..+4` in the high).
+    qs: [[u32; ROWS]; 32],
+    /// Word `k` of each row's 32 bytes of fifth bits (bit `2p + h` of byte `l`: value `64p +
+    /// 32h + l`).
+    qh: [[u32; ROWS]; 8],
+    /// As Q4_K's.
+    sc: [[u32; ROWS]; 3],
+    d: [u16; ROWS],
+    dmin: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q5KPacked>() == ROWS * size_of::<BlockQ5K>());
+
+impl Pack for Q5KPacked {
+    type W = BlockQ5K;
+    fn pack(rows: [&BlockQ5K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            for (m, qh) in p.qh.iter_mut().enumerate() {
+                qh[r] = word(&x.qh, m);
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(&x.scales, m);
+            }
+            p.d[r] = x.d.to_bits();
+            p.dmin[r] = x.dmin.to_bits();
+        }
+        p
+    }
+}
+
+/// Bit `b` of each byte of `v` moved to bit 4 (the other bits cleared).
+#[inline(always)]
+unsafe fn bit_to_4(v: __m512i, b: u32) -> __m512i {
+    // SAFETY: the caller's features.
+    unsafe {
+        let moved = if b <= 4 {
+            _mm512_sllv_epi32(v, _mm512_set1_epi32(4 - b as i32))
+        } else {
+            _mm512_srlv_epi32(v, _mm512_set1_epi32(b as i32 - 4))
+        };
+        _mm512_and_si512(moved, _mm512_set1_epi32(0x1010_1010))
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 +
+/// t) * stride + r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn q5_k_tokens<const T: usize>(
+    g: &[Q5KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: this function's features; rows of `d` and `dmin`.
+        let ((sc, mn), dx, dminx) = unsafe { (k_scales(&g.sc), ld_f16(&g.d), ld_f16(&g.dmin)) };
+        // (scale, scale) as i16 pairs, one register a sub-block.
+        let scale: [__m512i; 8] =
+            std::array::from_fn(|j| _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j])));
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        for t in 0..T {
+            let ps = &pair_sums[t][b];
+            let mut m = _mm512_setzero_si512();
+            for (j, &mn) in mn.iter().enumerate() {
+                // SAFETY: i16 elements 2j, 2j + 1 of `ps`; this function's features.
+                m = unsafe { dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j))) };
+            }
+            let a = _mm512_mul_ps(_mm512_set1_ps(-ys[t][b].d), dminx);
+            mins[t] = _mm512_fmadd_ps(a, _mm512_cvtepi32_ps(m), mins[t]);
+        }
+        for k in 0..8 {
+            prefetch_part(g, k, 8);
+            // SAFETY: a row of `qh`.
+            let qh = unsafe { ld(&g.qh[k]) };
+            let mut lane = [_mm512_setzero_si512(); T];
+            let mut lane1 = [_mm512_setzero_si512(); T];
+            for p in 0..4 {
+                // SAFETY: a row of `qs`; this function's features.
+                let v = unsafe {
+                    let qs = ld(&g.qs[8 * p + k]);
+                    [
+                        nibble_or(qs, bit_to_4(qh, 2 * p as u32)),
+                        nibble_or(_mm512_srli_epi32::<4>(qs), bit_to_4(qh, 2 * p as u32 + 1)),
+                    ]
+                };
+                // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
+                for (h, v) in v.into_iter().enumerate() {
+                    let j = 2 * p + h;
+                    for t in 0..T {
+                        let chain = if T > 1 || p < 2 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
+                        // SAFETY: four values of the token's 256; this function's features.
+                        *chain = unsafe {
+                            let a = bcast4(y[t].add(32 * j + 4 * k));
+                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), scale[j])
+                        };
+                    }
+                }
+            }
+            for t in 0..T {
+                let d = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: this function's features.
+        let v = _mm512_add_ps(unsafe { hsum8(a) }, mins[t]);
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+    }
+}
+
+/// Packed Q5_K groups times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    PAIR_SUMS.with_borrow_mut(|pair_sums| {
+        pair_sums.clear();
+        pair_sums.extend(a.iter().map(|y| {
+            let mut ps = [0i16; 8];
+            // SAFETY: 16 writable bytes.
+            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
+            ps
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    q5_k_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| ps($t0 + t)),
+                        out,
+                        (stride, ROWS * gi, $t0),
+                    )
+                };
+            }
+            token_passes!(n_tok, pass, 4, [1 2 3]);
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1195,6 +1367,7 @@ macro_rules! packed_format {
 }
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>);
 packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>);
@@ -1209,6 +1382,7 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),
         (GgmlType::Q8_0, _) => Some(&Q8_0),
         (GgmlType::Q5_0, _) => Some(&Q5_0),
