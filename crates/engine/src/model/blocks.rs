@@ -10,7 +10,7 @@ use synapse_gguf::GgufFile;
 use super::{mm, mm_many, vector, HParams, Scratch};
 use crate::attention::{attend_batch, AttnShape, MAX_HEAD_DIM};
 use crate::kv::KvCache;
-use crate::matmul::{Matrix, Threads};
+use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
 use crate::ops::{add_inplace, geglu, rms_norm_inplace, rms_norm_rows, swiglu, Rope};
 use crate::{ModelError, Tap};
 
@@ -305,9 +305,18 @@ impl<'a> Ffn<'a> {
         tap.rows("ffn_gate", l, pos0, &s.gate[..n * n_ff], n);
         tap.rows("ffn_up", l, pos0, &s.up[..n * n_ff], n);
         let (g, u) = (&mut s.gate[..n * n_ff], &s.up[..n * n_ff]);
-        match act {
+        let glu = |g: &mut [f32], u: &[f32]| match act {
             Activation::Silu => swiglu(g, u),
             Activation::Gelu => geglu(g, u),
+        };
+        // Element by element, so any split gives the same bits: a batch's tokens over the
+        // threads (one token's row is too short to be worth a hand-off).
+        if n > 1 {
+            parallel_chunks_mut(threads, g, n_ff, |t0, run| {
+                glu(run, &u[t0 * n_ff..][..run.len()])
+            });
+        } else {
+            glu(g, u);
         }
         let name = match act {
             Activation::Silu => "ffn_swiglu",
