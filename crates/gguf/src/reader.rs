@@ -234,6 +234,8 @@ impl GgufFile {
         if bytes.is_empty() || start < base || start + bytes.len() > base + map.len() {
             return;
         }
+        // x86-64's page. Where pages are larger, an advice that does not start on one is
+        // refused (EINVAL), which leaves the pages resident and changes nothing else.
         const PAGE: usize = 4096;
         let first = (start - base).next_multiple_of(PAGE);
         let end = (start - base + bytes.len()) / PAGE * PAGE;

@@ -187,3 +187,35 @@ proptest! {
         }
     }
 }
+
+/// `release` lets a mapped tensor's pages go; reading them again gives the same bytes. Slices
+/// from elsewhere, and files held in memory, are left alone.
+#[test]
+fn released_pages_read_back_the_same_bytes() {
+    let data: Vec<u8> = (0..64 * 1024 + 100)
+        .map(|i| (i * 7 + i / 251) as u8)
+        .collect();
+    let mut w = GgufWriter::new();
+    w.add_tensor("t", GgmlType::I8, &[data.len() as u64], &data[..])
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.gguf");
+    w.write_file(&path).unwrap();
+    for f in [
+        GgufFile::open(&path).unwrap(),
+        GgufFile::open_populated(&path).unwrap(),
+    ] {
+        let t = f.tensor("t").unwrap().data;
+        assert_eq!(t, &data[..]);
+        f.release(t);
+        f.release(&t[1000..5000]);
+        assert_eq!(t, &data[..], "read back after release");
+        // Not the file's bytes: nothing happens.
+        f.release(&data);
+        f.release(&[]);
+    }
+    let bytes = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    let t = bytes.tensor("t").unwrap().data;
+    bytes.release(t);
+    assert_eq!(t, &data[..]);
+}

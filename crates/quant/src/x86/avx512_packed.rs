@@ -17,11 +17,14 @@
 //! unpacked registers between its tokens, as the per-call kernels do, without their
 //! transposition.
 //!
-//! The float side of each format is the order it had: Q4_K in llama.cpp's repacked order (one
-//! exact integer total per block and row, one fused multiply-add), Q6_K, Q8_0 and Q5_0 in
+//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
+//! per block and row, one fused multiply-add), Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 in
 //! `vec_dot` order (ggml's eight exact integer lanes per block, each fused into its own float
-//! lane, added as `avx2::hsum` adds them). Integer sums are exact in any order, so every output
+//! lane, added as `avx2::hsum` adds them; the mins as each format's reference has them). The
+//! float side of each is the order it had; integer sums are exact in any order, so every output
 //! has the bits of the row kernels (tested), and G1, D1 and the golden logits are unchanged.
+//! Q2_K, Q3_K, IQ4_XS and the float formats are not packed yet: they keep the row kernels and
+//! the tiles.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -50,8 +53,8 @@ fn word(bytes: &[u8], i: usize) -> u32 {
 }
 
 /// Pack whole groups of sixteen rows (`groups` of them, `per_row` blocks a row) of `w` into
-/// lines: group `g`'s blocks are elements `g * per_row..(g + 1) * per_row` of the `[P]` the
-/// lines hold. The groups are split over the machine's cores; after each piece, `release` is
+/// new anonymous memory: group `g`'s blocks are elements `g * per_row..(g + 1) * per_row` of
+/// the `[P]` it holds. The groups are split over the machine's cores; after each piece, `release` is
 /// given the file's bytes of the rows just packed (so that the process does not hold both
 /// copies of a large matrix at once).
 pub(crate) fn pack_groups<P: Pack>(
@@ -148,14 +151,14 @@ unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
 }
 
 /// How far ahead of the kernels the packed blocks are asked for, in bytes: into the first-level
-/// cache from this far, into the second from three times as far. The hardware's prefetchers
+/// cache from this far, into the second from four times as far. The hardware's prefetchers
 /// alone leave a core well under the bandwidth a streaming read reaches (as for the row
 /// kernels, `codec::PREFETCH_AHEAD`), and one distance alone is bounded by the first level's
 /// few line-fill buffers (kbench, one token: Q4_K 67-81% of the read bandwidth with one
 /// distance of 8 KiB, 78-105% with both).
 const PREFETCH_AHEAD: usize = 4096;
 
-/// Ask the caches for the lines `PREFETCH_AHEAD` (and `3 * PREFETCH_AHEAD`) bytes beyond
+/// Ask the caches for the lines `PREFETCH_AHEAD` (and `4 * PREFETCH_AHEAD`) bytes beyond
 /// packed block `p`, one request per 64-byte line and level. A hint: it reads nothing and
 /// never faults, past the matrix's end too.
 #[inline(always)]
