@@ -772,6 +772,198 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
+// Q3_K in `vec_dot` order: the eight lanes of the other K-quants, each value `q - 4` (q = the
+// two low bits and the high bit, 0..8) times its 16-value group's scale less 32.
+
+/// One Q3_K block of sixteen rows (1760 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q3KPacked {
+    /// Word `k` of each row's 32 bytes of high bits (bit `4h + s` of byte `l`: value `128h +
+    /// 32s + l`).
+    hmask: [[u32; ROWS]; 8],
+    /// Word `m` of each row's 64 bytes of low bit pairs (`m = 8h + k`; bits `2s..2s + 2`:
+    /// values `128h + 32s + 4k..+4`).
+    qs: [[u32; ROWS]; 16],
+    /// Word `m` of each row's twelve bytes of 6-bit scales.
+    sc: [[u32; ROWS]; 3],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q3KPacked>() == ROWS * size_of::<BlockQ3K>());
+
+impl Pack for Q3KPacked {
+    type W = BlockQ3K;
+    fn pack(rows: [&BlockQ3K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, hm) in p.hmask.iter_mut().enumerate() {
+                hm[r] = word(&x.hmask, m);
+            }
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(&x.scales, m);
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: each 4-value word of
+/// the token's block as the i16 pair `4 * (y0 + y1)`, `4 * (y2 + y3)`), into `out[(t0 + t) *
+/// stride + r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn q3_k_tokens<const T: usize>(
+    g: &[Q3KPacked],
+    ys: [&[BlockQ8K]; T],
+    fours: [&[[u32; 64]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let z = 0x80;
+    // SAFETY: this function's features.
+    let dup: [__m512i; 4] =
+        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
+    let (m03, m0f, m20) = (
+        _mm512_set1_epi8(0x03),
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(0x20),
+    );
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: rows of `sc` and `d`.
+        let (s0, s1, s2, dx) = unsafe { (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld_f16(&g.d)) };
+        // Byte i of `by[q]`: the scale of group 4q + i, less 32 (ggml's `q3k_scale` four at a
+        // time: low four bits from bytes 0..8, high two from bytes 8..12).
+        let low = [
+            _mm512_and_si512(s0, m0f),
+            _mm512_and_si512(s1, m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s0), m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s1), m0f),
+        ];
+        let high = [
+            s2,
+            _mm512_srli_epi32::<2>(s2),
+            _mm512_srli_epi32::<4>(s2),
+            _mm512_srli_epi32::<6>(s2),
+        ];
+        let by: [__m512i; 4] = std::array::from_fn(|q| {
+            let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
+            _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20)
+        });
+        // (scale, scale) as i16 pairs, for the sixteen groups.
+        let scale: [__m512i; 16] = std::array::from_fn(|group| {
+            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], dup[group % 4]))
+        });
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let f: [*const u32; T] = std::array::from_fn(|t| fours[t][b].as_ptr());
+        for k in 0..8 {
+            prefetch_part(g, k, 8);
+            // SAFETY: a row of `hmask`.
+            let hm = unsafe { ld(&g.hmask[k]) };
+            let mut lane = [_mm512_setzero_si512(); T];
+            let mut lane1 = [_mm512_setzero_si512(); T];
+            for h in 0..2 {
+                // SAFETY: a row of `qs`.
+                let qs = unsafe { ld(&g.qs[8 * h + k]) };
+                for sh in 0..4 {
+                    // Values 128h + 32sh + 4k..+4 (chunk 4h + sh), group 8h + 2sh + k / 4.
+                    let v = {
+                        let low = _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32));
+                        let bit = (4 * h + sh) as i32;
+                        let high = _mm512_and_si512(
+                            if bit <= 2 {
+                                _mm512_sllv_epi32(hm, _mm512_set1_epi32(2 - bit))
+                            } else {
+                                _mm512_srlv_epi32(hm, _mm512_set1_epi32(bit - 2))
+                            },
+                            _mm512_set1_epi8(0x04),
+                        );
+                        // (low & 3) | high.
+                        _mm512_ternarylogic_epi32::<0xEC>(low, high, m03)
+                    };
+                    let s = scale[8 * h + 2 * sh + k / 4];
+                    let at = 128 * h + 32 * sh + 4 * k;
+                    for t in 0..T {
+                        let chain = if T > 1 || h == 0 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
+                        // SAFETY: four values of the token's 256 and their word of `fours`;
+                        // this function's features.
+                        *chain = unsafe {
+                            let p = _mm512_maddubs_epi16(v, bcast4(y[t].add(at)));
+                            let p = _mm512_sub_epi16(p, bcast4(f[t].add(at / 4)));
+                            dpwssd(*chain, p, s)
+                        };
+                    }
+                }
+            }
+            for t in 0..T {
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats; this function's features.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+    }
+}
+
+thread_local! {
+    static FOURS: RefCell<Vec<[u32; 64]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packed Q3_K groups times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    FOURS.with_borrow_mut(|fours| {
+        fours.clear();
+        fours.extend(a.iter().map(|y| {
+            let mut f = [0u32; 64];
+            for c in 0..4 {
+                // SAFETY: 64 readable and writable bytes; this function's features.
+                unsafe {
+                    let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast());
+                    let p = _mm512_maddubs_epi16(_mm512_set1_epi8(4), q);
+                    _mm512_storeu_si512(f.as_mut_ptr().add(16 * c).cast(), p);
+                }
+            }
+            f
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let fr = |t: usize| &fours[t * per_row..][..per_row];
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    q3_k_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| fr($t0 + t)),
+                        out,
+                        (stride, ROWS * gi, $t0),
+                    )
+                };
+            }
+            token_passes!(n_tok, pass, 4, [1 2 3]);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // The 32-value formats in `vec_dot` order: eight float lanes a (row, token), lane `l` taking
 // values `4l..4l + 4` of every block, fused by `d_x * d_y` block by block.
 
@@ -1377,6 +1569,7 @@ macro_rules! packed_format {
 }
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>);
@@ -1392,6 +1585,7 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q3_K, _) => Some(&Q3_K),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),
         (GgmlType::Q8_0, _) => Some(&Q8_0),
