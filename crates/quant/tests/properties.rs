@@ -612,6 +612,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::IQ4_NL, true),
             (GgmlType::Q5_K, false),
             (GgmlType::Q3_K, false),
+            (GgmlType::IQ4_XS, false),
         ] {
             assert!(packed_types.contains(&want), "{want:?} not packed");
         }

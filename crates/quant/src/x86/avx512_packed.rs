@@ -964,6 +964,174 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
+// IQ4_XS in `vec_dot` order: the eight lanes of the K-quants, each value its level times its
+// 32-value sub-block's scale less 32, fused by `d_x * d_y`. The levels are signed and reach
+// 113 + 128 as unsigned bytes, past what `vpmaddubsw` can pair without saturating, so the
+// values are widened: each level times its scale as an i16 (|w| <= 32 * 127), against the
+// token's values as i16 pairs with `vpdpwssd`.
+
+/// One IQ4_XS block of sixteen rows (2176 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct IQ4XSPacked {
+    /// Word `m` of each row's 128 bytes of level indices (`m = 4j + k`: values `32j + 4k..+4`
+    /// in the low nibbles, `32j + 16 + 4k..+4` in the high).
+    qs: [[u32; ROWS]; 32],
+    /// Each row's four bytes of the scales' low four bits.
+    scales_l: [u32; ROWS],
+    /// Each row's two high bits of the eight scales.
+    scales_h: [u16; ROWS],
+    d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<IQ4XSPacked>() == ROWS * size_of::<BlockIQ4XS>());
+
+impl Pack for IQ4XSPacked {
+    type W = BlockIQ4XS;
+    fn pack(rows: [&BlockIQ4XS; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            p.scales_l[r] = u32::from_le_bytes(x.scales_l);
+            p.scales_h[r] = x.scales_h;
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`; `y16[t][b]`: the token's block as
+/// i16 pairs, word `2m` holding values `4m` and `4m + 2`, word `2m + 1` values `4m + 1` and
+/// `4m + 3`), into `out[(t0 + t) * stride + r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn iq4_xs_tokens<const T: usize>(
+    g: &[IQ4XSPacked],
+    ys: [&[BlockQ8K]; T],
+    y16: [&[[u32; 128]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let mut levels = [0u8; 16];
+    for (l, &k) in levels.iter_mut().zip(&KVALUES_IQ4NL) {
+        *l = k as u8;
+    }
+    // SAFETY: 16 readable bytes; this function's features.
+    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(levels.as_ptr().cast())) };
+    let (m0f, m03) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x03));
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: rows of `scales_l`, `scales_h` and `d`.
+        let (sl, sh, dx) = unsafe {
+            (
+                ld(&g.scales_l),
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256(g.scales_h.as_ptr().cast())),
+                ld_f16(&g.d),
+            )
+        };
+        // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
+        let scale: [__m512i; 8] = std::array::from_fn(|j| {
+            let low = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m0f);
+            let high =
+                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m03);
+            let ls = _mm512_sub_epi32(
+                _mm512_or_si512(low, _mm512_slli_epi32::<4>(high)),
+                _mm512_set1_epi32(32),
+            );
+            _mm512_or_si512(
+                _mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(ls),
+            )
+        });
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
+        let y: [*const u32; T] = std::array::from_fn(|t| y16[t][b].as_ptr());
+        for k in 0..8 {
+            prefetch_part(g, k, 8);
+            let mut lane = [_mm512_setzero_si512(); T];
+            for j in 0..8 {
+                // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k (k < 4)
+                // or the high nibbles of word 4j + k - 4.
+                // SAFETY: a row of `qs`.
+                let raw = unsafe { ld(&g.qs[4 * j + k % 4]) };
+                let idx = if k < 4 {
+                    raw
+                } else {
+                    _mm512_srli_epi32::<4>(raw)
+                };
+                let kv = _mm512_shuffle_epi8(table, _mm512_and_si512(idx, _mm512_set1_epi8(0x0F)));
+                // Levels 0, 2 and 1, 3 of each word as i16, times the scale.
+                let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(kv));
+                let odd = _mm512_srai_epi16::<8>(kv);
+                let (we, wo) = (
+                    _mm512_mullo_epi16(even, scale[j]),
+                    _mm512_mullo_epi16(odd, scale[j]),
+                );
+                let m = 8 * j + k;
+                for t in 0..T {
+                    // SAFETY: words 2m, 2m + 1 of the token's block; this function's features.
+                    lane[t] = unsafe {
+                        let l = dpwssd(lane[t], we, bcast4(y[t].add(2 * m)));
+                        dpwssd(l, wo, bcast4(y[t].add(2 * m + 1)))
+                    };
+                }
+            }
+            for t in 0..T {
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane[t]), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats; this function's features.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+    }
+}
+
+thread_local! {
+    static Y16: RefCell<Vec<[u32; 128]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packed IQ4_XS groups times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    Y16.with_borrow_mut(|y16| {
+        y16.clear();
+        y16.extend(a.iter().map(|y| {
+            let mut v = [0u32; 128];
+            for (m, w) in v.chunks_exact_mut(2).enumerate() {
+                let q = |i: usize| y.qs[4 * m + i] as i16 as u16 as u32;
+                w[0] = q(0) | q(2) << 16;
+                w[1] = q(1) | q(3) << 16;
+            }
+            v
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let tok = |t: usize| &a[t * per_row..][..per_row];
+            let v = |t: usize| &y16[t * per_row..][..per_row];
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    iq4_xs_tokens::<{ $n }>(
+                        g,
+                        std::array::from_fn(|t| tok($t0 + t)),
+                        std::array::from_fn(|t| v($t0 + t)),
+                        out,
+                        (stride, ROWS * gi, $t0),
+                    )
+                };
+            }
+            token_passes!(n_tok, pass, 4, [1 2 3]);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // The 32-value formats in `vec_dot` order: eight float lanes a (row, token), lane `l` taking
 // values `4l..4l + 4` of every block, fused by `d_x * d_y` block by block.
 
@@ -1569,6 +1737,7 @@ macro_rules! packed_format {
 }
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
@@ -1586,6 +1755,7 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
         (GgmlType::Q3_K, _) => Some(&Q3_K),
+        (GgmlType::IQ4_XS, _) => Some(&IQ4_XS),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),
         (GgmlType::Q8_0, _) => Some(&Q8_0),
