@@ -18,13 +18,13 @@
 //! transposition.
 //!
 //! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
-//! per block and row, one fused multiply-add), Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 in
-//! `vec_dot` order (ggml's eight exact integer lanes per block, each fused into its own float
-//! lane, added as `avx2::hsum` adds them; the mins as each format's reference has them). The
-//! float side of each is the order it had; integer sums are exact in any order, so every output
-//! has the bits of the row kernels (tested), and G1, D1 and the golden logits are unchanged.
-//! Q2_K, Q3_K, IQ4_XS and the float formats are not packed yet: they keep the row kernels and
-//! the tiles.
+//! per block and row, one fused multiply-add), Q3_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1
+//! and Q8_0 in `vec_dot` order (ggml's eight exact integer lanes per block, each fused into its
+//! own float lane, added as `avx2::hsum` adds them; the mins as each format's reference has
+//! them). The float side of each is the order it had; integer sums are exact in any order, so
+//! every output has the bits of the row kernels (tested), and G1, D1 and the golden logits are
+//! unchanged. Q2_K and the float formats are not packed yet: they keep the row kernels and the
+//! tiles.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
