@@ -613,6 +613,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::Q5_K, false),
             (GgmlType::Q3_K, false),
             (GgmlType::IQ4_XS, false),
+            (GgmlType::Q2_K, true),
         ] {
             assert!(packed_types.contains(&want), "{want:?} not packed");
         }

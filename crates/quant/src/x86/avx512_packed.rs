@@ -431,6 +431,164 @@ unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
+// Q2_K in the repacked order: per block and row, one exact integer total of the values times
+// their 16-value group's scale, and one of the group mins times the token's group sums, each
+// fused into its own running float (`reference::dot::vec_dot_q2_k_q8_k_rows8`).
+
+/// One Q2_K block of sixteen rows (1344 bytes, sixteen blocks' worth).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q2KPacked {
+    /// Word `m` of each row's 64 bytes of bit pairs (`m = 8h + k`; bits `2s..2s + 2`: values
+    /// `128h + 32s + 4k..+4`).
+    qs: [[u32; ROWS]; 16],
+    /// Word `m` of each row's sixteen bytes of (scale, min) nibbles.
+    sc: [[u32; ROWS]; 4],
+    d: [u16; ROWS],
+    dmin: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q2KPacked>() == ROWS * size_of::<BlockQ2K>());
+
+impl Pack for Q2KPacked {
+    type W = BlockQ2K;
+    fn pack(rows: [&BlockQ2K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(&x.scales, m);
+            }
+            p.d[r] = x.d.to_bits();
+            p.dmin[r] = x.dmin.to_bits();
+        }
+        p
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `t` indexes several arrays in step
+fn q2_k_tokens<const T: usize>(
+    g: &[Q2KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let z = 0x80;
+    // SAFETY: this function's features.
+    let (byte, pair) = unsafe {
+        (
+            [
+                word_shuffle([0, z, z, z]),
+                word_shuffle([1, z, z, z]),
+                word_shuffle([2, z, z, z]),
+                word_shuffle([3, z, z, z]),
+            ],
+            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
+        )
+    };
+    let (m03, m0f) = (_mm512_set1_epi8(0x03), _mm512_set1_epi32(0x000F_000F));
+    let mut main = [_mm512_setzero_ps(); T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        // SAFETY: rows of `sc`, `d` and `dmin`.
+        let (sc, dx, dminx) = unsafe {
+            (
+                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
+                ld_f16(&g.d),
+                ld_f16(&g.dmin),
+            )
+        };
+        // Group `g`'s scale as an i32 (an i16 pair with a zero high half).
+        let scale: [__m512i; 16] = std::array::from_fn(|group| {
+            _mm512_and_si512(_mm512_shuffle_epi8(sc[group / 4], byte[group % 4]), m0f)
+        });
+        // The mins of groups 2p and 2p + 1 as an i16 pair.
+        let min: [__m512i; 8] = std::array::from_fn(|p| {
+            let w = _mm512_shuffle_epi8(sc[p / 2], pair[p % 2]);
+            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
+        });
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let mut tot = [_mm512_setzero_si512(); T];
+        let mut tot1 = [_mm512_setzero_si512(); T];
+        for h in 0..2 {
+            for sh in 0..4 {
+                // Groups 8h + 2sh (k < 4) and 8h + 2sh + 1 (k >= 4).
+                let mut part = [[_mm512_setzero_si512(); T]; 2];
+                for k in 0..8 {
+                    // SAFETY: a row of `qs`.
+                    let qs = unsafe { ld(&g.qs[8 * h + k]) };
+                    let w = _mm512_and_si512(
+                        _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32)),
+                        m03,
+                    );
+                    for t in 0..T {
+                        // SAFETY: values 128h + 32sh + 4k..+4 of the token's 256.
+                        let a = unsafe { bcast4(y[t].add(128 * h + 32 * sh + 4 * k)) };
+                        part[k / 4][t] = _mm512_dpbusd_epi32(part[k / 4][t], w, a);
+                    }
+                }
+                let group = 8 * h + 2 * sh;
+                for t in 0..T {
+                    // Each group's sum fits an i16 (16 * 3 * 128): scaled by `vpdpwssd`.
+                    // SAFETY: this function's features.
+                    unsafe {
+                        tot[t] = dpwssd(tot[t], part[0][t], scale[group]);
+                        tot1[t] = dpwssd(tot1[t], part[1][t], scale[group + 1]);
+                    }
+                }
+            }
+        }
+        for t in 0..T {
+            let bs = ys[t][b].bsums.as_ptr();
+            let mut m = _mm512_setzero_si512();
+            for (p, &mn) in min.iter().enumerate() {
+                // SAFETY: i16 elements 2p, 2p + 1 of the bsums; this function's features.
+                m = unsafe { dpwssd(m, mn, bcast4(bs.add(2 * p))) };
+            }
+            let yd = _mm512_set1_ps(ys[t][b].d);
+            let total = _mm512_add_epi32(tot[t], tot1[t]);
+            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dx, yd), main[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+        }
+    }
+    for t in 0..T {
+        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_sub_ps(main[t], mins[t])) };
+    }
+}
+
+/// Packed Q2_K groups (repacked order) times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    for (gi, g) in p.chunks_exact(per_row).enumerate() {
+        let tok = |t: usize| &a[t * per_row..][..per_row];
+        macro_rules! pass {
+            ($n:expr, $t0:expr) => {
+                q2_k_tokens::<{ $n }>(
+                    g,
+                    std::array::from_fn(|t| tok($t0 + t)),
+                    out,
+                    (stride, ROWS * gi, $t0),
+                )
+            };
+        }
+        token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Q6_K in `vec_dot` order: lane `l` takes values whose index mod 32 is in `4l..4l + 4`, with q
 // unsigned (0..64), each times its 16-value group's scale, less `32 * (bsum[2l] * scale[2l] +
 // bsum[2l + 1] * scale[2l + 1])`.
@@ -1740,6 +1898,7 @@ packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K =
 packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
+packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>);
 packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>);
@@ -1754,6 +1913,7 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),
         (GgmlType::Q3_K, _) => Some(&Q3_K),
         (GgmlType::IQ4_XS, _) => Some(&IQ4_XS),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
