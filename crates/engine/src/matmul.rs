@@ -33,7 +33,7 @@ pub struct Matrix<'a> {
     /// In llama.cpp's repacked order.
     repacked: bool,
     /// Rows `0..packed.rows()` packed: those rows are multiplied from here, for every batch
-    /// size, and the file's bytes of them are not read again.
+    /// size; the file's bytes of them are read again only by a tied embedding's lookups.
     packed: Option<Arc<PackedMatrix>>,
 }
 

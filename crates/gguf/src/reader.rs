@@ -212,7 +212,7 @@ impl GgufFile {
         if populate {
             options.populate();
         }
-        // SAFETY: the map is read-only and private to this process. The usual caveat of every
+        // SAFETY: the map is read-only (shared with the page cache). The usual caveat of every
         // mmap-based reader applies: if another process truncates the file while it is mapped,
         // touching the lost pages raises SIGBUS. Nothing here writes through the map.
         let map = unsafe { options.map(&file) }.map_err(io)?;
@@ -234,17 +234,18 @@ impl GgufFile {
         if bytes.is_empty() || start < base || start + bytes.len() > base + map.len() {
             return;
         }
-        // x86-64's page. Where pages are larger, an advice that does not start on one is
-        // refused (EINVAL), which leaves the pages resident and changes nothing else.
+        // x86-64's page. Where pages are larger, the advice covers the larger pages around
+        // the range, whose other bytes then also come back from the file when read: the same
+        // bytes, so nothing changes but residency.
         const PAGE: usize = 4096;
         let first = (start - base).next_multiple_of(PAGE);
         let end = (start - base + bytes.len()) / PAGE * PAGE;
         if first < end {
-            // SAFETY: the map is read-only and private to this process, so dropping its pages
-            // loses nothing: the next read faults them in again from the file, which holds
-            // the same bytes (the caveat of `open`: unless another process changes the file).
-            // Slices into the map stay valid. A failure (an old kernel, say) only leaves the
-            // pages resident.
+            // SAFETY: the map is read-only (nothing in it was ever written through it), so
+            // dropping its pages loses nothing: the next read faults them in again from the
+            // file, which holds the same bytes (the caveat of `open`: unless another process
+            // changes the file). Slices into the map stay valid. A failure (an old kernel,
+            // say) only leaves the pages resident.
             #[cfg(unix)]
             let _ = unsafe {
                 map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)

@@ -59,7 +59,8 @@ pub fn pack_matrix(
         let Some(format) = crate::x86::avx512_packed::format(ty, repacked) else {
             return Ok(None);
         };
-        if !packing_enabled() || !crate::x86::has_avx512_vnni() || row_bytes == 0 {
+        // The packed kernels need AVX-512 F/BW/DQ/VL and VNNI (what `avx512_tile` checks).
+        if !packing_enabled() || !crate::x86::avx512_tile::available() || row_bytes == 0 {
             return Ok(None);
         }
         let per_row = row_bytes / ty.block_bytes();

@@ -619,3 +619,58 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
         }
     }
 }
+
+/// A matrix large enough that packing splits it into pieces over the threads (about 1 MiB
+/// each) gives the row kernel's bits in every row, and hands every packed row back once.
+#[test]
+fn packing_a_large_matrix_over_threads_keeps_every_row() {
+    let mut rng = StdRng::seed_from_u64(8);
+    for (ty, repacked) in [(GgmlType::Q8_0, false), (GgmlType::Q4_K, true)] {
+        let (rows, cols) = (1040, 2048);
+        let w = random_weights(&mut rng, ty, rows * cols / ty.block_len());
+        let row_bytes = w.len() / rows;
+        let released = std::sync::Mutex::new(Vec::new());
+        let release = |b: &[u8]| {
+            released
+                .lock()
+                .unwrap()
+                .push((b.as_ptr() as usize, b.len()))
+        };
+        let Some(p) = synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &release).unwrap()
+        else {
+            continue;
+        };
+        assert_eq!(p.rows(), rows);
+        // Pieces handed back: disjoint, covering the matrix exactly, more than one.
+        let mut pieces = released.into_inner().unwrap();
+        pieces.sort();
+        assert!(pieces.len() > 1, "{ty}: one piece");
+        let mut at = w.as_ptr() as usize;
+        for (start, len) in pieces {
+            assert_eq!(start, at, "{ty}: pieces not contiguous");
+            at += len;
+        }
+        assert_eq!(at, w.as_ptr() as usize + w.len());
+        let act = vec_dot_type(ty).unwrap();
+        let row_kernel = synapse_quant::matrix_kernel(ty, repacked).unwrap();
+        let x: Vec<f32> = (0..2 * cols).map(|_| rng.gen_range(-3.0..3.0)).collect();
+        let a = quantize(act, &x).unwrap();
+        let act_bytes = a.len() / 2;
+        let mut out = vec![f32::NAN; rows * 2];
+        p.gemm(0..rows, &a, 2, &mut out).unwrap();
+        for t in 0..2 {
+            for r in 0..rows {
+                let want = (row_kernel.f)(
+                    &w[r * row_bytes..(r + 1) * row_bytes],
+                    &a[t * act_bytes..(t + 1) * act_bytes],
+                )
+                .unwrap();
+                assert_eq!(
+                    out[t * rows + r].to_bits(),
+                    want.to_bits(),
+                    "{ty}: row {r}, token {t}"
+                );
+            }
+        }
+    }
+}

@@ -305,11 +305,14 @@ impl<'a> Ffn<'a> {
         tap.rows("ffn_gate", l, pos0, &s.gate[..n * n_ff], n);
         tap.rows("ffn_up", l, pos0, &s.up[..n * n_ff], n);
         let (g, u) = (&mut s.gate[..n * n_ff], &s.up[..n * n_ff]);
-        // Element by element, so any split gives the same bits: a batch's tokens over the
-        // threads (one token's row is too short to be worth a hand-off).
+        // Row by row, as ggml applies it (SwiGLU's vector `exp` takes whole groups of 16 and
+        // libm's `expf` the row's tail, so a row is the unit that keeps the bits): a batch's
+        // rows over the threads (one token's row is too short to be worth a hand-off).
         if n > 1 {
             parallel_chunks_mut(threads, g, n_ff, |t0, run| {
-                glu_dispatch(act, run, &u[t0 * n_ff..][..run.len()])
+                for (i, row) in run.chunks_exact_mut(n_ff).enumerate() {
+                    glu_dispatch(act, row, &u[(t0 + i) * n_ff..][..n_ff]);
+                }
             });
         } else {
             glu(act, g, u);

@@ -9,7 +9,8 @@
 //! word of a block as sixteen consecutive words, one per row, so that one 512-bit load gives a
 //! register with the same word of the sixteen rows. The packed matrix has exactly the size of
 //! the file's (each block's bytes are only moved, scales and heads included), so the engine
-//! keeps one copy of the weights: the packed one, and drops the mapped pages it came from.
+//! keeps one copy of the weights: the packed one, and drops the mapped pages it came from (a
+//! tied token embedding's lookups fault back the rows they read).
 //!
 //! One token then costs, per four values of sixteen rows, a load share, one to three unpacking
 //! instructions and one `vpdpbusd` (or `vpmaddubsw` + `vpdpwssd` for Q6_K): several times the
@@ -17,14 +18,15 @@
 //! unpacked registers between its tokens, as the per-call kernels do, without their
 //! transposition.
 //!
-//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
+//! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
 //! per block and row, one fused multiply-add), Q3_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1
 //! and Q8_0 in `vec_dot` order (ggml's eight exact integer lanes per block, each fused into its
 //! own float lane, added as `avx2::hsum` adds them; the mins as each format's reference has
 //! them). The float side of each is the order it had; integer sums are exact in any order, so
 //! every output has the bits of the row kernels (tested), and G1, D1 and the golden logits are
-//! unchanged. Q2_K and the float formats are not packed yet: they keep the row kernels and the
-//! tiles.
+//! unchanged. Q2_K is packed in the repacked order only (every Q2_K matrix whose row count is a
+//! multiple of 16 is one); the float formats are not packed yet: they keep the row kernels and
+//! the tiles.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -217,8 +219,9 @@ macro_rules! token_passes {
             t0 += $full;
         }
         match $n_tok - t0 {
+            0 => {}
             $($rest => $pass!($rest, t0),)*
-            _ => {}
+            _ => unreachable!("a rest list covers every count below the pass"),
         }
     }};
 }
