@@ -236,8 +236,9 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
     }
     // Each matrix is split over the threads on its own, so that the shares stay equal when
     // the matrices' formats cost differently per row (Q4_K_M's V is often Q6_K); a share is a
-    // whole number of row groups, which keeps the kernels off their row-tail paths.
-    const GROUP: usize = 16;
+    // whole number of row groups, which keeps the kernels off their row-tail paths and is
+    // what packed matrices are multiplied in.
+    const GROUP: usize = synapse_quant::PACK_GROUP_ROWS;
     let t = threads.n();
     threads.pool.run(&|i| {
         for (w, out) in ws.iter().zip(&shared) {

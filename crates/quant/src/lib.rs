@@ -26,7 +26,7 @@ pub use codec::{
     llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,
     GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
-pub use packed::{pack_matrix, PackedMatrix};
+pub use packed::{pack_matrix, PackedMatrix, PACK_GROUP_ROWS};
 pub use synapse_gguf::GgmlType;
 
 /// What can go wrong when decoding or encoding blocks.

@@ -10,6 +10,10 @@ use std::ops::Range;
 
 use crate::{GgmlType, QuantError};
 
+/// Rows per packed group: a packed matrix is multiplied in whole groups, so a caller that
+/// splits one over threads gives each a multiple of this many rows.
+pub const PACK_GROUP_ROWS: usize = 16;
+
 /// A packed weight matrix: its first [`PackedMatrix::rows`] rows, in groups of sixteen.
 pub struct PackedMatrix {
     ty: GgmlType,
@@ -70,7 +74,7 @@ pub fn pack_matrix(
                 bytes: row_bytes,
             });
         }
-        let groups = w.len() / row_bytes / 16;
+        let groups = w.len() / row_bytes / PACK_GROUP_ROWS;
         if groups == 0 {
             return Ok(None);
         }
@@ -79,13 +83,13 @@ pub fn pack_matrix(
             PackError::Quant(e) => e,
             PackError::Io(e) => QuantError::NoMemory {
                 ty,
-                bytes: groups * 16 * row_bytes,
+                bytes: groups * PACK_GROUP_ROWS * row_bytes,
                 reason: e.to_string(),
             },
         })?;
         Ok(Some(PackedMatrix {
             ty,
-            rows: 16 * groups,
+            rows: PACK_GROUP_ROWS * groups,
             per_row,
             data,
             format,
@@ -112,7 +116,7 @@ impl PackedMatrix {
     /// Bytes the packed rows take (those of the file's rows, moved).
     pub fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
-        return self.rows / 16 * self.per_row * self.format.block_bytes;
+        return self.rows / PACK_GROUP_ROWS * self.per_row * self.format.block_bytes;
         #[cfg(not(target_arch = "x86_64"))]
         0
     }
@@ -127,7 +131,8 @@ impl PackedMatrix {
         n_tok: usize,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
-        let whole = rows.start % 16 == 0 && rows.end % 16 == 0 && rows.start <= rows.end;
+        let g = PACK_GROUP_ROWS;
+        let whole = rows.start % g == 0 && rows.end % g == 0 && rows.start <= rows.end;
         if !whole || rows.end > self.rows {
             return Err(QuantError::DotLength {
                 ty: self.ty,
@@ -139,7 +144,7 @@ impl PackedMatrix {
         #[cfg(target_arch = "x86_64")]
         {
             let group = self.per_row * self.format.block_bytes;
-            let p = &self.data[rows.start / 16 * group..rows.end / 16 * group];
+            let p = &self.data[rows.start / g * group..rows.end / g * group];
             (self.format.kernel)(p, self.per_row, a, n_tok, out)
         }
         #[cfg(not(target_arch = "x86_64"))]
