@@ -294,22 +294,9 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
             }
             .expect("sizes agree by construction");
         }
-        Some(gemm) => {
-            let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
-            for t0 in (0..n).step_by(TOKEN_CHUNK) {
-                let nt = TOKEN_CHUNK.min(n - t0);
-                let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
-                for r0 in rows.clone().step_by(ROW_TILE) {
-                    let r1 = (r0 + ROW_TILE).min(rows.end);
-                    let tile = &mut buf[..nt * (r1 - r0)];
-                    gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
-                        .expect("sizes agree by construction");
-                    for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
-                        out_slice((t0 + t) * w.rows + r0, r1 - r0).copy_from_slice(o);
-                    }
-                }
-            }
-        }
+        Some(gemm) => in_tiles(acts, &out_slice, w.rows, rows, |r0, r1, a, nt, tile| {
+            gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
+        }),
         None => {
             for r0 in rows.clone().step_by(ROW_TILE) {
                 let r1 = (r0 + ROW_TILE).min(rows.end);
@@ -332,13 +319,28 @@ fn matmul_packed<'o>(
     n_rows: usize,
     rows: Range<usize>,
 ) {
-    let n = acts.n;
-    if n == 1 {
+    if acts.n == 1 {
         let o = out_slice(rows.start, rows.len());
         p.gemm(rows, acts.row(0), 1, o)
             .expect("sizes agree by construction");
         return;
     }
+    in_tiles(acts, out_slice, n_rows, rows, |r0, r1, a, nt, tile| {
+        p.gemm(r0..r1, a, nt, tile)
+    });
+}
+
+/// Rows `rows` (of `n_rows`) times every token, tile by tile: `gemm(r0, r1, tokens' activation
+/// rows, their count, tile)` fills a `(tokens, r1 - r0)` tile of at most [`ROW_TILE`] rows by
+/// [`TOKEN_CHUNK`] tokens, copied into `out_slice`.
+fn in_tiles<'o>(
+    acts: &Acts,
+    out_slice: &impl Fn(usize, usize) -> &'o mut [f32],
+    n_rows: usize,
+    rows: Range<usize>,
+    gemm: impl Fn(usize, usize, &[u8], usize, &mut [f32]) -> Result<(), synapse_quant::QuantError>,
+) {
+    let n = acts.n;
     let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
     for t0 in (0..n).step_by(TOKEN_CHUNK) {
         let nt = TOKEN_CHUNK.min(n - t0);
@@ -346,8 +348,7 @@ fn matmul_packed<'o>(
         for r0 in rows.clone().step_by(ROW_TILE) {
             let r1 = (r0 + ROW_TILE).min(rows.end);
             let tile = &mut buf[..nt * (r1 - r0)];
-            p.gemm(r0..r1, a, nt, tile)
-                .expect("sizes agree by construction");
+            gemm(r0, r1, a, nt, tile).expect("sizes agree by construction");
             for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
                 out_slice((t0 + t) * n_rows + r0, r1 - r0).copy_from_slice(o);
             }

@@ -363,7 +363,7 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
                     (9, 7, 3),
                     (6, 37, 1),
                     (5, 17, 2),
-                    // Groups of sixteen rows in lanes (AVX-512 Q4_K), with rows left over.
+                    // Sixteen rows and more, with rows left over.
                     (16, 8, 1),
                     (35, 13, 2),
                     (48, 93, 1),

@@ -142,45 +142,12 @@ gemm_entries! {
 tiled_entry! {
     /// Tiled Q4_K in llama.cpp's repacked order (see [`crate::GemmFn`]): eight (row, token) pairs
     /// at a time, whose per-block totals are reduced together ([`reduce8`]).
-    q4_k_rows8: BlockQ4K => gemm_q4_k_rows8
+    q4_k_rows8: BlockQ4K => gemm_q4_k_rows8_tiles
 }
 
 tiled_entry! {
     /// Tiled Q6_K (see [`crate::GemmFn`]).
-    q6_k: BlockQ6K => gemm_q6_k
-}
-
-/// [`Q4KRows8`]: groups of sixteen rows in lanes for batches (see [`super::avx512_lanes`]),
-/// the tiles below for the other rows and for short batches.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm_q4_k_rows8(w: &[BlockQ4K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
-    // SAFETY: as for this function.
-    unsafe {
-        super::avx512_lanes::lanes_then_tiles(
-            w,
-            a,
-            per_row,
-            out,
-            super::avx512_lanes::q4_k_rows8,
-            gemm_q4_k_rows8_tiles,
-        )
-    }
-}
-
-/// Q6_K: as [`gemm_q4_k_rows8`], with [`gemm`]'s tiles.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm_q6_k(w: &[BlockQ6K], a: &[BlockQ8K], per_row: usize, out: &mut [f32]) {
-    // SAFETY: as for this function.
-    unsafe {
-        super::avx512_lanes::lanes_then_tiles(
-            w,
-            a,
-            per_row,
-            out,
-            super::avx512_lanes::q6_k,
-            gemm::<Q6K>,
-        )
-    }
+    q6_k: BlockQ6K => gemm::<Q6K>
 }
 
 /// [`gemm`] for [`Q4KRows8`], with eight-pair tiles: two rows by four tokens, eight rows a

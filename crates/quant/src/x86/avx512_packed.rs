@@ -1,22 +1,24 @@
-//! Weights packed at load time for the rows-in-lanes kernels (AVX-512 VNNI), used for every
-//! batch size, one token included.
+//! AVX-512 VNNI kernels on weights packed at load time, one weight row per i32 lane ("rows in
+//! lanes"), for every batch size, one token included.
 //!
-//! [`super::avx512_lanes`] transposes a group of sixteen rows on every call, which a batch of
-//! 64 tokens pays for but one token cannot: decode stays with the row kernels, which are bound
-//! by instructions per weight (the unpacking, the per-sub-block scaling and the horizontal
-//! reductions) well below the machine's read bandwidth. Here the transposition is done once,
-//! when the model is loaded: each group of sixteen rows is stored block by block, each 4-byte
-//! word of a block as sixteen consecutive words, one per row, so that one 512-bit load gives a
-//! register with the same word of the sixteen rows. The packed matrix has exactly the size of
-//! the file's (each block's bytes are only moved, scales and heads included), so the engine
-//! keeps one copy of the weights: the packed one, and drops the mapped pages it came from (a
-//! tied token embedding's lookups fault back the rows they read).
+//! The tiles of [`super::avx512_ktile`] and [`super::avx512_tile`] put 64 values of one row in a
+//! register and dot them with one token: every (row, token, block) ends as sixteen lanes to
+//! scale and reduce across the register, and the row kernels of one token are bound by those
+//! instructions, well below the machine's read bandwidth. Here each group of sixteen rows is
+//! stored block by block, each 4-byte word of a block as sixteen consecutive words, one per
+//! row, so that one 512-bit load gives a register with the same word of the sixteen rows and a
+//! `vpdpbusd` against four bytes of a token (broadcast) adds into each row's own lane, with
+//! nothing to reduce. The transposition is done once, when the model is loaded (it replaced
+//! rows-in-lanes kernels that transposed on every call, which a batch of 64 tokens could pay
+//! for but one token could not). The packed matrix has exactly the size of the file's (each
+//! block's bytes are only moved, scales and heads included), so the engine keeps one copy of
+//! the weights: the packed one, and drops the mapped pages it came from (a tied token
+//! embedding's lookups fault back the rows they read).
 //!
 //! One token then costs, per four values of sixteen rows, a load share, one to three unpacking
 //! instructions and one `vpdpbusd` (or `vpmaddubsw` + `vpdpwssd` for Q6_K): several times the
 //! read bandwidth of a core, so that decode runs at the speed of memory. A batch shares the
-//! unpacked registers between its tokens, as the per-call kernels do, without their
-//! transposition.
+//! unpacked registers between the tokens of a pass.
 //!
 //! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
 //! per block and row, one fused multiply-add), Q3_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q4_1, Q5_0, Q5_1
@@ -227,6 +229,43 @@ macro_rules! token_passes {
     }};
 }
 
+/// Every group of packed blocks `$p` (`$per_row` blocks each) times every token of `$a`, in
+/// passes of `$full` tokens and one of those left (`$rest` lists every count below `$full`):
+/// `$f::<T>(group, [each token's blocks], [each token's rows of each table of `$tabs`, a
+/// parenthesised list], out, (stride, r0, t0))`, `out` being `(n_tok, 16 * groups)`. A pass reads the group's blocks once.
+macro_rules! group_passes {
+    ($p:expr, $per_row:expr, $a:expr, $out:expr, $f:ident, $full:literal,
+     [$($rest:literal)*], $tabs:tt) => {{
+        let (p, per_row, a) = ($p, $per_row, $a);
+        let stride = p.len() / per_row * ROWS;
+        let n_tok = a.len() / per_row;
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            let mut t0 = 0;
+            while n_tok - t0 >= $full {
+                group_passes!(@pass $full, t0, $f, g, $out, (stride, ROWS * gi), per_row, a, $tabs);
+                t0 += $full;
+            }
+            match n_tok - t0 {
+                0 => {}
+                $($rest => group_passes!(
+                    @pass $rest, t0, $f, g, $out, (stride, ROWS * gi), per_row, a, $tabs
+                ),)*
+                _ => unreachable!("a rest list covers every count below the pass"),
+            }
+        }
+    }};
+    (@pass $n:expr, $t0:expr, $f:ident, $g:expr, $out:expr, $at:expr, $per_row:expr,
+     $a:expr, ($($tab:expr),*)) => {
+        $f::<{ $n }>(
+            $g,
+            std::array::from_fn(|t| &$a[($t0 + t) * $per_row..][..$per_row]),
+            $(std::array::from_fn(|t| &$tab[($t0 + t) * $per_row..][..$per_row]),)*
+            $out,
+            ($at.0, $at.1, $t0),
+        )
+    };
+}
+
 /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
 #[inline(always)]
 unsafe fn hsum8(a: &[__m512; 8]) -> __m512 {
@@ -397,6 +436,20 @@ thread_local! {
     static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Each token block's eight sub-block sums (what the mins of Q4_K and Q5_K multiply), into
+/// `ps`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn pair_sums(a: &[BlockQ8K], ps: &mut Vec<[i16; 8]>) {
+    ps.clear();
+    ps.extend(a.iter().map(|y| {
+        let mut s = [0i16; 8];
+        // SAFETY: 16 writable bytes.
+        unsafe { _mm_storeu_si128(s.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
+        s
+    }));
+}
+
 /// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
 /// (`(n_tok, 16 * groups)`).
 ///
@@ -405,32 +458,9 @@ thread_local! {
 /// per_row` blocks and `out` `n_tok * 16 * (p.len() / per_row)` floats.
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
-    PAIR_SUMS.with_borrow_mut(|pair_sums| {
-        pair_sums.clear();
-        pair_sums.extend(a.iter().map(|y| {
-            let mut ps = [0i16; 8];
-            // SAFETY: 16 writable bytes.
-            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
-            ps
-        }));
-        for (gi, g) in p.chunks_exact(per_row).enumerate() {
-            let tok = |t: usize| &a[t * per_row..][..per_row];
-            let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
-            macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    q4_k_tokens::<{ $n }>(
-                        g,
-                        std::array::from_fn(|t| tok($t0 + t)),
-                        std::array::from_fn(|t| ps($t0 + t)),
-                        out,
-                        (stride, ROWS * gi, $t0),
-                    )
-                };
-            }
-            token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
-        }
+    PAIR_SUMS.with_borrow_mut(|ps| {
+        pair_sums(a, ps);
+        group_passes!(p, per_row, a, out, q4_k_tokens, 8, [1 2 3 4 5 6 7], (ps))
     });
 }
 
@@ -574,22 +604,7 @@ fn q2_k_tokens<const T: usize>(
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
-    for (gi, g) in p.chunks_exact(per_row).enumerate() {
-        let tok = |t: usize| &a[t * per_row..][..per_row];
-        macro_rules! pass {
-            ($n:expr, $t0:expr) => {
-                q2_k_tokens::<{ $n }>(
-                    g,
-                    std::array::from_fn(|t| tok($t0 + t)),
-                    out,
-                    (stride, ROWS * gi, $t0),
-                )
-            };
-        }
-        token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
-    }
+    group_passes!(p, per_row, a, out, q2_k_tokens, 8, [1 2 3 4 5 6 7], ());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -744,22 +759,7 @@ fn q6_k_tokens<const T: usize>(
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
-    for (gi, g) in p.chunks_exact(per_row).enumerate() {
-        let tok = |t: usize| &a[t * per_row..][..per_row];
-        macro_rules! pass {
-            ($n:expr, $t0:expr) => {
-                q6_k_tokens::<{ $n }>(
-                    g,
-                    std::array::from_fn(|t| tok($t0 + t)),
-                    out,
-                    (stride, ROWS * gi, $t0),
-                )
-            };
-        }
-        token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
-    }
+    group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -904,32 +904,9 @@ fn q5_k_tokens<const T: usize>(
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
-    PAIR_SUMS.with_borrow_mut(|pair_sums| {
-        pair_sums.clear();
-        pair_sums.extend(a.iter().map(|y| {
-            let mut ps = [0i16; 8];
-            // SAFETY: 16 writable bytes.
-            unsafe { _mm_storeu_si128(ps.as_mut_ptr().cast(), q8_k_pair_sums(y)) };
-            ps
-        }));
-        for (gi, g) in p.chunks_exact(per_row).enumerate() {
-            let tok = |t: usize| &a[t * per_row..][..per_row];
-            let ps = |t: usize| &pair_sums[t * per_row..][..per_row];
-            macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    q5_k_tokens::<{ $n }>(
-                        g,
-                        std::array::from_fn(|t| tok($t0 + t)),
-                        std::array::from_fn(|t| ps($t0 + t)),
-                        out,
-                        (stride, ROWS * gi, $t0),
-                    )
-                };
-            }
-            token_passes!(n_tok, pass, 4, [1 2 3]);
-        }
+    PAIR_SUMS.with_borrow_mut(|ps| {
+        pair_sums(a, ps);
+        group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps))
     });
 }
 
@@ -1090,8 +1067,6 @@ thread_local! {
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
     FOURS.with_borrow_mut(|fours| {
         fours.clear();
         fours.extend(a.iter().map(|y| {
@@ -1106,22 +1081,7 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             }
             f
         }));
-        for (gi, g) in p.chunks_exact(per_row).enumerate() {
-            let tok = |t: usize| &a[t * per_row..][..per_row];
-            let fr = |t: usize| &fours[t * per_row..][..per_row];
-            macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    q3_k_tokens::<{ $n }>(
-                        g,
-                        std::array::from_fn(|t| tok($t0 + t)),
-                        std::array::from_fn(|t| fr($t0 + t)),
-                        out,
-                        (stride, ROWS * gi, $t0),
-                    )
-                };
-            }
-            token_passes!(n_tok, pass, 4, [1 2 3]);
-        }
+        group_passes!(p, per_row, a, out, q3_k_tokens, 4, [1 2 3], (fours))
     });
 }
 
@@ -1261,8 +1221,6 @@ thread_local! {
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let stride = p.len() / per_row * ROWS;
-    let n_tok = a.len() / per_row;
     Y16.with_borrow_mut(|y16| {
         y16.clear();
         y16.extend(a.iter().map(|y| {
@@ -1274,22 +1232,7 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
             }
             v
         }));
-        for (gi, g) in p.chunks_exact(per_row).enumerate() {
-            let tok = |t: usize| &a[t * per_row..][..per_row];
-            let v = |t: usize| &y16[t * per_row..][..per_row];
-            macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    iq4_xs_tokens::<{ $n }>(
-                        g,
-                        std::array::from_fn(|t| tok($t0 + t)),
-                        std::array::from_fn(|t| v($t0 + t)),
-                        out,
-                        (stride, ROWS * gi, $t0),
-                    )
-                };
-            }
-            token_passes!(n_tok, pass, 4, [1 2 3]);
-        }
+        group_passes!(p, per_row, a, out, iq4_xs_tokens, 4, [1 2 3], (y16))
     });
 }
 

@@ -195,33 +195,8 @@ unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
     }
 }
 
-/// Rows in lanes for batches ([`super::avx512_lanes::lanes32`] with `L`, the same format),
-/// [`gemm`]'s tiles for the rows left over and for short batches.
-///
-/// # Safety
-/// As [`gemm`]; the operands' sizes agree.
-#[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn lanes_or_tiles<K: Pair, L: super::avx512_lanes::Lanes32<W = K::W, A = Act<K>>>(
-    w: &[K::W],
-    a: &[Act<K>],
-    per_row: usize,
-    out: &mut [f32],
-) {
-    use super::avx512_lanes::{lanes32, lanes_then_tiles};
-    // SAFETY: the caller's.
-    unsafe { lanes_then_tiles(w, a, per_row, out, lanes32::<L>, gemm::<K>) }
-}
-
-macro_rules! lanes_entries {
-    ($( $name:ident: $k:ident; )*) => {$(
-        tiled_entry! {
-            /// Tiled product of weight rows with a batch of tokens (see [`crate::GemmFn`]).
-            $name: <$k as Pair>::W => lanes_or_tiles::<$k, super::avx512_lanes::$k>
-        }
-    )*};
-}
-
-lanes_entries! {
+gemm_entries! {
+    Pair;
     q4_0: Q4_0;
     q4_1: Q4_1;
     q5_0: Q5_0;

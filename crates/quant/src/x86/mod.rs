@@ -38,7 +38,6 @@ macro_rules! gemm_entries {
 pub mod avx2;
 pub mod avx512;
 pub mod avx512_ktile;
-mod avx512_lanes;
 pub mod avx512_nl;
 pub(crate) mod avx512_packed;
 pub mod avx512_tile;
