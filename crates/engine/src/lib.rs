@@ -92,6 +92,13 @@ pub(crate) fn has_x86_64_v3() -> bool {
     })
 }
 
+/// Whether this CPU has AVX-512 F besides x86-64-v3 (attention's sixteen-lane passes).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512f() -> bool {
+    static V4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V4.get_or_init(|| has_x86_64_v3() && std::arch::is_x86_feature_detected!("avx512f"))
+}
+
 /// The checks every architecture's forward pass makes before it touches anything.
 pub(crate) fn check_forward(
     info: &ModelInfo,

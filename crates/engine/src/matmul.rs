@@ -362,38 +362,47 @@ pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync
 }
 
 /// Split `out` into `chunk`-long pieces and deal them out round-robin: thread `i` of `T`
-/// computes pieces `i`, `i + T`, `i + 2T`, .., calling `f(&mut scratch, u, piece)` for each,
-/// with one `scratch` per thread from `init`. For work whose cost grows along `out` (causal
-/// attention over a batch, where later tokens see more positions), so that the threads get
-/// equal shares. Each piece is written by one call only, so the result does not depend on the
-/// thread count (D1).
-pub fn parallel_pieces_mut<S>(
+/// computes pieces `i`, `i + T`, `i + 2T`, .., in calls `f(&mut scratch, pieces)` of up to
+/// `group` of them (`(u, piece)` each), with one `scratch` per thread from `init`. For work
+/// whose cost grows along `out` (causal attention over a batch, where later tokens see more
+/// positions), so that the threads get equal shares. Each piece is written by one call only,
+/// and `f` must compute each piece the same whatever the others in its call, so that the result
+/// does not depend on the thread count (D1).
+pub fn parallel_piece_groups_mut<S>(
     threads: &Threads,
     out: &mut [f32],
     chunk: usize,
+    group: usize,
     init: impl Fn() -> S + Sync,
-    f: impl Fn(&mut S, usize, &mut [f32]) + Sync,
+    f: impl Fn(&mut S, &mut [(usize, &mut [f32])]) + Sync,
 ) {
     let n = out.len() / chunk.max(1);
     let t = threads.n().min(n.max(1));
-    if t == 1 {
-        let mut scratch = init();
-        for (u, piece) in out[..n * chunk].chunks_exact_mut(chunk).enumerate() {
-            f(&mut scratch, u, piece);
-        }
-        return;
-    }
+    let group = group.max(1);
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
-    threads.pool.run(&|i| {
+    let thread = |i: usize| {
         let shared = &shared;
         let mut scratch = init();
-        for u in (i..n).step_by(t) {
-            // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); the pieces of
-            // different threads differ (u mod t), so no other call touches it while it lives.
-            let piece = unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
-            f(&mut scratch, u, piece);
+        let mut calls = (i..n).step_by(t).peekable();
+        let mut pieces = Vec::with_capacity(group);
+        while calls.peek().is_some() {
+            pieces.clear();
+            for u in calls.by_ref().take(group) {
+                // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); the pieces
+                // of different threads differ (u mod t), those of one call too, so no other
+                // slice covers it while this one lives.
+                let piece =
+                    unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
+                pieces.push((u, piece));
+            }
+            f(&mut scratch, &mut pieces);
         }
-    });
+    };
+    if t == 1 {
+        thread(0);
+    } else {
+        threads.pool.run(&thread);
+    }
 }
 
 /// Split `out` into `chunk`-long pieces and hand each thread a contiguous run of them:

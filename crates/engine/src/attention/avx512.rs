@@ -1,0 +1,374 @@
+//! Attention heads with AVX-512 F, for head widths of 64, 128 and 256 values: the same
+//! arithmetic as [`super::attend_heads`] (ggml's online softmax with an F16 accumulator), laid
+//! out so that the per-position chain stays in registers.
+//!
+//! - Every exponential of a head is known once its scores are: the running maximum before
+//!   position `j` is a prefix maximum of the scores. They are computed sixteen at a time by
+//!   [`exp16`], which gives libm's `expf` bits (checked against it at first use, see
+//!   [`vector_exp_matches_libm`]).
+//! - The accumulator lives in registers for the whole pass, `head_dim / 16` of them per head,
+//!   and up to four heads go side by side so that one head's dependent steps (multiply-add,
+//!   rounding to F16 and back) overlap another's.
+
+use std::arch::x86_64::*;
+
+use super::{fma_for_f16_zmm, round_f16_zmm, AttnShape, HeadJob, HeadScratch, F16_STEP};
+
+/// `2^(i/32)` as the nearest double, less `i << 47`: with `k = 32 q + i`, the double whose bits
+/// are `TAB[i] + (k << 47)` is `2^(k/32)` (the exponent field takes `q`).
+const TAB: [u64; 32] = [
+    0x3ff0000000000000,
+    0x3fefd9b0d3158574,
+    0x3fefb5586cf9890f,
+    0x3fef9301d0125b51,
+    0x3fef72b83c7d517b,
+    0x3fef54873168b9aa,
+    0x3fef387a6e756238,
+    0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715,
+    0x3feef1a7373aa9cb,
+    0x3feedea64c123422,
+    0x3feece086061892d,
+    0x3feebfdad5362a27,
+    0x3feeb42b569d4f82,
+    0x3feeab07dd485429,
+    0x3feea47eb03a5585,
+    0x3feea09e667f3bcd,
+    0x3fee9f75e8ec5f74,
+    0x3feea11473eb0187,
+    0x3feea589994cce13,
+    0x3feeace5422aa0db,
+    0x3feeb737b0cdc5e5,
+    0x3feec49182a3f090,
+    0x3feed503b23e255d,
+    0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47,
+    0x3fef199bdd85529c,
+    0x3fef3720dcef9069,
+    0x3fef5818dcfba487,
+    0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da,
+    0x3fefd0765b6e4540,
+];
+/// `32 / ln 2` (0x1.71547652b82fep+5).
+const INV_LN2_32: f64 = f64::from_bits(0x4047_1547_652b_82fe);
+/// Adding it rounds a double below 2^51 in magnitude to an integer (ties to even) held in the
+/// low bits.
+const SHIFT: f64 = f64::from_bits(0x4338_0000_0000_0000); // 0x1.8p+52
+/// The polynomial for `2^(r/32)`, `|r| <= 1/2`: `(C0 r + C1) r^2 + (C2 r + 1)`; the
+/// coefficients of `2^r`'s cubic (0x1.c6af84b912394p-5, 0x1.ebfce50fac4f3p-3,
+/// 0x1.62e42ff0c52d6p-1) over `32^3`, `32^2` and `32`.
+const C0: f64 = f64::from_bits(0x3ebc_6af8_4b91_2394);
+const C1: f64 = f64::from_bits(0x3f2e_bfce_50fa_c4f3);
+const C2: f64 = f64::from_bits(0x3f96_2e42_ff0c_52d6);
+
+/// `e^x` of eight values in double precision, then rounded to f32: `x 32/ln 2 = k + r` with `k`
+/// an integer, a table of `2^(i/32)` for `k mod 32` and a cubic for `2^(r/32)`. The
+/// multiplications are fused with the additions that follow them exactly where glibc's
+/// `expf` (its FMA build) fuses them: `k` and `r` both come from a fused `x * 32/ln 2 + c`.
+/// Any other choice differs from it on a few inputs out of 2^32.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn exp8(x: __m256) -> __m256 {
+    let xd = _mm512_cvtps_pd(x);
+    let inv = _mm512_set1_pd(INV_LN2_32);
+    let kd = _mm512_fmadd_pd(xd, inv, _mm512_set1_pd(SHIFT));
+    let ki = _mm512_castpd_si512(kd);
+    let kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFT));
+    let r = _mm512_fmsub_pd(xd, inv, kd);
+    // SAFETY: `TAB` holds 32 values: four registers of eight.
+    let tab: [__m512i; 4] =
+        std::array::from_fn(|i| unsafe { _mm512_loadu_si512(TAB.as_ptr().add(8 * i).cast()) });
+    let lo = _mm512_permutex2var_epi64(tab[0], ki, tab[1]);
+    let hi = _mm512_permutex2var_epi64(tab[2], ki, tab[3]);
+    let upper = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
+    let t = _mm512_mask_blend_epi64(upper, lo, hi);
+    let s = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64::<47>(ki)));
+    let p = _mm512_fmadd_pd(_mm512_set1_pd(C0), r, _mm512_set1_pd(C1));
+    let r2 = _mm512_mul_pd(r, r);
+    let y = _mm512_fmadd_pd(_mm512_set1_pd(C2), r, _mm512_set1_pd(1.0));
+    let y = _mm512_fmadd_pd(p, r2, y);
+    _mm512_cvtpd_ps(_mm512_mul_pd(y, s))
+}
+
+/// `e^x` lane by lane, the bits of libm's `expf` (glibc's on x86-64 with FMA, which
+/// [`vector_exp_matches_libm`] checks): overflow to infinity above `ln 2^128`, zero below
+/// `ln 2^-150`, NaN for NaN.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn exp16(x: __m512) -> __m512 {
+    let lo = exp8(_mm512_castps512_ps256(x));
+    let hi = exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(
+        _mm512_castps_pd(x),
+    )));
+    let y = _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+        _mm512_castps_pd(_mm512_castps256_ps512(lo)),
+        _mm256_castps_pd(hi),
+    ));
+    let over = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, _mm512_set1_ps(f32::from_bits(0x42b1_7217)));
+    let under = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_set1_ps(-f32::from_bits(0x42cf_f1b4)));
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+    let y = _mm512_mask_blend_ps(over, y, _mm512_set1_ps(f32::INFINITY));
+    let y = _mm512_mask_blend_ps(under, y, _mm512_setzero_ps());
+    _mm512_mask_blend_ps(nan, y, _mm512_add_ps(x, x))
+}
+
+/// Whether [`exp16`] gives `f32::exp`'s bits (libm's `expf`) on this machine: a sweep of every
+/// 4093rd f32 and the boundaries of the special cases, once. Where it does not (another libm),
+/// the heads keep calling `f32::exp`.
+pub(crate) fn vector_exp_matches_libm() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // SAFETY: the callers checked AVX-512 F, AVX2, FMA and F16C.
+    *OK.get_or_init(|| unsafe { exp_agrees(0, u32::MAX, 4093) })
+}
+
+/// Whether [`exp16`] and `f32::exp` agree bit for bit on the f32s `first, first + step, ..`
+/// up to `last`, and on the boundaries of the special cases (compared as bits, NaNs as NaN).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) unsafe fn exp_agrees(first: u32, last: u32, step: u32) -> bool {
+    let mut xs: Vec<f32> = [
+        0x42b1_7217u32,
+        0xc2cf_f1b4,
+        0xc2b0_0000,
+        0x42b0_0000,
+        0xc2ae_ac50,
+    ]
+    .iter()
+    .flat_map(|&b| (b - 4..=b + 4).map(f32::from_bits))
+    .flat_map(|x| [x, -x])
+    .chain([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ])
+    .collect();
+    let agree = |xs: &[f32]| {
+        xs.chunks(16).all(|c| {
+            let mut v = [0.0f32; 16];
+            v[..c.len()].copy_from_slice(c);
+            // SAFETY: 16 floats each way; this function's features.
+            let y = unsafe {
+                let mut y = [0.0f32; 16];
+                _mm512_storeu_ps(y.as_mut_ptr(), exp16(_mm512_loadu_ps(v.as_ptr())));
+                y
+            };
+            c.iter().zip(y).all(|(x, y)| {
+                let e = x.exp();
+                e.to_bits() == y.to_bits() || (e.is_nan() && y.is_nan())
+            })
+        })
+    };
+    if !agree(&xs) {
+        return false;
+    }
+    let mut b = first as u64;
+    while b <= last as u64 {
+        xs.clear();
+        xs.extend(
+            (0..4096u64)
+                .map(|i| b + i * step as u64)
+                .take_while(|&b| b <= last as u64)
+                .map(|b| f32::from_bits(b as u32)),
+        );
+        if !agree(&xs) {
+            return false;
+        }
+        b += 4096 * step as u64;
+    }
+    true
+}
+
+/// Whether [`heads`] takes heads of `head_dim` values on this machine (the caller checked
+/// AVX-512 F, AVX2, FMA and F16C).
+pub(super) fn takes(head_dim: usize) -> bool {
+    matches!(head_dim, 64 | 128 | 256) && vector_exp_matches_libm()
+}
+
+/// [`super::attend_heads`] for every job of `jobs` (`scratch` holds as many), for a head width
+/// [`takes`] accepts.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(super) unsafe fn heads(s: &AttnShape, jobs: &mut [HeadJob], scratch: &mut [HeadScratch]) {
+    match s.head_dim {
+        64 => by_width::<4>(s, jobs, scratch),
+        128 => by_width::<8>(s, jobs, scratch),
+        256 => by_width::<16>(s, jobs, scratch),
+        hd => unreachable!("head width {hd} is not one `takes` accepts"),
+    }
+}
+
+/// [`heads`] for `CH` registers of sixteen values a head: each head's scores and weights, then
+/// the heads side by side, as many as fit sixteen registers of accumulators.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn by_width<const CH: usize>(s: &AttnShape, jobs: &mut [HeadJob], scratch: &mut [HeadScratch]) {
+    for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+        weights::<CH>(s, job, sc);
+    }
+    let side = (16 / CH).max(1);
+    for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {
+        match jobs.len() {
+            1 => values::<CH, 1>(s, jobs, scratch),
+            2 => values::<CH, 2>(s, jobs, scratch),
+            3 => values::<CH, 3>(s, jobs, scratch),
+            4 => values::<CH, 4>(s, jobs, scratch),
+            n => unreachable!("{n} heads side by side"),
+        }
+    }
+}
+
+/// `x` shifted up by `K` lanes, `fill` in the lowest `K`.
+#[inline(always)]
+fn lanes_up<const K: i32>(x: __m512, fill: __m512) -> __m512 {
+    // SAFETY: AVX-512 F, the callers' features. `valignd` by 16 - K of (x : fill).
+    unsafe {
+        _mm512_castsi512_ps(match K {
+            1 => _mm512_alignr_epi32::<15>(_mm512_castps_si512(x), _mm512_castps_si512(fill)),
+            2 => _mm512_alignr_epi32::<14>(_mm512_castps_si512(x), _mm512_castps_si512(fill)),
+            4 => _mm512_alignr_epi32::<12>(_mm512_castps_si512(x), _mm512_castps_si512(fill)),
+            8 => _mm512_alignr_epi32::<8>(_mm512_castps_si512(x), _mm512_castps_si512(fill)),
+            _ => unreachable!("a shift of 1, 2, 4 or 8 lanes"),
+        })
+    }
+}
+
+/// A head's scores `scale * q . k` (the query rounded to F16; the dot product in ggml's
+/// order, as [`super::V4`]'s), then, sixteen positions at a time, what the online softmax does
+/// at each: whether the running maximum grows there (`sc.grow`, a bit a position), and the
+/// one exponential it takes (`sc.ex`: the rescale `e^(m_old - m)` where it grows, the weight
+/// `e^(score - m)` elsewhere; `sc.ex16` rounded to F16).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
+    let hd = 16 * CH;
+    let kv_dim = s.n_head_kv * hd;
+    let n = job.n_pos;
+    let padded = n.div_ceil(16) * 16;
+    if sc.scores.len() < padded {
+        sc.scores.resize(padded, 0.0);
+        sc.ex.resize(padded, 0.0);
+        sc.ex16.resize(padded, 0.0);
+    }
+    sc.grow.clear();
+    sc.grow.resize(padded / 16, 0);
+    let q = &job.q[..hd];
+    let q: [__m512; CH] = std::array::from_fn(|c| {
+        // SAFETY: values 16c..16c + 16 of the query (hd of them).
+        round_f16_zmm(unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) })
+    });
+    for (j, score) in sc.scores[..n].iter_mut().enumerate() {
+        let k = &job.keys[j * kv_dim..][..hd];
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for (c, q) in q.iter().enumerate() {
+            // SAFETY: values 16c..16c + 16 of the key row (hd of them).
+            let kf = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(16 * c).cast())) };
+            acc[c % 4] = _mm512_fmadd_ps(*q, kf, acc[c % 4]);
+        }
+        // (a0 + a2) + (a1 + a3), then `reduce_add_16`'s halves, quarters and last pairs.
+        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));
+        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        let t1 = _mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2));
+        // No tail: the f64 sum of ggml's order is this f32.
+        *score = _mm_cvtss_f32(t1) * s.scale;
+    }
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut carry = ninf;
+    for b in 0..padded / 16 {
+        // SAFETY: positions 16b..16b + 16 of the padded rows.
+        let x = unsafe { _mm512_loadu_ps(sc.scores.as_ptr().add(16 * b)) };
+        let live = if 16 * b + 16 <= n {
+            0xffff
+        } else {
+            (1u16 << (n - 16 * b)) - 1
+        };
+        // The running maximum ignores NaN scores (`score > m` is false for them), and the
+        // padding.
+        let ok = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x) & live;
+        let mut p = _mm512_mask_blend_ps(ok, ninf, x);
+        p = _mm512_max_ps(p, lanes_up::<1>(p, ninf));
+        p = _mm512_max_ps(p, lanes_up::<2>(p, ninf));
+        p = _mm512_max_ps(p, lanes_up::<4>(p, ninf));
+        p = _mm512_max_ps(p, lanes_up::<8>(p, ninf));
+        p = _mm512_max_ps(p, carry);
+        // The maximum before each position.
+        let prev = lanes_up::<1>(p, carry);
+        let grow = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(x, prev);
+        let arg = _mm512_mask_blend_ps(grow, _mm512_sub_ps(x, prev), _mm512_sub_ps(prev, x));
+        let e = exp16(arg);
+        // SAFETY: positions 16b..16b + 16 of the padded rows.
+        unsafe {
+            _mm512_storeu_ps(sc.ex.as_mut_ptr().add(16 * b), e);
+            _mm512_storeu_ps(sc.ex16.as_mut_ptr().add(16 * b), round_f16_zmm(e));
+        }
+        sc.grow[b] = grow & live;
+        carry = _mm512_permutexvar_ps(_mm512_set1_epi32(15), p);
+    }
+}
+
+/// The online softmax's pass over the value rows of `N` heads side by side (their
+/// [`weights`] done), each head's accumulator in `CH` registers, into each job's output.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn values<const CH: usize, const N: usize>(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &[HeadScratch],
+) {
+    let hd = 16 * CH;
+    let simd = hd / F16_STEP * F16_STEP;
+    let kv_dim = s.n_head_kv * hd;
+    let n_pos: [usize; N] = std::array::from_fn(|i| jobs[i].n_pos);
+    let most = n_pos.iter().copied().max().unwrap_or(0);
+    let mut acc = [[_mm512_setzero_ps(); CH]; N];
+    let mut sum = [0.0f32; N];
+    for j in 0..most {
+        for i in 0..N {
+            if j >= n_pos[i] {
+                continue;
+            }
+            let sc = &scratch[i];
+            let (e, e16) = (sc.ex[j], sc.ex16[j]);
+            let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
+            let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
+            let acc = &mut acc[i];
+            if grow {
+                for (c, a) in acc.iter_mut().enumerate() {
+                    let f = _mm512_set1_ps(if 16 * c < simd { e16 } else { e });
+                    *a = round_f16_zmm(_mm512_mul_ps(*a, f));
+                }
+            }
+            let v = &jobs[i].values[j * kv_dim..][..hd];
+            for (c, a) in acc.iter_mut().enumerate() {
+                // SAFETY: values 16c..16c + 16 of the value row (hd of them).
+                let x =
+                    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * c).cast())) };
+                *a = round_f16_zmm(if 16 * c < simd {
+                    fma_for_f16_zmm(x, _mm512_set1_ps(vs16), *a)
+                } else {
+                    _mm512_fmadd_ps(x, _mm512_set1_ps(vs), *a)
+                });
+            }
+            // ggml's C is compiled with contraction: this is one fused multiply-add there.
+            sum[i] = sum[i].mul_add(ms, vs);
+        }
+    }
+    for i in 0..N {
+        let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
+        let out = &mut jobs[i].out[..hd];
+        for (c, a) in acc[i].iter().enumerate() {
+            // SAFETY: values 16c..16c + 16 of the output (hd of them).
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * c), _mm512_mul_ps(*a, inv)) };
+        }
+    }
+}

@@ -1,0 +1,1244 @@
+//! Causal grouped-query attention of one token over the positions in the KV cache.
+//!
+//! A token attends to positions `0..n_pos` in the same order whether it came alone (decode) or in
+//! a batch (prefill): the batch's keys and values are stored first, then each token reads its own
+//! causal prefix. So a token's result does not depend on its batch (G1).
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Multiplies `q . k` before the softmax (`1 / sqrt(head_dim)` unless the model says).
+    pub scale: f32,
+}
+
+/// Largest head dimension [`attend`] supports (Gemma's 256 with room to spare).
+pub const MAX_HEAD_DIM: usize = 512;
+
+/// Values of a head that ggml-cpu's F16 vector kernels (`ggml_vec_mad_f16`, `ggml_vec_scale_f16`)
+/// process in native F16 arithmetic when built with AVX512-FP16 (`GGML_F16_STEP`, 128); the rest
+/// of a head (its last `head_dim % 128` values) goes through their scalar tail, in f32.
+const F16_STEP: usize = 128;
+
+/// Whether `s` lies exactly halfway between two adjacent F16 values (F16 subnormals included).
+#[inline(always)]
+fn is_f16_tie(s: f32) -> bool {
+    let bits = s.to_bits();
+    let exp = ((bits >> 23) & 0xff) as i32 - 127;
+    if exp < -25 {
+        return false; // below half the smallest F16 subnormal (or an f32 subnormal)
+    }
+    // The halfway bit: 13 places below an F16 normal's last one, lower for F16 subnormals.
+    let half_bit = if exp >= -14 { 12 } else { -2 - exp } as u32;
+    let m = (bits & 0x7f_ffff) | 0x80_0000;
+    m & ((2 << half_bit) - 1) == 1 << half_bit
+}
+
+/// `a * b + c` for F16 values held in f32, as an f32 whose rounding to F16 is that of the exact
+/// result: AVX512-FP16's `vfmadd...ph`, which rounds once. The product is exact in f32; the sum's
+/// rounding error (TwoSum) matters only when the f32 sum is an F16 tie, and then moves it one f32
+/// step towards the exact result.
+#[inline(always)]
+fn fma_for_f16(a: f32, b: f32, c: f32) -> f32 {
+    let p = a * b;
+    let s = p + c;
+    let pb = s - p;
+    let e = (p - (s - pb)) + (c - pb);
+    if e != 0.0 && is_f16_tie(s) {
+        let away = (e > 0.0) == (s > 0.0);
+        return f32::from_bits(if away {
+            s.to_bits() + 1
+        } else {
+            s.to_bits() - 1
+        });
+    }
+    s
+}
+
+/// `q . k` of F16 values (held in f32) in the order of ggml's AVX-512 `ggml_vec_dot_f16`, which
+/// accumulates in f32 on AVX512-FP16 builds too: four 16-lane accumulators over 64-value steps,
+/// fused multiply-adds, the accumulators added pairwise, the lanes reduced by halves, the tail
+/// in f64.
+#[inline(always)]
+fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
+    let n = q.len();
+    let np = n & !63;
+    let mut sum = crate::ops::ggml_lanes_64(np, |e| (q[e], k[e])) as f64;
+    for e in np..n {
+        sum += (q[e] * k[e]) as f64;
+    }
+    sum as f32
+}
+
+/// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
+/// `(n_pos, n_head_kv * head_dim)`), as ggml-cpu's flash attention computes it on the reference
+/// build (x86-64 with AVX512-FP16): an online softmax with an F16
+/// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
+/// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
+/// F16 multiply-add ([`fma_for_f16`]), and an F16 product for the rescale. Heads narrower than 128
+/// (SmolLM2's 64) never reach that path; Gemma's 256 do, and with f32
+/// arithmetic there the KL divergence to llama.cpp on Gemma 3 is ~5e-3 instead of ~0.
+#[inline(always)]
+pub fn attend(
+    s: &AttnShape,
+    q: &[f32],
+    keys: &[half::f16],
+    values: &[half::f16],
+    n_pos: usize,
+    out: &mut [f32],
+) {
+    let hd = s.head_dim;
+    let mut scratch = HeadScratch::new();
+    for (h, o) in out[..s.n_head * hd].chunks_exact_mut(hd).enumerate() {
+        attend_head::<Scalar>(s, h, q, keys, values, n_pos, o, &mut scratch);
+    }
+}
+
+/// [`attend`] for `n` tokens at positions `pos0..pos0 + n` (`q` and `out` are
+/// `(n, n_head * head_dim)`), each over the cached positions `first..=pos` of layer `layer`,
+/// where `first` is 0, or `pos + 1 - window` for a sliding window; heads and tokens are spread
+/// over the threads. Every head of every token is computed by the same function on the same
+/// inputs whatever the batch or the thread count (G1, D1).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_batch(
+    s: &AttnShape,
+    q: &[f32],
+    kv: &crate::kv::KvCache,
+    layer: usize,
+    pos0: usize,
+    window: Option<usize>,
+    out: &mut [f32],
+    threads: &crate::Threads,
+) {
+    let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
+    let n = q.len() / q_dim;
+    let heads = Heads {
+        s,
+        q,
+        kv,
+        layer,
+        pos0,
+        window,
+    };
+    crate::matmul::parallel_piece_groups_mut(
+        threads,
+        &mut out[..n * q_dim],
+        hd,
+        INTERLEAVE,
+        || -> Box<[HeadScratch; INTERLEAVE]> {
+            Box::new(std::array::from_fn(|_| HeadScratch::new()))
+        },
+        |scratch, pieces| {
+            #[cfg(target_arch = "x86_64")]
+            if crate::has_avx512f() {
+                // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+                return unsafe { heads.some_v4(pieces, scratch) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::has_x86_64_v3() {
+                // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+                return unsafe { heads.some_v3(pieces, scratch) };
+            }
+            heads.some::<Scalar>(pieces, scratch);
+        },
+    );
+}
+
+/// Heads computed side by side by one thread ([`attend_heads`]): each head's positions form one
+/// long chain of dependent steps (the accumulator is rounded to F16 after each), so one head
+/// alone leaves the core waiting on latencies; a few interleaved fill them. Which heads go
+/// together changes nothing in any head's arithmetic.
+const INTERLEAVE: usize = 4;
+
+/// The operands of [`attend_batch`].
+struct Heads<'a> {
+    s: &'a AttnShape,
+    q: &'a [f32],
+    kv: &'a crate::kv::KvCache,
+    layer: usize,
+    pos0: usize,
+    window: Option<usize>,
+}
+
+impl Heads<'_> {
+    /// Pieces `u` (head `u % n_head` of token `u / n_head`), side by side.
+    #[inline(always)]
+    fn some<O: HeadOps>(
+        &self,
+        pieces: &mut [(usize, &mut [f32])],
+        scratch: &mut [HeadScratch; INTERLEAVE],
+    ) {
+        match pieces.len() {
+            1 => self.group::<O, 1>(pieces, scratch),
+            2 => self.group::<O, 2>(pieces, scratch),
+            3 => self.group::<O, 3>(pieces, scratch),
+            4 => self.group::<O, 4>(pieces, scratch),
+            n => unreachable!("{n} pieces at once, more than INTERLEAVE"),
+        }
+    }
+
+    #[inline(always)]
+    fn group<O: HeadOps, const N: usize>(
+        &self,
+        pieces: &mut [(usize, &mut [f32])],
+        scratch: &mut [HeadScratch; INTERLEAVE],
+    ) {
+        let mut pieces = pieces.iter_mut();
+        let jobs: [HeadJob; N] = std::array::from_fn(|_| {
+            let (u, out) = pieces.next().expect("N pieces");
+            self.job(*u, out)
+        });
+        attend_heads::<O, N>(self.s, jobs, scratch);
+    }
+
+    /// Piece `u`: head `u % n_head` of token `u / n_head`, into `out`.
+    #[inline(always)]
+    fn job<'o>(&'o self, u: usize, out: &'o mut [f32]) -> HeadJob<'o> {
+        let s = self.s;
+        let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
+        let kv_dim = s.n_head_kv * hd;
+        let (t, h) = (u / s.n_head, u % s.n_head);
+        let pos = self.pos0 + t;
+        let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let off = first * kv_dim + (h / (s.n_head / s.n_head_kv)) * hd;
+        HeadJob {
+            q: &self.q[t * q_dim + h * hd..][..hd],
+            keys: &self.kv.keys(self.layer, pos + 1)[off..],
+            values: &self.kv.values(self.layer, pos + 1)[off..],
+            n_pos: pos + 1 - first,
+            out,
+        }
+    }
+
+    /// [`Heads::some`] compiled for x86-64-v3, with [`V3`]'s F16 conversions and F16
+    /// multiply-adds; the fused multiply-adds become instructions instead of calls to libm's
+    /// `fmaf` (the same correctly rounded result). Same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn some_v3(
+        &self,
+        pieces: &mut [(usize, &mut [f32])],
+        scratch: &mut [HeadScratch; INTERLEAVE],
+    ) {
+        self.some::<V3>(pieces, scratch)
+    }
+
+    /// [`Heads::some`] with [`V4`]'s AVX-512 passes. Same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn some_v4(
+        &self,
+        pieces: &mut [(usize, &mut [f32])],
+        scratch: &mut [HeadScratch; INTERLEAVE],
+    ) {
+        if !avx512::takes(self.s.head_dim) {
+            return self.some::<V4>(pieces, scratch);
+        }
+        let mut jobs: Vec<HeadJob> = pieces
+            .iter_mut()
+            .map(|(u, out)| self.job(*u, out))
+            .collect();
+        // SAFETY: this function's features.
+        unsafe { avx512::heads(self.s, &mut jobs, scratch) }
+    }
+}
+
+/// One head of one token for [`attend_heads`]: its query (`head_dim` values), its KV head's keys
+/// and values from the first position it sees (position `j` at `j * kv_dim..`), how many
+/// positions it sees, and its output (`head_dim` values).
+struct HeadJob<'a> {
+    q: &'a [f32],
+    keys: &'a [half::f16],
+    values: &'a [half::f16],
+    n_pos: usize,
+    out: &'a mut [f32],
+}
+
+/// One head's working rows; F16 values are held as f32 (exactly), and rounding to F16 is a trip
+/// through `h16`. Made once per thread and reused for every head it computes.
+struct HeadScratch {
+    /// The scores `scale * q . k` of every position, computed before the online softmax (they
+    /// do not depend on it), so that the dot products are independent of one another.
+    scores: Vec<f32>,
+    /// The fast path's (`avx512`): each position's exponential, it rounded to F16, and whether
+    /// the running maximum grows there (a bit a position).
+    ex: Vec<f32>,
+    ex16: Vec<f32>,
+    grow: Vec<u16>,
+    h16: [half::f16; MAX_HEAD_DIM],
+    qf: [f32; MAX_HEAD_DIM],
+    acc: [f32; MAX_HEAD_DIM],
+    row: [f32; MAX_HEAD_DIM],
+}
+
+impl HeadScratch {
+    fn new() -> HeadScratch {
+        HeadScratch {
+            scores: Vec::new(),
+            ex: Vec::new(),
+            ex16: Vec::new(),
+            grow: Vec::new(),
+            h16: [half::f16::ZERO; MAX_HEAD_DIM],
+            qf: [0.0; MAX_HEAD_DIM],
+            acc: [0.0; MAX_HEAD_DIM],
+            row: [0.0; MAX_HEAD_DIM],
+        }
+    }
+}
+
+/// Head `h` of [`attend`]: `out` is that head's `head_dim` values.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_head<O: HeadOps>(
+    s: &AttnShape,
+    h: usize,
+    q: &[f32],
+    keys: &[half::f16],
+    values: &[half::f16],
+    n_pos: usize,
+    out: &mut [f32],
+    scratch: &mut HeadScratch,
+) {
+    let hd = s.head_dim;
+    let off = (h / (s.n_head / s.n_head_kv)) * hd;
+    let job = HeadJob {
+        q: &q[h * hd..(h + 1) * hd],
+        keys: &keys[off..],
+        values: &values[off..],
+        n_pos,
+        out,
+    };
+    attend_heads::<O, 1>(s, [job], std::slice::from_mut(scratch));
+}
+
+/// `N` heads side by side (`scratch` holds at least `N`), position by position while every head
+/// has one, then each head's last positions alone. Each head takes the same steps as alone.
+#[inline(always)]
+fn attend_heads<O: HeadOps, const N: usize>(
+    s: &AttnShape,
+    mut jobs: [HeadJob; N],
+    scratch: &mut [HeadScratch],
+) {
+    let hd = s.head_dim;
+    let simd = hd / F16_STEP * F16_STEP;
+    let kv_dim = s.n_head_kv * hd;
+    // `attend_heads::<O, N>` runs only where `O`'s instructions exist (`Scalar` anywhere, `V3`
+    // and `V4` from `Heads::some_v3` and `some_v4`): what every `O::` call below needs.
+    for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+        if sc.scores.len() < job.n_pos {
+            sc.scores.resize(job.n_pos, 0.0);
+        }
+        let (qf, acc, h16) = (&mut sc.qf[..hd], &mut sc.acc[..hd], &mut sc.h16[..hd]);
+        acc.fill(0.0);
+        qf.copy_from_slice(job.q);
+        // SAFETY: see above.
+        unsafe { O::round_f16(qf, h16) };
+        for (j, score) in sc.scores[..job.n_pos].iter_mut().enumerate() {
+            let k = &job.keys[j * kv_dim..][..hd];
+            // SAFETY: see above.
+            *score = unsafe { O::dot_h(qf, k) } * s.scale;
+        }
+    }
+    let mut m = [f32::NEG_INFINITY; N];
+    let mut sum = [0.0f32; N];
+    let common = jobs.iter().map(|j| j.n_pos).min().unwrap_or(0);
+    for j in 0..common {
+        for i in 0..N {
+            let v = &jobs[i].values[j * kv_dim..][..hd];
+            step::<O>(&mut scratch[i], j, v, simd, &mut m[i], &mut sum[i]);
+        }
+    }
+    for (i, job) in jobs.iter_mut().enumerate() {
+        for j in common..job.n_pos {
+            let v = &job.values[j * kv_dim..][..hd];
+            step::<O>(&mut scratch[i], j, v, simd, &mut m[i], &mut sum[i]);
+        }
+        let inv = if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] };
+        for (o, a) in job.out.iter_mut().zip(&scratch[i].acc[..hd]) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// Position `j` (value row `v`) of a head's online softmax: the running maximum `m` and sum.
+#[inline(always)]
+fn step<O: HeadOps>(
+    sc: &mut HeadScratch,
+    j: usize,
+    v: &[half::f16],
+    simd: usize,
+    m: &mut f32,
+    sum: &mut f32,
+) {
+    use half::f16;
+    let hd = v.len();
+    let (acc, row, h16) = (&mut sc.acc[..hd], &mut sc.row[..hd], &mut sc.h16[..hd]);
+    let score = sc.scores[j];
+    let (mut ms, mut vs) = (1.0f32, 1.0f32);
+    if score > *m {
+        let m_old = *m;
+        *m = score;
+        ms = (m_old - score).exp();
+        // SAFETY: as in `attend_heads`, the only caller.
+        unsafe { O::rescale(acc, simd, f16::from_f32(ms).to_f32(), ms, h16) };
+    } else {
+        vs = (score - *m).exp();
+    }
+    // SAFETY: as above.
+    unsafe { O::accumulate(acc, v, simd, f16::from_f32(vs).to_f32(), vs, row, h16) };
+    // ggml's C is compiled with contraction: this is one fused multiply-add there.
+    *sum = sum.mul_add(ms, vs);
+}
+
+/// The per-position vector work of [`attend_heads`]: F16 rows widened to f32, F16 rounding, and
+/// the F16 multiply-add of a value row. [`Scalar`] is the definition; [`V3`] gives the same bits
+/// with F16C and AVX2 (the conversions round to nearest even, as `half` does).
+trait HeadOps {
+    /// `dst = src` as f32.
+    ///
+    /// # Safety
+    /// The CPU must have what the implementation uses (nothing for [`Scalar`]; AVX2, FMA and
+    /// F16C for [`V3`]); the same for every method.
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]);
+    /// Every value of `x` rounded to F16 (`h16` is scratch of the same length).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn round_f16(x: &mut [f32], h16: &mut [half::f16]);
+    /// `acc[i] = fma_for_f16(row[i], vs16, acc[i])`.
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32);
+    /// [`dot_f16`].
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32;
+    /// [`HeadOps::dot`] of `q` and the F16 row `k` (widening is exact: the same value).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    #[inline(always)]
+    unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
+        let mut row = [0.0f32; MAX_HEAD_DIM];
+        let row = &mut row[..k.len()];
+        // SAFETY: the caller's.
+        unsafe {
+            Self::widen(k, row);
+            Self::dot(q, row)
+        }
+    }
+    /// The rescale of the accumulator when the running maximum grows: its first `simd` values
+    /// times `ms16` (F16 values both: the product is exact in f32), the rest times `ms`, then
+    /// every value rounded to F16 (`h16` is scratch).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    #[inline(always)]
+    unsafe fn rescale(acc: &mut [f32], simd: usize, ms16: f32, ms: f32, h16: &mut [half::f16]) {
+        acc[..simd].iter_mut().for_each(|a| *a *= ms16);
+        acc[simd..].iter_mut().for_each(|a| *a *= ms);
+        // SAFETY: the caller's.
+        unsafe { Self::round_f16(acc, h16) };
+    }
+    /// One position's value row `v` into the accumulator: its first `simd` values by
+    /// [`HeadOps::mad_f16`] with `vs16`, the rest by an f32 multiply-add with `vs`, then every
+    /// value rounded to F16 (`row` and `h16` are scratch as long as `acc`).
+    ///
+    /// # Safety
+    /// As [`HeadOps::widen`].
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn accumulate(
+        acc: &mut [f32],
+        v: &[half::f16],
+        simd: usize,
+        vs16: f32,
+        vs: f32,
+        row: &mut [f32],
+        h16: &mut [half::f16],
+    ) {
+        // SAFETY: the caller's.
+        unsafe {
+            Self::widen(v, row);
+            Self::mad_f16(&mut acc[..simd], &row[..simd], vs16);
+        }
+        for (a, &x) in acc[simd..].iter_mut().zip(&row[simd..]) {
+            *a = x.mul_add(vs, *a);
+        }
+        // SAFETY: the caller's.
+        unsafe { Self::round_f16(acc, h16) };
+    }
+}
+
+/// [`HeadOps`] in portable code.
+struct Scalar;
+
+impl HeadOps for Scalar {
+    #[inline(always)]
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst);
+    }
+    #[inline(always)]
+    unsafe fn round_f16(x: &mut [f32], h16: &mut [half::f16]) {
+        use half::slice::HalfFloatSliceExt;
+        h16.convert_from_f32_slice(x);
+        h16.convert_to_f32_slice(x);
+    }
+    #[inline(always)]
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32) {
+        for (a, &x) in acc.iter_mut().zip(row) {
+            *a = fma_for_f16(x, vs16, *a);
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
+        dot_f16(q, k)
+    }
+}
+
+/// [`HeadOps`] with AVX2, FMA and F16C, eight values at a time (the tails as [`Scalar`]).
+#[cfg(target_arch = "x86_64")]
+struct V3;
+
+#[cfg(target_arch = "x86_64")]
+impl HeadOps for V3 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
+        // SAFETY: values e..e + 8 of `k` (the caller of `v3_dot` asks for e + 8 <= k.len()).
+        v3_dot(
+            q,
+            k.len(),
+            |e| unsafe { std::arch::x86_64::_mm256_loadu_ps(k.as_ptr().add(e)) },
+            |e| k[e],
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
+        use std::arch::x86_64::*;
+        // Each key value widened in the register that uses it.
+        // SAFETY: values e..e + 8 of `k`, as above.
+        let load = |e: usize| unsafe { _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(e).cast())) };
+        v3_dot(q, k.len(), load, |e| k[e].to_f32())
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 of both (i + 8 <= n).
+            unsafe {
+                let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+                _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        for i in i..n {
+            dst[i] = src[i].to_f32();
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn round_f16(x: &mut [f32], _h16: &mut [half::f16]) {
+        use std::arch::x86_64::*;
+        let n = x.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 (i + 8 <= n).
+            unsafe {
+                let p = x.as_mut_ptr().add(i);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
+                _mm256_storeu_ps(p, _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        for v in &mut x[i..] {
+            *v = half::f16::from_f32(*v).to_f32();
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32) {
+        use std::arch::x86_64::*;
+        let n = acc.len().min(row.len());
+        let b = _mm256_set1_ps(vs16);
+        let one = _mm256_set1_epi32(1);
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: values i..i + 8 of both (i + 8 <= n).
+            unsafe {
+                let pa = acc.as_mut_ptr().add(i);
+                let (a, c) = (_mm256_loadu_ps(row.as_ptr().add(i)), _mm256_loadu_ps(pa));
+                // fma_for_f16, lane by lane: the sum and its rounding error (TwoSum).
+                let p = _mm256_mul_ps(a, b);
+                let s = _mm256_add_ps(p, c);
+                let pb = _mm256_sub_ps(s, p);
+                let e = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, pb)), _mm256_sub_ps(c, pb));
+                // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
+                let bits = _mm256_castps_si256(s);
+                let exp = _mm256_sub_epi32(
+                    _mm256_and_si256(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(0xff)),
+                    _mm256_set1_epi32(127),
+                );
+                let half_bit = _mm256_max_epi32(
+                    _mm256_set1_epi32(12),
+                    _mm256_sub_epi32(_mm256_set1_epi32(-2), exp),
+                );
+                let mant = _mm256_or_si256(
+                    _mm256_and_si256(bits, _mm256_set1_epi32(0x7f_ffff)),
+                    _mm256_set1_epi32(0x80_0000),
+                );
+                let below =
+                    _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(2), half_bit), one);
+                let tie = _mm256_and_si256(
+                    _mm256_cmpeq_epi32(
+                        _mm256_and_si256(mant, below),
+                        _mm256_sllv_epi32(one, half_bit),
+                    ),
+                    _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(-26)),
+                );
+                let err = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
+                let fix = _mm256_and_si256(tie, err);
+                // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and
+                // s share a sign, -1 when their signs differ.
+                let differ = _mm256_cmpgt_epi32(
+                    _mm256_setzero_si256(),
+                    _mm256_xor_si256(_mm256_castps_si256(e), bits),
+                );
+                let step = _mm256_or_si256(_mm256_andnot_si256(differ, one), differ);
+                let fixed = _mm256_add_epi32(bits, _mm256_and_si256(fix, step));
+                _mm256_storeu_ps(pa, _mm256_castsi256_ps(fixed));
+            }
+            i += 8;
+        }
+        for (a, &x) in acc[i..n].iter_mut().zip(&row[i..n]) {
+            *a = fma_for_f16(x, vs16, *a);
+        }
+    }
+}
+
+/// [`HeadOps`] with AVX-512 F: the per-position work sixteen values at a time in one pass over
+/// the accumulator (rescale or multiply-add, then the rounding to F16), and the key's dot product
+/// in ggml's four 16-lane accumulators. The rest, and tails of fewer than sixteen values, as
+/// [`Scalar`] (through [`V3`]). Same bits.
+#[cfg(target_arch = "x86_64")]
+struct V4;
+
+/// Every lane of `x` rounded to F16 (to nearest, ties to even) and widened back.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn round_f16_zmm(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    _mm512_cvtph_ps(_mm512_cvtps_ph::<
+        { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+    >(x))
+}
+
+/// [`fma_for_f16`] lane by lane (as [`V3::mad_f16`] does eight lanes).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(crate) fn fma_for_f16_zmm(
+    a: std::arch::x86_64::__m512,
+    b: std::arch::x86_64::__m512,
+    c: std::arch::x86_64::__m512,
+) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // The sum and its rounding error (TwoSum).
+    let p = _mm512_mul_ps(a, b);
+    let s = _mm512_add_ps(p, c);
+    let pb = _mm512_sub_ps(s, p);
+    let e = _mm512_add_ps(_mm512_sub_ps(p, _mm512_sub_ps(s, pb)), _mm512_sub_ps(c, pb));
+    // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
+    let bits = _mm512_castps_si512(s);
+    let exp = _mm512_sub_epi32(
+        _mm512_and_si512(_mm512_srli_epi32::<23>(bits), _mm512_set1_epi32(0xff)),
+        _mm512_set1_epi32(127),
+    );
+    let half_bit = _mm512_max_epi32(
+        _mm512_set1_epi32(12),
+        _mm512_sub_epi32(_mm512_set1_epi32(-2), exp),
+    );
+    let mant = _mm512_or_si512(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7f_ffff)),
+        _mm512_set1_epi32(0x80_0000),
+    );
+    let one = _mm512_set1_epi32(1);
+    let below = _mm512_sub_epi32(_mm512_sllv_epi32(_mm512_set1_epi32(2), half_bit), one);
+    let tie = _mm512_cmpeq_epi32_mask(
+        _mm512_and_si512(mant, below),
+        _mm512_sllv_epi32(one, half_bit),
+    ) & _mm512_cmpgt_epi32_mask(exp, _mm512_set1_epi32(-26));
+    let fix = tie & _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(e, _mm512_setzero_ps());
+    // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and s share a
+    // sign, -1 when their signs differ.
+    let differ = _mm512_cmplt_epi32_mask(
+        _mm512_xor_si512(_mm512_castps_si512(e), bits),
+        _mm512_setzero_si512(),
+    );
+    let step = _mm512_mask_blend_epi32(differ, one, _mm512_set1_epi32(-1));
+    _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, fix, bits, step))
+}
+
+#[cfg(target_arch = "x86_64")]
+impl HeadOps for V4 {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn widen(src: &[half::f16], dst: &mut [f32]) {
+        // SAFETY: AVX-512 F implies what V3 needs (this function's features).
+        unsafe { V3::widen(src, dst) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn round_f16(x: &mut [f32], h16: &mut [half::f16]) {
+        // SAFETY: as above.
+        unsafe { V3::round_f16(x, h16) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn mad_f16(acc: &mut [f32], row: &[f32], vs16: f32) {
+        // SAFETY: as above.
+        unsafe { V3::mad_f16(acc, row, vs16) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn dot(q: &[f32], k: &[f32]) -> f32 {
+        // SAFETY: as above.
+        unsafe { V3::dot(q, k) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn dot_h(q: &[f32], k: &[half::f16]) -> f32 {
+        use std::arch::x86_64::*;
+        let n = q.len().min(k.len());
+        let np = n & !63;
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for i in (0..np).step_by(64) {
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let e = i + 16 * j;
+                // SAFETY: values e..e + 16 of both (e + 16 <= np <= n).
+                *acc = unsafe {
+                    let kf = _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(e).cast()));
+                    _mm512_fmadd_ps(_mm512_loadu_ps(q.as_ptr().add(e)), kf, *acc)
+                };
+            }
+        }
+        // (a0 + a2) + (a1 + a3), then `reduce_add_16`'s halves, quarters and last pairs.
+        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));
+        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        let t1 = _mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2));
+        let mut sum = _mm_cvtss_f32(t1) as f64;
+        for e in np..n {
+            sum += (q[e] * k[e].to_f32()) as f64;
+        }
+        sum as f32
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn rescale(acc: &mut [f32], simd: usize, ms16: f32, ms: f32, _h16: &mut [half::f16]) {
+        use std::arch::x86_64::*;
+        let n = acc.len();
+        let mut i = 0;
+        while i + 16 <= n {
+            // `simd` is a multiple of 128: no 16 values straddle it.
+            let f = _mm512_set1_ps(if i < simd { ms16 } else { ms });
+            // SAFETY: values i..i + 16 (i + 16 <= n).
+            unsafe {
+                let p = acc.as_mut_ptr().add(i);
+                _mm512_storeu_ps(p, round_f16_zmm(_mm512_mul_ps(_mm512_loadu_ps(p), f)));
+            }
+            i += 16;
+        }
+        for (j, a) in acc.iter_mut().enumerate().skip(i) {
+            *a = half::f16::from_f32(*a * if j < simd { ms16 } else { ms }).to_f32();
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn accumulate(
+        acc: &mut [f32],
+        v: &[half::f16],
+        simd: usize,
+        vs16: f32,
+        vs: f32,
+        _row: &mut [f32],
+        _h16: &mut [half::f16],
+    ) {
+        use std::arch::x86_64::*;
+        let n = acc.len().min(v.len());
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: values i..i + 16 of both (i + 16 <= n).
+            unsafe {
+                let p = acc.as_mut_ptr().add(i);
+                let x = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(i).cast()));
+                let a = _mm512_loadu_ps(p);
+                // `simd` is a multiple of 128: no 16 values straddle it.
+                let r = if i < simd {
+                    fma_for_f16_zmm(x, _mm512_set1_ps(vs16), a)
+                } else {
+                    _mm512_fmadd_ps(x, _mm512_set1_ps(vs), a)
+                };
+                _mm512_storeu_ps(p, round_f16_zmm(r));
+            }
+            i += 16;
+        }
+        for j in i..n {
+            let x = v[j].to_f32();
+            let r = if j < simd {
+                fma_for_f16(x, vs16, acc[j])
+            } else {
+                x.mul_add(vs, acc[j])
+            };
+            acc[j] = half::f16::from_f32(r).to_f32();
+        }
+    }
+}
+
+/// [`dot_f16`] of `q` and a key of `n` values, eight at a time from `load(e)` (values `e..e +
+/// 8`, asked for only with `e + 8 <= n`), the tail from `value(e)`: [`V3`]'s `dot` and
+/// `dot_h`, which differ only in how the key is read.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn v3_dot(
+    q: &[f32],
+    n: usize,
+    load: impl Fn(usize) -> std::arch::x86_64::__m256,
+    value: impl Fn(usize) -> f32,
+) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(n);
+    let np = n & !63;
+    // acc[2j + h]: lanes 8h..8h + 8 of dot_f16's accumulator j.
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for i in (0..np).step_by(64) {
+        for (u, acc) in acc.iter_mut().enumerate() {
+            let e = i + 8 * u;
+            // SAFETY: values e..e + 8 of `q` (e + 8 <= np <= n).
+            *acc = _mm256_fmadd_ps(unsafe { _mm256_loadu_ps(q.as_ptr().add(e)) }, load(e), *acc);
+        }
+    }
+    // (acc0 + acc2) + (acc1 + acc3), lane by lane.
+    let half = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[h], acc[4 + h]),
+            _mm256_add_ps(acc[2 + h], acc[6 + h]),
+        )
+    };
+    let mut v = [0.0f32; 16];
+    // SAFETY: 16 writable floats.
+    unsafe {
+        _mm256_storeu_ps(v.as_mut_ptr(), half(0));
+        _mm256_storeu_ps(v.as_mut_ptr().add(8), half(1));
+    }
+    let mut sum = crate::ops::reduce_add_16(v) as f64;
+    for (e, &q) in q.iter().enumerate().take(n).skip(np) {
+        sum += (q * value(e)) as f64;
+    }
+    sum as f32
+}
+
+/// In-place softmax; the normalising sum is taken in f64, as ggml does.
+#[inline]
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_for_f16`].
+    fn nearest_f16(x: f64) -> f32 {
+        let guess = half::f16::from_f64(x);
+        let mut best = guess;
+        for d in -2i32..=2 {
+            let c = half::f16::from_bits((guess.to_bits() as i32 + d) as u16);
+            let (ec, eb) = ((c.to_f64() - x).abs(), (best.to_f64() - x).abs());
+            if ec < eb || (ec == eb && c.to_bits().is_multiple_of(2)) {
+                best = c;
+            }
+        }
+        best.to_f32()
+    }
+
+    #[test]
+    fn f16_ties_are_found_exactly() {
+        for bits in 0..0x7bffu16 {
+            let (lo, hi) = (
+                half::f16::from_bits(bits).to_f32(),
+                half::f16::from_bits(bits + 1).to_f32(),
+            );
+            let mid = lo + (hi - lo) * 0.5;
+            for x in [mid, -mid] {
+                assert!(is_f16_tie(x), "{x}");
+                assert!(
+                    !is_f16_tie(x.next_up()) && !is_f16_tie(x.next_down()),
+                    "{x}"
+                );
+            }
+            assert!(!is_f16_tie(lo) && !is_f16_tie(hi), "{lo}");
+        }
+    }
+
+    #[test]
+    fn fma_for_f16_rounds_once() {
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let tiny = 2f32.powi(-24); // the smallest F16 subnormal
+        let cs = [
+            1.0,
+            1.0 + 1.0 / 1024.0,
+            1.0 + 3.0 / 1024.0,
+            1.999,
+            0.0,
+            tiny,
+            7.0 * tiny,
+        ];
+        let (mut n, mut ties) = (0, 0);
+        for i in 0..64 {
+            for j in 0..64 {
+                for k in [0, 3, 11, 12, 13, 20, 24, 26, 30] {
+                    for &c in &cs {
+                        let a = 1.0 + i as f32 / 1024.0;
+                        let b = round(-(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k));
+                        let exact = a as f64 * b as f64 + c as f64;
+                        let got = round(fma_for_f16(a, b, c));
+                        assert_eq!(got, nearest_f16(exact), "{a} * {b} + {c}");
+                        let twice = round(a * b + c);
+                        ties += (twice != got) as usize;
+                        n += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            ties > 0,
+            "no case where rounding the f32 sum twice differs ({n} cases)"
+        );
+    }
+
+    /// `V3`'s vector F16 arithmetic gives `Scalar`'s bits: the multiply-add on the cases of
+    /// `fma_for_f16_rounds_once` (ties included) and on random F16 operands of every sign and
+    /// magnitude, and the widening and rounding on every F16 value and random f32s.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn v3_head_ops_match_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !crate::has_x86_64_v3() {
+            eprintln!("skipped: this CPU lacks AVX2/FMA/F16C (Scalar is the only path here)");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+        let f16_val = |rng: &mut rand::rngs::StdRng| loop {
+            let h = half::f16::from_bits(rng.gen());
+            if h.is_finite() {
+                return h.to_f32();
+            }
+        };
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let (mut fixed, n) = (0usize, 1 << 18);
+        for _ in 0..n / 64 {
+            let vs16 = f16_val(&mut rng);
+            let row: Vec<f32> = (0..67).map(|_| f16_val(&mut rng)).collect();
+            let acc: Vec<f32> = (0..67)
+                .map(|i| match i % 3 {
+                    0 => f16_val(&mut rng),
+                    // Near the product, so that sums are small and ties frequent.
+                    _ => round(-row[i] * vs16 * (1.0 + rng.gen_range(-0.01f32..0.01))),
+                })
+                .collect();
+            let (mut a, mut b) = (acc.clone(), acc.clone());
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+            unsafe {
+                Scalar::mad_f16(&mut a, &row, vs16);
+                V3::mad_f16(&mut b, &row, vs16);
+            }
+            for i in 0..67 {
+                assert_eq!(
+                    a[i].to_bits(),
+                    b[i].to_bits(),
+                    "{} * {vs16} + {}",
+                    row[i],
+                    acc[i]
+                );
+                fixed += (a[i] != row[i] * vs16 + acc[i]) as usize;
+            }
+        }
+        assert!(fixed > 0, "no tie was corrected in {n} random cases");
+        // Widening every F16 value, and rounding random f32s (subnormal F16 results included).
+        let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+        let (mut w1, mut w2) = (vec![0.0; all.len()], vec![0.0; all.len()]);
+        let xs: Vec<f32> = (0..4099)
+            .map(|_| {
+                f32::from_bits(rng.gen_range(0x3000_0000u32..0x4800_0000))
+                    * if rng.gen() { 1.0 } else { -1.0 }
+            })
+            .collect();
+        let (mut r1, mut r2) = (xs.clone(), xs.clone());
+        let mut h16 = vec![half::f16::ZERO; xs.len()];
+        // SAFETY: as above.
+        unsafe {
+            Scalar::widen(&all, &mut w1);
+            V3::widen(&all, &mut w2);
+            Scalar::round_f16(&mut r1, &mut h16);
+            V3::round_f16(&mut r2, &mut h16);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&w1), bits(&w2));
+        assert_eq!(bits(&r1), bits(&r2));
+        // The dot product, with and without tails.
+        for n in [1, 63, 64, 100, 128, 200, 256] {
+            let q: Vec<f32> = (0..n).map(|_| f16_val(&mut rng) / 256.0).collect();
+            let k: Vec<f32> = (0..n).map(|_| f16_val(&mut rng) / 256.0).collect();
+            // SAFETY: as above.
+            let (a, b) = unsafe { (Scalar::dot(&q, &k), V3::dot(&q, &k)) };
+            assert_eq!(a.to_bits(), b.to_bits(), "dot of {n}");
+            // And against F16 keys, widened in the register (V3) or first (Scalar).
+            let k16: Vec<half::f16> = (0..n)
+                .map(|_| half::f16::from_f32(f16_val(&mut rng)))
+                .collect();
+            let kf: Vec<f32> = k16.iter().map(|h| h.to_f32()).collect();
+            // SAFETY: as above.
+            let (c, d, e) = unsafe {
+                (
+                    Scalar::dot(&q, &kf),
+                    Scalar::dot_h(&q, &k16),
+                    V3::dot_h(&q, &k16),
+                )
+            };
+            assert_eq!(c.to_bits(), d.to_bits(), "dot_h (scalar) of {n}");
+            assert_eq!(c.to_bits(), e.to_bits(), "dot_h (v3) of {n}");
+        }
+    }
+
+    /// [`V4`]'s passes give [`Scalar`]'s bits: the multiply-add and rescale one position at a
+    /// time on random F16 operands near ties (with and without the native-F16 part, with and
+    /// without a tail), the key's dot product, and whole heads over random caches.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn v4_head_ops_match_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !crate::has_avx512f() {
+            eprintln!("skipped: this CPU lacks AVX-512 F (V4 is never used here)");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+        let f16_val = |rng: &mut rand::rngs::StdRng| loop {
+            let h = half::f16::from_bits(rng.gen());
+            if h.is_finite() {
+                return h.to_f32();
+            }
+        };
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut fixed = 0usize;
+        for (n, simd) in [
+            (256, 256),
+            (256, 128),
+            (64, 0),
+            (67, 0),
+            (131, 128),
+            (16, 0),
+        ] {
+            for _ in 0..2000 {
+                let vs16 = f16_val(&mut rng);
+                let vs = vs16 * (1.0 + rng.gen_range(-1e-3f32..1e-3));
+                let v: Vec<half::f16> = (0..n)
+                    .map(|_| half::f16::from_f32(f16_val(&mut rng)))
+                    .collect();
+                let acc: Vec<f32> = (0..n)
+                    .map(|i| match i % 3 {
+                        0 => f16_val(&mut rng),
+                        _ => round(-v[i].to_f32() * vs16 * (1.0 + rng.gen_range(-0.01f32..0.01))),
+                    })
+                    .collect();
+                let (mut a, mut b) = (acc.clone(), acc.clone());
+                let (mut row, mut h16) = (vec![0.0; n], vec![half::f16::ZERO; n]);
+                // SAFETY: the CPU has AVX-512 F (checked above), hence V3's features too.
+                unsafe {
+                    Scalar::accumulate(&mut a, &v, simd, vs16, vs, &mut row, &mut h16);
+                    V4::accumulate(&mut b, &v, simd, vs16, vs, &mut row, &mut h16);
+                }
+                assert_eq!(bits(&a), bits(&b), "accumulate, n {n}, simd {simd}");
+                fixed += (0..simd.min(n))
+                    .filter(|&i| a[i] != round(v[i].to_f32() * vs16 + acc[i]))
+                    .count();
+                let ms16 = round(rng.gen_range(0.0f32..1.0));
+                let ms = ms16 * (1.0 + rng.gen_range(-1e-3f32..1e-3));
+                // SAFETY: as above.
+                unsafe {
+                    Scalar::rescale(&mut a, simd, ms16, ms, &mut h16);
+                    V4::rescale(&mut b, simd, ms16, ms, &mut h16);
+                }
+                assert_eq!(bits(&a), bits(&b), "rescale, n {n}, simd {simd}");
+            }
+        }
+        assert!(fixed > 0, "no F16 tie was corrected");
+        for n in [1, 63, 64, 100, 128, 200, 256] {
+            let q: Vec<f32> = (0..n).map(|_| f16_val(&mut rng) / 256.0).collect();
+            let k: Vec<half::f16> = (0..n)
+                .map(|_| half::f16::from_f32(f16_val(&mut rng) / 256.0))
+                .collect();
+            // SAFETY: as above.
+            let (a, b) = unsafe { (Scalar::dot_h(&q, &k), V4::dot_h(&q, &k)) };
+            assert_eq!(a.to_bits(), b.to_bits(), "dot_h of {n}");
+        }
+        // Whole heads: GQA groups, every head width the F16 split treats differently.
+        for (hd, n_head, n_head_kv, n_pos) in [(64, 9, 3, 300), (256, 4, 1, 97), (80, 2, 2, 50)] {
+            let s = AttnShape {
+                n_head,
+                n_head_kv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let kv_dim = n_head_kv * hd;
+            let f16s = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<half::f16> {
+                (0..n)
+                    .map(|_| half::f16::from_f32(rng.gen_range(-4.0f32..4.0)))
+                    .collect()
+            };
+            let (keys, values) = (
+                f16s(&mut rng, n_pos * kv_dim),
+                f16s(&mut rng, n_pos * kv_dim),
+            );
+            let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
+            let mut scratch = HeadScratch::new();
+            let mut nonzero = false;
+            for h in 0..n_head {
+                let mut o = [vec![0.0; hd], vec![0.0; hd], vec![0.0; hd]];
+                // V3 and V4 run only because the CPU has their features (checked above).
+                attend_head::<Scalar>(&s, h, &q, &keys, &values, n_pos, &mut o[0], &mut scratch);
+                attend_head::<V3>(&s, h, &q, &keys, &values, n_pos, &mut o[1], &mut scratch);
+                attend_head::<V4>(&s, h, &q, &keys, &values, n_pos, &mut o[2], &mut scratch);
+                assert_eq!(bits(&o[0]), bits(&o[1]), "V3 head {h} of width {hd}");
+                assert_eq!(bits(&o[0]), bits(&o[2]), "V4 head {h} of width {hd}");
+                nonzero |= o[0].iter().any(|&x| x != 0.0);
+            }
+            assert!(nonzero);
+        }
+    }
+
+    /// The AVX-512 fast path gives [`Scalar`]'s bits for whole heads: every width it takes,
+    /// GQA groups, heads side by side that see different numbers of positions (1 to a few
+    /// hundred, not multiples of 16), and scores whose maximum grows late.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_heads_match_scalar() {
+        use rand::{Rng, SeedableRng};
+        if !crate::has_avx512f() || !avx512::takes(64) {
+            eprintln!("skipped: this CPU lacks AVX-512 F (the fast path is never used here)");
+            return;
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+        for (hd, n_head, n_head_kv, n_pos) in [
+            (64, 9, 3, 300),
+            (64, 5, 5, 17),
+            (128, 4, 2, 129),
+            (256, 4, 1, 97),
+            (64, 4, 1, 1),
+        ] {
+            let s = AttnShape {
+                n_head,
+                n_head_kv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let kv_dim = n_head_kv * hd;
+            let f16s = |rng: &mut rand::rngs::StdRng, n: usize, r: f32| -> Vec<half::f16> {
+                (0..n)
+                    .map(|j| {
+                        half::f16::from_f32(rng.gen_range(-r..r) * (1 + j / kv_dim / 50) as f32)
+                    })
+                    .collect()
+            };
+            let keys = f16s(&mut rng, n_pos * kv_dim, 2.0);
+            let values = f16s(&mut rng, n_pos * kv_dim, 4.0);
+            let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
+            let seen = |h: usize| n_pos.saturating_sub(h % 3).max(1);
+            let mut want = vec![0.0; n_head * hd];
+            let mut scratch = HeadScratch::new();
+            for (h, o) in want.chunks_exact_mut(hd).enumerate() {
+                attend_head::<Scalar>(&s, h, &q, &keys, &values, seen(h), o, &mut scratch);
+            }
+            let mut got = vec![0.0; n_head * hd];
+            let group = n_head / n_head_kv;
+            let mut jobs: Vec<HeadJob> = got
+                .chunks_exact_mut(hd)
+                .enumerate()
+                .map(|(h, out)| HeadJob {
+                    q: &q[h * hd..][..hd],
+                    keys: &keys[(h / group) * hd..],
+                    values: &values[(h / group) * hd..],
+                    n_pos: seen(h),
+                    out,
+                })
+                .collect();
+            let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
+            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
+            unsafe { avx512::heads(&s, &mut jobs, &mut scratch) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&want),
+                bits(&got),
+                "width {hd}, {n_head} heads, {n_pos} positions"
+            );
+            assert!(want.iter().any(|&x| x != 0.0));
+        }
+    }
+
+    /// The vector `expf` gives libm's bits: the sweep `exp16`'s first use makes, every f32 of
+    /// the range attention uses (`-104 < x <= 0`, below which both give 0), and every 7th of
+    /// the others. (Fusing one multiply-add fewer than glibc does differs on two inputs of
+    /// 2^32, one of them negative.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_exp_is_libm_expf() {
+        if !crate::has_avx512f() {
+            eprintln!("skipped: this CPU lacks AVX-512 F (exp16 is never used here)");
+            return;
+        }
+        assert!(avx512::vector_exp_matches_libm());
+        // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
+        let ranges = [
+            (0x8000_0000, 0xa000_0000, 1),
+            (0xa000_0001, 0xc2d0_0000, 1),
+            (0, 0x7fff_ffff, 7),
+            (0xc2d0_0001, u32::MAX, 7),
+        ];
+        std::thread::scope(|s| {
+            for (first, last, step) in ranges {
+                // SAFETY: as above.
+                s.spawn(move || assert!(unsafe { avx512::exp_agrees(first, last, step) }));
+            }
+        });
+    }
+}
