@@ -197,30 +197,194 @@ pub(super) fn takes(head_dim: usize) -> bool {
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub(super) unsafe fn heads(s: &AttnShape, jobs: &mut [HeadJob], scratch: &mut [HeadScratch]) {
-    match s.head_dim {
-        64 => by_width::<4>(s, jobs, scratch),
-        128 => by_width::<8>(s, jobs, scratch),
-        256 => by_width::<16>(s, jobs, scratch),
-        hd => unreachable!("head width {hd} is not one `takes` accepts"),
+    // SAFETY: the caller's features; AVX512-FP16 only where the CPU has it.
+    unsafe { heads_with(s, jobs, scratch, has_avx512fp16()) }
+}
+
+/// Whether the CPU has AVX512-FP16 (its F16 multiply-add rounds once, as ggml's F16 path).
+pub(super) fn has_avx512fp16() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512fp16"))
+}
+
+/// [`heads`], with the F16 part of heads of 128 and 256 values in native F16 arithmetic when
+/// `fp16`, emulated in f32 ([`fma_for_f16_zmm`]) otherwise. Same bits.
+///
+/// # Safety
+/// As [`heads`]; with `fp16`, the CPU must have AVX512-FP16 too.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(super) unsafe fn heads_with(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &mut [HeadScratch],
+    fp16: bool,
+) {
+    // SAFETY: R > 0 only with `fp16`, when the CPU has AVX512-FP16 (the caller's word).
+    unsafe {
+        match (s.head_dim, fp16) {
+            (64, _) => by_width::<4, 0>(s, jobs, scratch),
+            (128, false) => by_width::<8, 0>(s, jobs, scratch),
+            (256, false) => by_width::<16, 0>(s, jobs, scratch),
+            (128, true) => by_width::<8, 4>(s, jobs, scratch),
+            (256, true) => by_width::<16, 8>(s, jobs, scratch),
+            (hd, _) => unreachable!("head width {hd} is not one `takes` accepts"),
+        }
     }
 }
 
 /// [`heads`] for `CH` registers of sixteen values a head: each head's scores and weights, then
-/// the heads side by side, as many as fit sixteen registers of accumulators.
+/// the heads side by side, as many as fit sixteen registers of accumulators. With `R > 0`
+/// (heads whose values all take ggml's F16 path, `R = CH / 2`), the accumulator is `R`
+/// registers of 32 F16 values and the pass runs in AVX512-FP16.
+///
+/// # Safety
+/// With `R > 0`, the CPU must have AVX512-FP16.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn by_width<const CH: usize>(s: &AttnShape, jobs: &mut [HeadJob], scratch: &mut [HeadScratch]) {
+unsafe fn by_width<const CH: usize, const R: usize>(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &mut [HeadScratch],
+) {
     for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
         weights::<CH>(s, job, sc);
     }
-    let side = (16 / CH).max(1);
-    for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {
-        match jobs.len() {
-            1 => values::<CH, 1>(s, jobs, scratch),
-            2 => values::<CH, 2>(s, jobs, scratch),
-            3 => values::<CH, 3>(s, jobs, scratch),
-            4 => values::<CH, 4>(s, jobs, scratch),
-            n => unreachable!("{n} heads side by side"),
+    let side = 16 / if R > 0 { R } else { CH };
+    for (jobs, scratch) in jobs
+        .chunks_mut(side.clamp(1, 4))
+        .zip(scratch.chunks(side.clamp(1, 4)))
+    {
+        if R > 0 {
+            debug_assert!(16 * CH / F16_STEP * F16_STEP == 16 * CH && 2 * R == CH);
+            // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
+            unsafe {
+                match jobs.len() {
+                    1 => values_f16::<R, 1>(s, jobs, scratch),
+                    2 => values_f16::<R, 2>(s, jobs, scratch),
+                    3 => values_f16::<R, 3>(s, jobs, scratch),
+                    4 => values_f16::<R, 4>(s, jobs, scratch),
+                    n => unreachable!("{n} heads side by side"),
+                }
+            }
+        } else {
+            match jobs.len() {
+                1 => values::<CH, 1>(s, jobs, scratch),
+                2 => values::<CH, 2>(s, jobs, scratch),
+                3 => values::<CH, 3>(s, jobs, scratch),
+                4 => values::<CH, 4>(s, jobs, scratch),
+                n => unreachable!("{n} heads side by side"),
+            }
+        }
+    }
+}
+
+/// `acc + a * b` in F16, 32 lanes, rounded once (`vfmadd231ph`).
+///
+/// # Safety
+/// The CPU must have AVX512-FP16.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn fmadd_ph(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    let mut acc = acc;
+    // SAFETY: AVX512-FP16 (the caller's word); registers only.
+    unsafe {
+        std::arch::asm!(
+            "vfmadd231ph {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
+/// `a * b` in F16, 32 lanes, rounded once (`vmulph`).
+///
+/// # Safety
+/// The CPU must have AVX512-FP16.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn mul_ph(a: __m512i, b: __m512i) -> __m512i {
+    let out;
+    // SAFETY: AVX512-FP16 (the caller's word); registers only.
+    unsafe {
+        std::arch::asm!(
+            "vmulph {out}, {a}, {b}",
+            out = lateout(zmm_reg) out,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    out
+}
+
+/// [`values`] for heads whose every value takes ggml's F16 path: the accumulator as F16
+/// values, `R` registers of 32, each step one F16 multiply (the rescale) or multiply-add,
+/// rounded once, which is what [`fma_for_f16_zmm`] and the rounding after it emulate.
+///
+/// # Safety
+/// The CPU must have AVX512-FP16.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn values_f16<const R: usize, const N: usize>(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &[HeadScratch],
+) {
+    let hd = 32 * R;
+    let kv_dim = s.n_head_kv * hd;
+    let n_pos: [usize; N] = std::array::from_fn(|i| jobs[i].n_pos);
+    let most = n_pos.iter().copied().max().unwrap_or(0);
+    let mut acc = [[_mm512_setzero_si512(); R]; N];
+    let mut sum = [0.0f32; N];
+    let one = _mm512_set1_epi16(0x3c00);
+    for j in 0..most {
+        for i in 0..N {
+            if j >= n_pos[i] {
+                continue;
+            }
+            let sc = &scratch[i];
+            let e = sc.ex[j];
+            let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
+            let e16 = _mm512_set1_epi16(sc.ex16h[j] as i16);
+            let (ms, vs, vs16) = if grow { (e, 1.0, one) } else { (1.0, e, e16) };
+            let acc = &mut acc[i];
+            if grow {
+                for a in acc.iter_mut() {
+                    // SAFETY: AVX512-FP16 (this function's caller's word).
+                    *a = unsafe { mul_ph(*a, e16) };
+                }
+            }
+            let v = &jobs[i].values[j * kv_dim..][..hd];
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: values 32r..32r + 32 of the value row (hd of them); AVX512-FP16.
+                *a = unsafe {
+                    fmadd_ph(*a, _mm512_loadu_si512(v.as_ptr().add(32 * r).cast()), vs16)
+                };
+            }
+            // ggml's C is compiled with contraction: this is one fused multiply-add there.
+            sum[i] = sum[i].mul_add(ms, vs);
+        }
+    }
+    for i in 0..N {
+        let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
+        let out = &mut jobs[i].out[..hd];
+        for (r, a) in acc[i].iter().enumerate() {
+            let halves = [
+                _mm512_castsi512_si256(*a),
+                _mm256_castpd_si256(_mm512_extractf64x4_pd::<1>(_mm512_castsi512_pd(*a))),
+            ];
+            for (k, h) in halves.into_iter().enumerate() {
+                // SAFETY: values 32r + 16k..+16 of the output (hd of them).
+                unsafe {
+                    _mm512_storeu_ps(
+                        out.as_mut_ptr().add(32 * r + 16 * k),
+                        _mm512_mul_ps(_mm512_cvtph_ps(h), inv),
+                    )
+                };
+            }
         }
     }
 }
@@ -256,6 +420,7 @@ fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) 
         sc.scores.resize(padded, 0.0);
         sc.ex.resize(padded, 0.0);
         sc.ex16.resize(padded, 0.0);
+        sc.ex16h.resize(padded, 0);
     }
     sc.grow.clear();
     sc.grow.resize(padded / 16, 0);
@@ -309,7 +474,9 @@ fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) 
         // SAFETY: positions 16b..16b + 16 of the padded rows.
         unsafe {
             _mm512_storeu_ps(sc.ex.as_mut_ptr().add(16 * b), e);
-            _mm512_storeu_ps(sc.ex16.as_mut_ptr().add(16 * b), round_f16_zmm(e));
+            let h = _mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(e);
+            _mm512_storeu_ps(sc.ex16.as_mut_ptr().add(16 * b), _mm512_cvtph_ps(h));
+            _mm256_storeu_si256(sc.ex16h.as_mut_ptr().add(16 * b).cast(), h);
         }
         sc.grow[b] = grow & live;
         carry = _mm512_permutexvar_ps(_mm512_set1_epi32(15), p);

@@ -269,10 +269,11 @@ struct HeadScratch {
     /// The scores `scale * q . k` of every position, computed before the online softmax (they
     /// do not depend on it), so that the dot products are independent of one another.
     scores: Vec<f32>,
-    /// The fast path's (`avx512`): each position's exponential, it rounded to F16, and whether
-    /// the running maximum grows there (a bit a position).
+    /// The fast path's (`avx512`): each position's exponential, it rounded to F16 (as f32 and
+    /// as F16 bits), and whether the running maximum grows there (a bit a position).
     ex: Vec<f32>,
     ex16: Vec<f32>,
+    ex16h: Vec<u16>,
     grow: Vec<u16>,
     h16: [half::f16; MAX_HEAD_DIM],
     qf: [f32; MAX_HEAD_DIM],
@@ -286,6 +287,7 @@ impl HeadScratch {
             scores: Vec::new(),
             ex: Vec::new(),
             ex16: Vec::new(),
+            ex16h: Vec::new(),
             grow: Vec::new(),
             h16: [half::f16::ZERO; MAX_HEAD_DIM],
             qf: [0.0; MAX_HEAD_DIM],
@@ -1203,14 +1205,23 @@ mod tests {
                 })
                 .collect();
             let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
-            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
-            unsafe { avx512::heads(&s, &mut jobs, &mut scratch) };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(
-                bits(&want),
-                bits(&got),
-                "width {hd}, {n_head} heads, {n_pos} positions"
-            );
+            for fp16 in [false, true] {
+                if fp16 && !avx512::has_avx512fp16() {
+                    eprintln!("not run: this CPU lacks AVX512-FP16");
+                    continue;
+                }
+                jobs.iter_mut().for_each(|j| j.out.fill(0.0));
+                // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above), and
+                // AVX512-FP16 when `fp16`.
+                unsafe { avx512::heads_with(&s, &mut jobs, &mut scratch, fp16) };
+                let got: Vec<f32> = jobs.iter().flat_map(|j| j.out.iter().copied()).collect();
+                assert_eq!(
+                    bits(&want),
+                    bits(&got),
+                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}"
+                );
+            }
             assert!(want.iter().any(|&x| x != 0.0));
         }
     }
