@@ -196,9 +196,14 @@ pub(super) fn takes(head_dim: usize) -> bool {
 /// # Safety
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(super) unsafe fn heads(s: &AttnShape, jobs: &mut [HeadJob], scratch: &mut [HeadScratch]) {
+pub(super) unsafe fn heads(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &mut [HeadScratch],
+    staged: Option<&Staged>,
+) {
     // SAFETY: the caller's features; AVX512-FP16 only where the CPU has it.
-    unsafe { heads_with(s, jobs, scratch, has_avx512fp16()) }
+    unsafe { heads_with(s, jobs, scratch, has_avx512fp16(), staged) }
 }
 
 /// Whether the CPU has AVX512-FP16 (its F16 multiply-add rounds once, as ggml's F16 path).
@@ -208,7 +213,8 @@ pub(super) fn has_avx512fp16() -> bool {
 }
 
 /// [`heads`], with the F16 part of heads of 128 and 256 values in native F16 arithmetic when
-/// `fp16`, emulated in f32 ([`fma_for_f16_zmm`]) otherwise. Same bits.
+/// `fp16`, emulated in f32 ([`fma_for_f16_zmm`]) otherwise, and the keys and values read from
+/// `staged` when given (it must hold every position of every job). Same bits.
 ///
 /// # Safety
 /// As [`heads`]; with `fp16`, the CPU must have AVX512-FP16 too.
@@ -218,15 +224,16 @@ pub(super) unsafe fn heads_with(
     jobs: &mut [HeadJob],
     scratch: &mut [HeadScratch],
     fp16: bool,
+    staged: Option<&Staged>,
 ) {
     // SAFETY: R > 0 only with `fp16`, when the CPU has AVX512-FP16 (the caller's word).
     unsafe {
         match (s.head_dim, fp16) {
-            (64, _) => by_width::<4, 0>(s, jobs, scratch),
-            (128, false) => by_width::<8, 0>(s, jobs, scratch),
-            (256, false) => by_width::<16, 0>(s, jobs, scratch),
-            (128, true) => by_width::<8, 4>(s, jobs, scratch),
-            (256, true) => by_width::<16, 8>(s, jobs, scratch),
+            (64, _) => by_width::<4, 0>(s, jobs, scratch, staged),
+            (128, false) => by_width::<8, 0>(s, jobs, scratch, staged),
+            (256, false) => by_width::<16, 0>(s, jobs, scratch, staged),
+            (128, true) => by_width::<8, 4>(s, jobs, scratch, staged),
+            (256, true) => by_width::<16, 8>(s, jobs, scratch, staged),
             (hd, _) => unreachable!("head width {hd} is not one `takes` accepts"),
         }
     }
@@ -245,9 +252,14 @@ unsafe fn by_width<const CH: usize, const R: usize>(
     s: &AttnShape,
     jobs: &mut [HeadJob],
     scratch: &mut [HeadScratch],
+    staged: Option<&Staged>,
 ) {
     for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-        weights::<CH>(s, job, sc);
+        match staged {
+            Some(st) => staged_scores::<CH>(s, job, sc, st),
+            None => scores::<CH>(s, job, sc),
+        }
+        weights(job.n_pos, sc);
     }
     let side = 16 / if R > 0 { R } else { CH };
     for (jobs, scratch) in jobs
@@ -268,10 +280,10 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             }
         } else {
             match jobs.len() {
-                1 => values::<CH, 1>(s, jobs, scratch),
-                2 => values::<CH, 2>(s, jobs, scratch),
-                3 => values::<CH, 3>(s, jobs, scratch),
-                4 => values::<CH, 4>(s, jobs, scratch),
+                1 => values::<CH, 1>(s, jobs, scratch, staged),
+                2 => values::<CH, 2>(s, jobs, scratch, staged),
+                3 => values::<CH, 3>(s, jobs, scratch, staged),
+                4 => values::<CH, 4>(s, jobs, scratch, staged),
                 n => unreachable!("{n} heads side by side"),
             }
         }
@@ -320,6 +332,43 @@ unsafe fn mul_ph(a: __m512i, b: __m512i) -> __m512i {
     out
 }
 
+/// Position `j` (value row `v`) of a head of [`values_f16`]: its accumulator `acc` and sum.
+///
+/// # Safety
+/// The CPU must have AVX512-FP16 (besides AVX-512 F, the callers' features).
+#[inline(always)]
+unsafe fn step_f16<const R: usize>(
+    acc: &mut [__m512i; R],
+    sum: &mut f32,
+    sc: &HeadScratch,
+    j: usize,
+    v: &[half::f16],
+) {
+    let e = sc.ex[j];
+    let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
+    // SAFETY: AVX-512 F (the callers' features) and AVX512-FP16 (the caller's word).
+    unsafe {
+        let e16 = _mm512_set1_epi16(sc.ex16h[j] as i16);
+        let (ms, vs, vs16) = if grow {
+            (e, 1.0, _mm512_set1_epi16(0x3c00))
+        } else {
+            (1.0, e, e16)
+        };
+        if grow {
+            for a in acc.iter_mut() {
+                *a = mul_ph(*a, e16);
+            }
+        }
+        let v = &v[..32 * R];
+        for (r, a) in acc.iter_mut().enumerate() {
+            // Values 32r..32r + 32 of the row.
+            *a = fmadd_ph(*a, _mm512_loadu_si512(v.as_ptr().add(32 * r).cast()), vs16);
+        }
+        // ggml's C is compiled with contraction: this is one fused multiply-add there.
+        *sum = sum.mul_add(ms, vs);
+    }
+}
+
 /// [`values`] for heads whose every value takes ggml's F16 path: the accumulator as F16
 /// values, `R` registers of 32, each step one F16 multiply (the rescale) or multiply-add,
 /// rounded once, which is what [`fma_for_f16_zmm`] and the rounding after it emulate.
@@ -335,39 +384,33 @@ unsafe fn values_f16<const R: usize, const N: usize>(
 ) {
     let hd = 32 * R;
     let kv_dim = s.n_head_kv * hd;
-    let n_pos: [usize; N] = std::array::from_fn(|i| jobs[i].n_pos);
+    let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
     let most = n_pos.iter().copied().max().unwrap_or(0);
-    let mut acc = [[_mm512_setzero_si512(); R]; N];
-    let mut sum = [0.0f32; N];
-    let one = _mm512_set1_epi16(0x3c00);
+    let rows: [&[half::f16]; 4] =
+        std::array::from_fn(|i| jobs.get(i).map_or(&[][..], |j| j.values));
+    // Each head's accumulator a variable of its own, and the loop over heads written out, so
+    // that the accumulators stay in registers.
+    let [mut a0, mut a1, mut a2, mut a3] = [[_mm512_setzero_si512(); R]; 4];
+    let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
     for j in 0..most {
-        for i in 0..N {
-            if j >= n_pos[i] {
-                continue;
+        let row = |i: usize| &rows[i][j * kv_dim..][..hd];
+        // SAFETY: AVX512-FP16 (this function's caller's word).
+        unsafe {
+            if j < n_pos[0] {
+                step_f16(&mut a0, &mut s0, &scratch[0], j, row(0));
             }
-            let sc = &scratch[i];
-            let e = sc.ex[j];
-            let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
-            let e16 = _mm512_set1_epi16(sc.ex16h[j] as i16);
-            let (ms, vs, vs16) = if grow { (e, 1.0, one) } else { (1.0, e, e16) };
-            let acc = &mut acc[i];
-            if grow {
-                for a in acc.iter_mut() {
-                    // SAFETY: AVX512-FP16 (this function's caller's word).
-                    *a = unsafe { mul_ph(*a, e16) };
-                }
+            if N > 1 && j < n_pos[1] {
+                step_f16(&mut a1, &mut s1, &scratch[1], j, row(1));
             }
-            let v = &jobs[i].values[j * kv_dim..][..hd];
-            for (r, a) in acc.iter_mut().enumerate() {
-                // SAFETY: values 32r..32r + 32 of the value row (hd of them); AVX512-FP16.
-                *a = unsafe {
-                    fmadd_ph(*a, _mm512_loadu_si512(v.as_ptr().add(32 * r).cast()), vs16)
-                };
+            if N > 2 && j < n_pos[2] {
+                step_f16(&mut a2, &mut s2, &scratch[2], j, row(2));
             }
-            // ggml's C is compiled with contraction: this is one fused multiply-add there.
-            sum[i] = sum[i].mul_add(ms, vs);
+            if N > 3 && j < n_pos[3] {
+                step_f16(&mut a3, &mut s3, &scratch[3], j, row(3));
+            }
         }
     }
+    let (acc, sum) = ([a0, a1, a2, a3], [s0, s1, s2, s3]);
     for i in 0..N {
         let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
         let out = &mut jobs[i].out[..hd];
@@ -405,25 +448,14 @@ fn lanes_up<const K: i32>(x: __m512, fill: __m512) -> __m512 {
 }
 
 /// A head's scores `scale * q . k` (the query rounded to F16; the dot product in ggml's
-/// order, as [`super::V4`]'s), then, sixteen positions at a time, what the online softmax does
-/// at each: whether the running maximum grows there (`sc.grow`, a bit a position), and the
-/// one exponential it takes (`sc.ex`: the rescale `e^(m_old - m)` where it grows, the weight
-/// `e^(score - m)` elsewhere; `sc.ex16` rounded to F16).
+/// order, as [`super::V4`]'s) into `sc.scores[..n_pos]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
+fn scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
     let hd = 16 * CH;
     let kv_dim = s.n_head_kv * hd;
     let n = job.n_pos;
-    let padded = n.div_ceil(16) * 16;
-    if sc.scores.len() < padded {
-        sc.scores.resize(padded, 0.0);
-        sc.ex.resize(padded, 0.0);
-        sc.ex16.resize(padded, 0.0);
-        sc.ex16h.resize(padded, 0);
-    }
-    sc.grow.clear();
-    sc.grow.resize(padded / 16, 0);
+    sc.reserve(n);
     let q = &job.q[..hd];
     let q: [__m512; CH] = std::array::from_fn(|c| {
         // SAFETY: values 16c..16c + 16 of the query (hd of them).
@@ -447,6 +479,63 @@ fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) 
         // No tail: the f64 sum of ggml's order is this f32.
         *score = _mm_cvtss_f32(t1) * s.scale;
     }
+}
+
+/// [`scores`] from [`Staged`] keys: sixteen positions in the lanes, each of ggml's 64 partial
+/// sums (accumulator `j`, lane `l`) a register, added in its order (`reduce_add_16`'s tree
+/// across the registers instead of across the lanes).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn staged_scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch, st: &Staged) {
+    let hd = 16 * CH;
+    let n = job.n_pos;
+    sc.reserve(n);
+    let q = &mut sc.qf[..hd];
+    q.copy_from_slice(&job.q[..hd]);
+    for c in 0..CH {
+        // SAFETY: values 16c..16c + 16 of the query (hd of them).
+        unsafe {
+            let p = q.as_mut_ptr().add(16 * c);
+            _mm512_storeu_ps(p, round_f16_zmm(_mm512_loadu_ps(p)));
+        }
+    }
+    let o = job.first - st.base;
+    let (b0, b1) = (o / 16, (o + n - 1) / 16);
+    sc.blk.resize((b1 + 1 - b0) * 16, 0.0);
+    for (bb, out) in (b0..=b1).zip(sc.blk.chunks_exact_mut(16)) {
+        let kt = &st.kt[(job.kv_head * st.blocks + bb) * hd * 16..][..hd * 16];
+        let v: [__m512; 16] = std::array::from_fn(|l| {
+            let mut a = [_mm512_setzero_ps(); 4];
+            for c in 0..CH {
+                let d = 16 * c + l;
+                // SAFETY: dimension d of the block's sixteen keys (hd * 16 values).
+                let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add(16 * d)) };
+                a[c % 4] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k, a[c % 4]);
+            }
+            _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
+        });
+        let t8: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(v[i], v[i + 8]));
+        let t4: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t8[i], t8[i + 4]));
+        let sum = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+        // SAFETY: 16 writable floats.
+        unsafe {
+            _mm512_storeu_ps(
+                out.as_mut_ptr(),
+                _mm512_mul_ps(sum, _mm512_set1_ps(s.scale)),
+            )
+        };
+    }
+    sc.scores[..n].copy_from_slice(&sc.blk[o % 16..][..n]);
+}
+
+/// A head's online-softmax steps from its scores (`sc.scores[..n]`): sixteen positions at a
+/// time, whether the running maximum grows there (`sc.grow`, a bit a position), and the one
+/// exponential the step takes (`sc.ex`: the rescale `e^(m_old - m)` where it grows, the
+/// weight `e^(score - m)` elsewhere; `sc.ex16` rounded to F16).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn weights(n: usize, sc: &mut HeadScratch) {
+    let padded = n.div_ceil(16) * 16;
     let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut carry = ninf;
     for b in 0..padded / 16 {
@@ -483,6 +572,55 @@ fn weights<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) 
     }
 }
 
+/// A head's value rows (position `j` at `j * kv_dim..`).
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    F16(&'a [half::f16]),
+    F32(&'a [f32]),
+}
+
+/// Position `j` of a head of [`values`] (rows `rows`; the first `simd` values take ggml's F16
+/// path): its accumulator `acc` and sum.
+#[inline(always)]
+fn step_f32<const CH: usize>(
+    acc: &mut [__m512; CH],
+    sum: &mut f32,
+    sc: &HeadScratch,
+    j: usize,
+    rows: Rows,
+    kv_dim: usize,
+    simd: usize,
+) {
+    let (e, e16) = (sc.ex[j], sc.ex16[j]);
+    let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
+    let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
+    // SAFETY: AVX-512 F, F16C and FMA (the callers' features); 16 CH values of row j.
+    unsafe {
+        if grow {
+            for (c, a) in acc.iter_mut().enumerate() {
+                let f = _mm512_set1_ps(if 16 * c < simd { e16 } else { e });
+                *a = round_f16_zmm(_mm512_mul_ps(*a, f));
+            }
+        }
+        for (c, a) in acc.iter_mut().enumerate() {
+            let x = match rows {
+                Rows::F32(r) => _mm512_loadu_ps(r[j * kv_dim..][..16 * CH].as_ptr().add(16 * c)),
+                Rows::F16(r) => {
+                    let r = r[j * kv_dim..][..16 * CH].as_ptr().add(16 * c);
+                    _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()))
+                }
+            };
+            *a = round_f16_zmm(if 16 * c < simd {
+                fma_for_f16_zmm(x, _mm512_set1_ps(vs16), *a)
+            } else {
+                _mm512_fmadd_ps(x, _mm512_set1_ps(vs), *a)
+            });
+        }
+    }
+    // ggml's C is compiled with contraction: this is one fused multiply-add there.
+    *sum = sum.mul_add(ms, vs);
+}
+
 /// The online softmax's pass over the value rows of `N` heads side by side (their
 /// [`weights`] done), each head's accumulator in `CH` registers, into each job's output.
 #[inline]
@@ -491,51 +629,124 @@ fn values<const CH: usize, const N: usize>(
     s: &AttnShape,
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
+    staged: Option<&Staged>,
 ) {
     let hd = 16 * CH;
     let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
-    let n_pos: [usize; N] = std::array::from_fn(|i| jobs[i].n_pos);
+    let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
     let most = n_pos.iter().copied().max().unwrap_or(0);
-    let mut acc = [[_mm512_setzero_ps(); CH]; N];
-    let mut sum = [0.0f32; N];
+    // Each head's value rows: staged as f32 from its first position, or the cache's F16.
+    let rows: [Rows; 4] = std::array::from_fn(|i| match (jobs.get(i), staged) {
+        (None, _) => Rows::F16(&[]),
+        (
+            Some(job),
+            Some(Staged {
+                base, vf: Some(vf), ..
+            }),
+        ) => Rows::F32(&vf[(job.first - base) * kv_dim + job.kv_head * hd..]),
+        (Some(job), _) => Rows::F16(job.values),
+    });
+    // Each head's accumulator a variable of its own, and the loop over heads written out, so
+    // that the accumulators stay in registers.
+    let [mut a0, mut a1, mut a2, mut a3] = [[_mm512_setzero_ps(); CH]; 4];
+    let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
     for j in 0..most {
-        for i in 0..N {
-            if j >= n_pos[i] {
-                continue;
-            }
-            let sc = &scratch[i];
-            let (e, e16) = (sc.ex[j], sc.ex16[j]);
-            let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
-            let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
-            let acc = &mut acc[i];
-            if grow {
-                for (c, a) in acc.iter_mut().enumerate() {
-                    let f = _mm512_set1_ps(if 16 * c < simd { e16 } else { e });
-                    *a = round_f16_zmm(_mm512_mul_ps(*a, f));
-                }
-            }
-            let v = &jobs[i].values[j * kv_dim..][..hd];
-            for (c, a) in acc.iter_mut().enumerate() {
-                // SAFETY: values 16c..16c + 16 of the value row (hd of them).
-                let x =
-                    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().add(16 * c).cast())) };
-                *a = round_f16_zmm(if 16 * c < simd {
-                    fma_for_f16_zmm(x, _mm512_set1_ps(vs16), *a)
-                } else {
-                    _mm512_fmadd_ps(x, _mm512_set1_ps(vs), *a)
-                });
-            }
-            // ggml's C is compiled with contraction: this is one fused multiply-add there.
-            sum[i] = sum[i].mul_add(ms, vs);
+        if j < n_pos[0] {
+            step_f32(&mut a0, &mut s0, &scratch[0], j, rows[0], kv_dim, simd);
+        }
+        if N > 1 && j < n_pos[1] {
+            step_f32(&mut a1, &mut s1, &scratch[1], j, rows[1], kv_dim, simd);
+        }
+        if N > 2 && j < n_pos[2] {
+            step_f32(&mut a2, &mut s2, &scratch[2], j, rows[2], kv_dim, simd);
+        }
+        if N > 3 && j < n_pos[3] {
+            step_f32(&mut a3, &mut s3, &scratch[3], j, rows[3], kv_dim, simd);
         }
     }
+    let (acc, sum) = ([a0, a1, a2, a3], [s0, s1, s2, s3]);
     for i in 0..N {
         let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
         let out = &mut jobs[i].out[..hd];
         for (c, a) in acc[i].iter().enumerate() {
             // SAFETY: values 16c..16c + 16 of the output (hd of them).
             unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * c), _mm512_mul_ps(*a, inv)) };
+        }
+    }
+}
+
+/// A layer's keys and values for the positions `base..` that a batch's heads see, laid out for
+/// [`staged_scores`] and [`values`] once per layer and batch instead of widened by every head
+/// of every token: the keys transposed in blocks of sixteen positions (`kt[kv head][block]
+/// [dim][16]`, f32, zero past the last position), so that one register holds one dimension of
+/// sixteen positions; the values widened to f32 (`vf[position][kv_dim]`) where the heads
+/// accumulate them in f32 (ggml's F16 path takes them as F16).
+pub(super) struct Staged<'a> {
+    base: usize,
+    blocks: usize,
+    kt: &'a [f32],
+    vf: Option<&'a [f32]>,
+}
+
+impl<'a> Staged<'a> {
+    /// Stage `keys` and `values` (`(n_pos, n_head_kv * head_dim)` each, from cache position
+    /// `base`) into `buf`, for a head width [`takes`] accepts.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn new(
+        s: &AttnShape,
+        keys: &[half::f16],
+        values: &[half::f16],
+        base: usize,
+        buf: &'a mut Vec<f32>,
+    ) -> Staged<'a> {
+        let hd = s.head_dim;
+        let kv_dim = s.n_head_kv * hd;
+        let n_pos = keys.len() / kv_dim;
+        let blocks = n_pos.div_ceil(16);
+        let kt_len = s.n_head_kv * blocks * hd * 16;
+        let f32_values = hd < F16_STEP || !has_avx512fp16();
+        buf.clear();
+        buf.resize(kt_len + if f32_values { n_pos * kv_dim } else { 0 }, 0.0);
+        let (kt, vf) = buf.split_at_mut(kt_len);
+        let mut row = [0.0f32; 16];
+        for p in 0..n_pos {
+            let (b, l) = (p / 16, p % 16);
+            for kvh in 0..s.n_head_kv {
+                let block = &mut kt[(kvh * blocks + b) * hd * 16..][..hd * 16];
+                for c in 0..hd / 16 {
+                    // SAFETY: 16 keys of the row (kv_dim of them, hd | kv_dim); 16 floats.
+                    unsafe {
+                        let k = keys.as_ptr().add(p * kv_dim + kvh * hd + 16 * c);
+                        let k = _mm512_cvtph_ps(_mm256_loadu_si256(k.cast()));
+                        _mm512_storeu_ps(row.as_mut_ptr(), k);
+                    }
+                    for (e, &x) in row.iter().enumerate() {
+                        block[(16 * c + e) * 16 + l] = x;
+                    }
+                }
+            }
+        }
+        if f32_values {
+            for (v, f) in values[..n_pos * kv_dim]
+                .chunks_exact(16)
+                .zip(vf.chunks_exact_mut(16))
+            {
+                // SAFETY: 16 values each way.
+                unsafe {
+                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().cast()));
+                    _mm512_storeu_ps(f.as_mut_ptr(), v);
+                }
+            }
+        }
+        Staged {
+            base,
+            blocks,
+            kt,
+            vf: f32_values.then_some(&*vf),
         }
     }
 }

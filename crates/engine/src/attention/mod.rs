@@ -115,6 +115,27 @@ pub fn attend_batch(
 ) {
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = q.len() / q_dim;
+    #[cfg(target_arch = "x86_64")]
+    let mut stage = STAGE.take();
+    #[cfg(target_arch = "x86_64")]
+    let staged = if crate::has_avx512f() && avx512::takes(hd) && n * s.n_head >= STAGE_FROM {
+        // The keys (and values) of every position some token of the batch sees.
+        let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
+        let n_pos = pos0 + n;
+        let kv_dim = s.n_head_kv * hd;
+        // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+        Some(unsafe {
+            avx512::Staged::new(
+                s,
+                &kv.keys(layer, n_pos)[first * kv_dim..],
+                &kv.values(layer, n_pos)[first * kv_dim..],
+                first,
+                &mut stage,
+            )
+        })
+    } else {
+        None
+    };
     let heads = Heads {
         s,
         q,
@@ -122,6 +143,8 @@ pub fn attend_batch(
         layer,
         pos0,
         window,
+        #[cfg(target_arch = "x86_64")]
+        staged,
     };
     crate::matmul::parallel_piece_groups_mut(
         threads,
@@ -145,6 +168,19 @@ pub fn attend_batch(
             heads.some::<Scalar>(pieces, scratch);
         },
     );
+    #[cfg(target_arch = "x86_64")]
+    STAGE.set(stage);
+}
+
+/// Heads in a batch (tokens x query heads) from which [`attend_batch`] stages the layer's keys
+/// and values for the AVX-512 path: below, restaging them costs more than it saves.
+#[cfg(target_arch = "x86_64")]
+const STAGE_FROM: usize = 16;
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// The calling thread's buffer for [`avx512::Staged`], kept from call to call.
+    static STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Heads computed side by side by one thread ([`attend_heads`]): each head's positions form one
@@ -161,6 +197,9 @@ struct Heads<'a> {
     layer: usize,
     pos0: usize,
     window: Option<usize>,
+    /// The layer's keys and values laid out for the AVX-512 path, for batches.
+    #[cfg(target_arch = "x86_64")]
+    staged: Option<avx512::Staged<'a>>,
 }
 
 impl Heads<'_> {
@@ -210,6 +249,8 @@ impl Heads<'_> {
             values: &self.kv.values(self.layer, pos + 1)[off..],
             n_pos: pos + 1 - first,
             out,
+            kv_head: h / (s.n_head / s.n_head_kv),
+            first,
         }
     }
 
@@ -248,7 +289,7 @@ impl Heads<'_> {
             .map(|(u, out)| self.job(*u, out))
             .collect();
         // SAFETY: this function's features.
-        unsafe { avx512::heads(self.s, &mut jobs, scratch) }
+        unsafe { avx512::heads(self.s, &mut jobs, scratch, self.staged.as_ref()) }
     }
 }
 
@@ -261,6 +302,9 @@ struct HeadJob<'a> {
     values: &'a [half::f16],
     n_pos: usize,
     out: &'a mut [f32],
+    /// Its KV head, and the cache position of its first position (for [`avx512::Staged`]).
+    kv_head: usize,
+    first: usize,
 }
 
 /// One head's working rows; F16 values are held as f32 (exactly), and rounding to F16 is a trip
@@ -275,6 +319,8 @@ struct HeadScratch {
     ex16: Vec<f32>,
     ex16h: Vec<u16>,
     grow: Vec<u16>,
+    /// Scores of whole blocks of staged positions.
+    blk: Vec<f32>,
     h16: [half::f16; MAX_HEAD_DIM],
     qf: [f32; MAX_HEAD_DIM],
     acc: [f32; MAX_HEAD_DIM],
@@ -282,6 +328,19 @@ struct HeadScratch {
 }
 
 impl HeadScratch {
+    /// Room for a head that sees `n` positions in the fast path's rows (padded to 16).
+    fn reserve(&mut self, n: usize) {
+        let padded = n.div_ceil(16) * 16;
+        if self.scores.len() < padded {
+            self.scores.resize(padded, 0.0);
+            self.ex.resize(padded, 0.0);
+            self.ex16.resize(padded, 0.0);
+            self.ex16h.resize(padded, 0);
+        }
+        self.grow.clear();
+        self.grow.resize(padded / 16, 0);
+    }
+
     fn new() -> HeadScratch {
         HeadScratch {
             scores: Vec::new(),
@@ -289,6 +348,7 @@ impl HeadScratch {
             ex16: Vec::new(),
             ex16h: Vec::new(),
             grow: Vec::new(),
+            blk: Vec::new(),
             h16: [half::f16::ZERO; MAX_HEAD_DIM],
             qf: [0.0; MAX_HEAD_DIM],
             acc: [0.0; MAX_HEAD_DIM],
@@ -318,6 +378,8 @@ fn attend_head<O: HeadOps>(
         values: &values[off..],
         n_pos,
         out,
+        kv_head: h / (s.n_head / s.n_head_kv),
+        first: 0,
     };
     attend_heads::<O, 1>(s, [job], std::slice::from_mut(scratch));
 }
@@ -1185,11 +1247,14 @@ mod tests {
             let keys = f16s(&mut rng, n_pos * kv_dim, 2.0);
             let values = f16s(&mut rng, n_pos * kv_dim, 4.0);
             let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
-            let seen = |h: usize| n_pos.saturating_sub(h % 3).max(1);
+            // Head h sees positions first(h)..last(h): starts off a block boundary, uneven ends.
+            let first = |h: usize| if n_pos > 4 { h % 3 } else { 0 };
+            let seen = |h: usize| n_pos - first(h) - if n_pos > 4 { h % 2 } else { 0 };
             let mut want = vec![0.0; n_head * hd];
             let mut scratch = HeadScratch::new();
             for (h, o) in want.chunks_exact_mut(hd).enumerate() {
-                attend_head::<Scalar>(&s, h, &q, &keys, &values, seen(h), o, &mut scratch);
+                let (k, v) = (&keys[first(h) * kv_dim..], &values[first(h) * kv_dim..]);
+                attend_head::<Scalar>(&s, h, &q, k, v, seen(h), o, &mut scratch);
             }
             let mut got = vec![0.0; n_head * hd];
             let group = n_head / n_head_kv;
@@ -1198,28 +1263,34 @@ mod tests {
                 .enumerate()
                 .map(|(h, out)| HeadJob {
                     q: &q[h * hd..][..hd],
-                    keys: &keys[(h / group) * hd..],
-                    values: &values[(h / group) * hd..],
+                    keys: &keys[first(h) * kv_dim + (h / group) * hd..],
+                    values: &values[first(h) * kv_dim + (h / group) * hd..],
                     n_pos: seen(h),
                     out,
+                    kv_head: h / group,
+                    first: first(h),
                 })
                 .collect();
             let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
+            let mut buf = Vec::new();
+            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
+            let staged = unsafe { avx512::Staged::new(&s, &keys, &values, 0, &mut buf) };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for fp16 in [false, true] {
+            for (fp16, stage) in [(false, false), (true, false), (false, true), (true, true)] {
                 if fp16 && !avx512::has_avx512fp16() {
                     eprintln!("not run: this CPU lacks AVX512-FP16");
                     continue;
                 }
                 jobs.iter_mut().for_each(|j| j.out.fill(0.0));
+                let st = stage.then_some(&staged);
                 // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above), and
-                // AVX512-FP16 when `fp16`.
-                unsafe { avx512::heads_with(&s, &mut jobs, &mut scratch, fp16) };
+                // AVX512-FP16 when `fp16`; `staged` holds every position.
+                unsafe { avx512::heads_with(&s, &mut jobs, &mut scratch, fp16, st) };
                 let got: Vec<f32> = jobs.iter().flat_map(|j| j.out.iter().copied()).collect();
                 assert_eq!(
                     bits(&want),
                     bits(&got),
-                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}"
+                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}, staged {stage}"
                 );
             }
             assert!(want.iter().any(|&x| x != 0.0));
