@@ -361,18 +361,20 @@ pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync
     threads.split(n, f)
 }
 
-/// Split `out` into `chunk`-long pieces and deal them out round-robin: thread `i` of `T`
-/// computes pieces `i`, `i + T`, `i + 2T`, .., in calls `f(&mut scratch, pieces)` of up to
-/// `group` of them (`(u, piece)` each), with one `scratch` per thread from `init`. For work
-/// whose cost grows along `out` (causal attention over a batch, where later tokens see more
-/// positions), so that the threads get equal shares. Each piece is written by one call only,
-/// and `f` must compute each piece the same whatever the others in its call, so that the result
-/// does not depend on the thread count (D1).
+/// Split `out` into `chunk`-long pieces and deal them out round-robin in the order `order`
+/// (a permutation of the pieces): thread `i` of `T` computes pieces `order(i)`, `order(i +
+/// T)`, `order(i + 2T)`, .., in calls `f(&mut scratch, pieces)` of up to `group` of them (`(u,
+/// piece)` each), with one `scratch` per thread from `init`. For work whose cost grows along
+/// the order (causal attention over a batch, where later tokens see more positions), so that
+/// the threads get equal shares. Each piece is written by one call only, and `f` must compute
+/// each piece the same whatever the others in its call, so that the result does not depend
+/// on the thread count (D1).
 pub fn parallel_piece_groups_mut<S>(
     threads: &Threads,
     out: &mut [f32],
     chunk: usize,
     group: usize,
+    order: impl Fn(usize) -> usize + Sync,
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, &mut [(usize, &mut [f32])]) + Sync,
 ) {
@@ -387,10 +389,12 @@ pub fn parallel_piece_groups_mut<S>(
         let mut pieces = Vec::with_capacity(group);
         while calls.peek().is_some() {
             pieces.clear();
-            for u in calls.by_ref().take(group) {
-                // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); the pieces
-                // of different threads differ (u mod t), those of one call too, so no other
-                // slice covers it while this one lives.
+            for k in calls.by_ref().take(group) {
+                let u = order(k);
+                assert!(u < n, "`order` maps pieces to pieces");
+                // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); `order` is
+                // a permutation, and the pieces of different threads differ (k mod t), those
+                // of one call too, so no other slice covers it while this one lives.
                 let piece =
                     unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
                 pieces.push((u, piece));

@@ -146,11 +146,14 @@ pub fn attend_batch(
         #[cfg(target_arch = "x86_64")]
         staged,
     };
+    // Head by head (a thread's pieces then share one KV head's keys and values, which stay in
+    // its cache), token by token within a head (the threads' shares stay equal).
     crate::matmul::parallel_piece_groups_mut(
         threads,
         &mut out[..n * q_dim],
         hd,
         INTERLEAVE,
+        |k| (k % n) * s.n_head + k / n,
         || -> Box<[HeadScratch; INTERLEAVE]> {
             Box::new(std::array::from_fn(|_| HeadScratch::new()))
         },
