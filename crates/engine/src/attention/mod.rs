@@ -305,8 +305,11 @@ struct HeadJob<'a> {
     values: &'a [half::f16],
     n_pos: usize,
     out: &'a mut [f32],
-    /// Its KV head, and the cache position of its first position (for [`avx512::Staged`]).
+    /// Its KV head, and the cache position of its first position (for the x86-64 path's
+    /// staged rows).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     kv_head: usize,
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     first: usize,
 }
 
@@ -316,13 +319,18 @@ struct HeadScratch {
     /// The scores `scale * q . k` of every position, computed before the online softmax (they
     /// do not depend on it), so that the dot products are independent of one another.
     scores: Vec<f32>,
-    /// The fast path's (`avx512`): each position's exponential, it rounded to F16 (as f32 and
-    /// as F16 bits), and whether the running maximum grows there (a bit a position).
+    /// The x86-64 fast path's (`avx512`): each position's exponential, it rounded to F16 (as
+    /// f32 and as F16 bits), and whether the running maximum grows there (a bit a position).
+    #[cfg(target_arch = "x86_64")]
     ex: Vec<f32>,
+    #[cfg(target_arch = "x86_64")]
     ex16: Vec<f32>,
+    #[cfg(target_arch = "x86_64")]
     ex16h: Vec<u16>,
+    #[cfg(target_arch = "x86_64")]
     grow: Vec<u16>,
     /// Scores of whole blocks of staged positions.
+    #[cfg(target_arch = "x86_64")]
     blk: Vec<f32>,
     h16: [half::f16; MAX_HEAD_DIM],
     qf: [f32; MAX_HEAD_DIM],
@@ -332,6 +340,7 @@ struct HeadScratch {
 
 impl HeadScratch {
     /// Room for a head that sees `n` positions in the fast path's rows (padded to 16).
+    #[cfg(target_arch = "x86_64")]
     fn reserve(&mut self, n: usize) {
         let padded = n.div_ceil(16) * 16;
         if self.scores.len() < padded {
@@ -347,10 +356,15 @@ impl HeadScratch {
     fn new() -> HeadScratch {
         HeadScratch {
             scores: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
             ex: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
             ex16: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
             ex16h: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
             grow: Vec::new(),
+            #[cfg(target_arch = "x86_64")]
             blk: Vec::new(),
             h16: [half::f16::ZERO; MAX_HEAD_DIM],
             qf: [0.0; MAX_HEAD_DIM],
