@@ -381,6 +381,16 @@ pub fn parallel_piece_groups_mut<S>(
     let n = out.len() / chunk.max(1);
     let t = threads.n().min(n.max(1));
     let group = group.max(1);
+    // Every piece once: what makes the slices below disjoint.
+    let mut seen = vec![false; n];
+    for k in 0..n {
+        let u = order(k);
+        assert!(
+            u < n && !seen[u],
+            "`order` must be a permutation of the pieces"
+        );
+        seen[u] = true;
+    }
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
     let thread = |i: usize| {
         let shared = &shared;
@@ -391,10 +401,10 @@ pub fn parallel_piece_groups_mut<S>(
             pieces.clear();
             for k in calls.by_ref().take(group) {
                 let u = order(k);
-                assert!(u < n, "`order` maps pieces to pieces");
                 // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); `order` is
-                // a permutation, and the pieces of different threads differ (k mod t), those
-                // of one call too, so no other slice covers it while this one lives.
+                // a permutation (checked above), and the pieces of different threads differ
+                // (k mod t), those of one call too, so no other slice covers it while this one
+                // lives.
                 let piece =
                     unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
                 pieces.push((u, piece));

@@ -254,6 +254,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
     scratch: &mut [HeadScratch],
     staged: Option<&Staged>,
 ) {
+    assert!(scratch.len() >= jobs.len(), "a scratch per head");
     for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
         match staged {
             Some(st) => staged_scores::<CH>(s, job, sc, st),

@@ -118,7 +118,8 @@ pub fn attend_batch(
     #[cfg(target_arch = "x86_64")]
     let mut stage = STAGE.take();
     #[cfg(target_arch = "x86_64")]
-    let staged = if crate::has_avx512f() && avx512::takes(hd) && n * s.n_head >= STAGE_FROM {
+    let reuse = n * (s.n_head / s.n_head_kv);
+    let staged = if crate::has_avx512f() && avx512::takes(hd) && n > 1 && reuse >= STAGE_FROM {
         // The keys (and values) of every position some token of the batch sees.
         let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
         let n_pos = pos0 + n;
@@ -175,8 +176,11 @@ pub fn attend_batch(
     STAGE.set(stage);
 }
 
-/// Heads in a batch (tokens x query heads) from which [`attend_batch`] stages the layer's keys
-/// and values for the AVX-512 path: below, restaging them costs more than it saves.
+/// Queries a KV head serves in a batch (tokens x the query heads of its group) from which
+/// [`attend_batch`] stages the layer's keys and values for the AVX-512 path: below, and for
+/// single tokens, restaging them costs more than it saves. (The buffer keeps its largest size
+/// for the thread's life: two f32 copies of one layer's keys and values, about a KV cache
+/// layer's size times two.)
 #[cfg(target_arch = "x86_64")]
 const STAGE_FROM: usize = 16;
 
@@ -343,7 +347,7 @@ impl HeadScratch {
     #[cfg(target_arch = "x86_64")]
     fn reserve(&mut self, n: usize) {
         let padded = n.div_ceil(16) * 16;
-        if self.scores.len() < padded {
+        if self.scores.len() < padded || self.ex.len() < padded {
             self.scores.resize(padded, 0.0);
             self.ex.resize(padded, 0.0);
             self.ex16.resize(padded, 0.0);
@@ -1242,8 +1246,9 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(18);
         for (hd, n_head, n_head_kv, n_pos) in [
             (64, 9, 3, 300),
-            (64, 5, 5, 17),
+            (64, 7, 7, 17),
             (128, 4, 2, 129),
+            (128, 3, 1, 70),
             (256, 4, 1, 97),
             (64, 4, 1, 1),
         ] {
@@ -1264,8 +1269,16 @@ mod tests {
             let keys = f16s(&mut rng, n_pos * kv_dim, 2.0);
             let values = f16s(&mut rng, n_pos * kv_dim, 4.0);
             let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
-            // Head h sees positions first(h)..last(h): starts off a block boundary, uneven ends.
-            let first = |h: usize| if n_pos > 4 { h % 3 } else { 0 };
+            // Head h sees positions first(h)..last(h): starts off a block boundary (past the
+            // first block for some, as a sliding window does), uneven ends. Staged from `base`.
+            let base = if n_pos > 40 { 5 } else { 0 };
+            let first = |h: usize| {
+                if n_pos > 40 {
+                    base + [0, 1, 2, 19][h % 4]
+                } else {
+                    0
+                }
+            };
             let seen = |h: usize| n_pos - first(h) - if n_pos > 4 { h % 2 } else { 0 };
             let mut want = vec![0.0; n_head * hd];
             let mut scratch = HeadScratch::new();
@@ -1291,7 +1304,10 @@ mod tests {
             let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
             let mut buf = Vec::new();
             // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
-            let staged = unsafe { avx512::Staged::new(&s, &keys, &values, 0, &mut buf) };
+            let staged = unsafe {
+                let from = base * kv_dim;
+                avx512::Staged::new(&s, &keys[from..], &values[from..], base, &mut buf)
+            };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             for (fp16, stage) in [(false, false), (true, false), (false, true), (true, true)] {
                 if fp16 && !avx512::has_avx512fp16() {
