@@ -118,8 +118,11 @@ pub fn attend_batch(
     #[cfg(target_arch = "x86_64")]
     let mut stage = STAGE.take();
     #[cfg(target_arch = "x86_64")]
-    let reuse = n * (s.n_head / s.n_head_kv);
-    let staged = if crate::has_avx512f() && avx512::takes(hd) && n > 1 && reuse >= STAGE_FROM {
+    let staged = if crate::has_avx512f()
+        && avx512::takes(hd)
+        && n > 1
+        && n * (s.n_head / s.n_head_kv) >= STAGE_FROM
+    {
         // The keys (and values) of every position some token of the batch sees.
         let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
         let n_pos = pos0 + n;
