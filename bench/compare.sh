@@ -14,7 +14,7 @@
 #   3. probes the read bandwidth (`synapse bench --membw`) for 1 and 2 threads;
 #   4. for each file (plus the real SmolLM2-135M Q4_1 and Gemma-3-270M Q4_K_M of models/) and
 #      each thread count, runs llama-bench and `synapse bench` alternately, ROUNDS times each;
-#   4b. runs SmolLM2 with 2048 tokens already in the context (-d 2048), both engines;
+#   4b. runs SmolLM2 and Gemma 3 with 2048 tokens already in the context (-d 2048), both engines;
 #   5. runs the kernel benchmarks (`synapse bench-kernels`: gemv-bench and kbench);
 #   6. checks `synapse bench` against an outside clock (/usr/bin/time over `synapse run`);
 #   7. writes docs/PERF.md and docs/perf-roofline.svg with bench/perf_report.py (matplotlib,
@@ -131,19 +131,21 @@ for f in "${files[@]}"; do
 done
 # --- at depth ------------------------------------------------------------------------------------
 # Attention's share once the context holds a few thousand tokens: SmolLM2 (the smallest model, so
-# attention weighs most) with 2048 tokens already in the context, both engines, both -d.
+# attention weighs most) and Gemma 3 (heads of 256 values, sliding windows) with 2048 tokens
+# already in the context, both engines, both -d.
 depth=2048
 ((quick)) && depth=256
-smol=models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ -f $smol ]]; then
+for f in models/SmolLM2-135M-Instruct.Q4_1.gguf models/gemma-3-270m-q4_k_m.gguf; do
+    [[ -f $f ]] || continue
+    base=$(basename "$f" .gguf)
     for t in "${threads[@]}"; do
-        say "SmolLM2 at depth $depth, t=$t"
-        run "$bin/llama-bench" -m "$smol" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json \
-            >"$raw/depth--llama--t$t.json" 2>/dev/null
-        run "$syn" bench -m "$smol" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json --no-membw -q \
-            >"$raw/depth--synapse--t$t.json"
+        say "$base at depth $depth, t=$t"
+        run "$bin/llama-bench" -m "$f" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json \
+            >"$raw/depth--llama--$base--t$t.json" 2>/dev/null
+        run "$syn" bench -m "$f" -p "$p" -n "$n" -d "$depth" -b 64 -t "$t" -r "$reps" -o json --no-membw -q \
+            >"$raw/depth--synapse--$base--t$t.json"
     done
-fi
+done
 # The probe again at the end: the ceiling is the better of the two.
 run "$syn" bench --membw -t 1,2 -o json >"$raw/membw-1.json"
 

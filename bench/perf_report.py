@@ -177,31 +177,42 @@ def outside_section(raw):
     return L
 
 
+DEPTH_MODELS = {
+    "SmolLM2-135M-Instruct.Q4_1": "SmolLM2-135M Q4_1",
+    "gemma-3-270m-q4_k_m": "Gemma-3-270M Q4_K_M",
+}
+
+
 def depth_section(raw):
-    """SmolLM2 at depth: llama-bench against synapse bench, per test and thread count."""
+    """Models at depth: llama-bench against synapse bench, per model, test and thread count."""
     rows = {}
     for path in sorted(glob.glob(os.path.join(raw, "depth--*--t*.json"))):
-        engine = os.path.basename(path).split("--")[1]
+        parts = os.path.basename(path)[: -len(".json")].split("--")
+        engine = parts[1]
+        # depth--ENGINE--MODEL--tT (older runs: depth--ENGINE--tT, SmolLM2).
+        model = parts[2] if len(parts) == 4 else "SmolLM2-135M-Instruct.Q4_1"
         try:
             data = load_json(path)
         except (json.JSONDecodeError, OSError):
             continue
         for r in data:
             test = f"pp{r['n_prompt']}" if r["n_prompt"] > 0 else f"tg{r['n_gen']}"
-            key = (f"{test} @ d{r.get('n_depth', 0)}", r["n_threads"])
+            key = (model, f"{test} @ d{r.get('n_depth', 0)}", r["n_threads"])
             rows.setdefault(key, {})[engine] = (r["avg_ts"], r["stddev_ts"])
     if not rows:
         return []
     L = ["## At depth: attention with a full context", ""]
-    L.append("SmolLM2-135M Q4_1 (the smallest model, where attention weighs most) with the context already "
-             "holding the tokens of an untimed prefill (`-d`, both engines).")
+    L.append("SmolLM2-135M Q4_1 (the smallest model, where attention weighs most) and Gemma-3-270M Q4_K_M "
+             "(heads of 256 values; five layers in six attend over a sliding window of 512) with the context "
+             "already holding the tokens of an untimed prefill (`-d`, both engines).")
     L.append("")
-    L.append("| test | threads | llama.cpp t/s | synapse t/s | synapse / llama.cpp |")
-    L.append("|---|--:|--:|--:|--:|")
-    for (test, t), v in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    L.append("| model | test | threads | llama.cpp t/s | synapse t/s | synapse / llama.cpp |")
+    L.append("|---|---|--:|--:|--:|--:|")
+    for (model, test, t), v in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         if "llama" in v and "synapse" in v:
             (lm, ls), (sm, ss) = v["llama"], v["synapse"]
-            L.append(f"| {test} | {t} | {lm:.1f} ± {ls:.1f} | {sm:.1f} ± {ss:.1f} | **{sm / lm:.2f}x** |")
+            name = DEPTH_MODELS.get(model, model)
+            L.append(f"| {name} | {test} | {t} | {lm:.1f} ± {ls:.1f} | {sm:.1f} ± {ss:.1f} | **{sm / lm:.2f}x** |")
     L.append("")
     return L
 
