@@ -255,18 +255,32 @@ unsafe fn by_width<const CH: usize, const R: usize>(
     staged: Option<&Staged>,
 ) {
     assert!(scratch.len() >= jobs.len(), "a scratch per head");
-    for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-        match staged {
-            Some(st) => staged_scores::<CH>(s, job, sc, st),
-            None => scores::<CH>(s, job, sc),
+    let side = (16 / if R > 0 { R } else { CH }).clamp(1, 4);
+    for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks_mut(side)) {
+        // Heads of one KV head that see the same positions (a token's GQA group) share each
+        // key row's widening.
+        let shared = jobs.iter().all(|j| {
+            j.n_pos == jobs[0].n_pos && std::ptr::eq(j.keys.as_ptr(), jobs[0].keys.as_ptr())
+        });
+        match (staged, jobs.len()) {
+            (Some(st), _) => {
+                for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+                    staged_scores::<CH>(s, job, sc, st);
+                }
+            }
+            (None, 2) if shared => scores_shared::<CH, 2>(s, jobs, scratch),
+            (None, 3) if shared => scores_shared::<CH, 3>(s, jobs, scratch),
+            (None, 4) if shared => scores_shared::<CH, 4>(s, jobs, scratch),
+            (None, _) => {
+                for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+                    scores::<CH>(s, job, sc);
+                }
+            }
         }
-        weights(job.n_pos, sc);
-    }
-    let side = 16 / if R > 0 { R } else { CH };
-    for (jobs, scratch) in jobs
-        .chunks_mut(side.clamp(1, 4))
-        .zip(scratch.chunks(side.clamp(1, 4)))
-    {
+        for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+            weights(job.n_pos, sc);
+        }
+        let scratch = &*scratch;
         if R > 0 {
             debug_assert!(16 * CH / F16_STEP * F16_STEP == 16 * CH && 2 * R == CH);
             // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
@@ -463,6 +477,7 @@ fn scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
         round_f16_zmm(unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) })
     });
     for (j, score) in sc.scores[..n].iter_mut().enumerate() {
+        prefetch_row(job.keys, j + ROWS_AHEAD, kv_dim, hd);
         let k = &job.keys[j * kv_dim..][..hd];
         let mut acc = [_mm512_setzero_ps(); 4];
         for (c, q) in q.iter().enumerate() {
@@ -479,6 +494,55 @@ fn scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
         let t1 = _mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2));
         // No tail: the f64 sum of ggml's order is this f32.
         *score = _mm_cvtss_f32(t1) * s.scale;
+    }
+}
+
+/// [`scores`] for `N` heads that read the same key rows (`jobs[0].keys`, `jobs[0].n_pos`
+/// positions): each row widened once, then dotted with every head's query in the same order.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+fn scores_shared<const CH: usize, const N: usize>(
+    s: &AttnShape,
+    jobs: &[HeadJob],
+    scratch: &mut [HeadScratch],
+) {
+    let hd = 16 * CH;
+    let kv_dim = s.n_head_kv * hd;
+    let n = jobs[0].n_pos;
+    let keys = jobs[0].keys;
+    for sc in scratch[..N].iter_mut() {
+        sc.reserve(n);
+    }
+    let q: [[__m512; CH]; N] = std::array::from_fn(|i| {
+        let q = &jobs[i].q[..hd];
+        // SAFETY: values 16c..16c + 16 of the query (hd of them).
+        std::array::from_fn(|c| round_f16_zmm(unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) }))
+    });
+    for j in 0..n {
+        prefetch_row(keys, j + ROWS_AHEAD, kv_dim, hd);
+        let kf = Rows::F16(keys).row::<CH>(j, kv_dim);
+        for (i, q) in q.iter().enumerate() {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for c in 0..CH {
+                acc[c % 4] = _mm512_fmadd_ps(q[c], kf[c], acc[c % 4]);
+            }
+            scratch[i].scores[j] = reduce_lanes(acc) * s.scale;
+        }
+    }
+}
+
+/// ggml's sum of its four 16-lane accumulators: `(a0 + a2) + (a1 + a3)`, then
+/// `reduce_add_16`'s halves, quarters and last pairs.
+#[inline(always)]
+fn reduce_lanes(acc: [__m512; 4]) -> f32 {
+    // SAFETY: AVX-512 F (the callers' features).
+    unsafe {
+        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
+        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));
+        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+        _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2)))
     }
 }
 
@@ -573,6 +637,22 @@ fn weights(n: usize, sc: &mut HeadScratch) {
     }
 }
 
+/// How many positions ahead the passes over the cache's rows ask for them: a head's rows are
+/// `kv_dim` values apart (every KV head's row of a position is stored together), a stride the
+/// hardware prefetchers follow poorly, and a decode step reads them from memory.
+const ROWS_AHEAD: usize = 16;
+
+/// Ask the caches for the `n` values of row `j` of `rows` (rows `kv_dim` values apart). A
+/// hint: it reads nothing and never faults, past the rows' end too.
+#[inline(always)]
+fn prefetch_row<T>(rows: &[T], j: usize, kv_dim: usize, n: usize) {
+    let p = rows.as_ptr().wrapping_add(j * kv_dim).cast::<u8>();
+    for line in (0..n * size_of::<T>()).step_by(64) {
+        // SAFETY: a prefetch reads nothing into the program and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
+    }
+}
+
 /// A head's value rows (position `j` at `j * kv_dim..`).
 #[derive(Clone, Copy)]
 enum Rows<'a> {
@@ -580,22 +660,65 @@ enum Rows<'a> {
     F32(&'a [f32]),
 }
 
-/// Position `j` of a head of [`values`] (rows `rows`; the first `simd` values take ggml's F16
-/// path): its accumulator `acc` and sum.
+impl Rows<'_> {
+    /// Row `j` (`16 * CH` values) as f32.
+    #[inline(always)]
+    fn row<const CH: usize>(self, j: usize, kv_dim: usize) -> [__m512; CH] {
+        // A loop, not `array::from_fn`: a closure would not share the callers' features, and
+        // the intrinsics would stay calls.
+        // SAFETY: AVX-512 F and F16C (the callers' features); 16 CH values of row j.
+        unsafe {
+            let mut x = [_mm512_setzero_ps(); CH];
+            match self {
+                Rows::F32(r) => {
+                    let r = &r[j * kv_dim..][..16 * CH];
+                    for (c, x) in x.iter_mut().enumerate() {
+                        *x = _mm512_loadu_ps(r.as_ptr().add(16 * c));
+                    }
+                }
+                Rows::F16(r) => {
+                    let r = &r[j * kv_dim..][..16 * CH];
+                    for (c, x) in x.iter_mut().enumerate() {
+                        *x = _mm512_cvtph_ps(_mm256_loadu_si256(r.as_ptr().add(16 * c).cast()));
+                    }
+                }
+            }
+            x
+        }
+    }
+
+    /// [`prefetch_row`] of these rows.
+    #[inline(always)]
+    fn prefetch(self, j: usize, kv_dim: usize, n: usize) {
+        match self {
+            Rows::F16(r) => prefetch_row(r, j, kv_dim, n),
+            Rows::F32(r) => prefetch_row(r, j, kv_dim, n),
+        }
+    }
+
+    fn ptr(self) -> *const u8 {
+        match self {
+            Rows::F16(r) => r.as_ptr().cast(),
+            Rows::F32(r) => r.as_ptr().cast(),
+        }
+    }
+}
+
+/// Position `j` of a head of [`values`] (its value row `x`; the first `simd` values take
+/// ggml's F16 path): its accumulator `acc` and sum.
 #[inline(always)]
 fn step_f32<const CH: usize>(
     acc: &mut [__m512; CH],
     sum: &mut f32,
     sc: &HeadScratch,
     j: usize,
-    rows: Rows,
-    kv_dim: usize,
+    x: &[__m512; CH],
     simd: usize,
 ) {
     let (e, e16) = (sc.ex[j], sc.ex16[j]);
     let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
     let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
-    // SAFETY: AVX-512 F, F16C and FMA (the callers' features); 16 CH values of row j.
+    // SAFETY: AVX-512 F, F16C and FMA (the callers' features).
     unsafe {
         if grow {
             for (c, a) in acc.iter_mut().enumerate() {
@@ -603,14 +726,7 @@ fn step_f32<const CH: usize>(
                 *a = round_f16_zmm(_mm512_mul_ps(*a, f));
             }
         }
-        for (c, a) in acc.iter_mut().enumerate() {
-            let x = match rows {
-                Rows::F32(r) => _mm512_loadu_ps(r[j * kv_dim..][..16 * CH].as_ptr().add(16 * c)),
-                Rows::F16(r) => {
-                    let r = r[j * kv_dim..][..16 * CH].as_ptr().add(16 * c);
-                    _mm512_cvtph_ps(_mm256_loadu_si256(r.cast()))
-                }
-            };
+        for (c, (a, &x)) in acc.iter_mut().zip(x).enumerate() {
             *a = round_f16_zmm(if 16 * c < simd {
                 fma_for_f16_zmm(x, _mm512_set1_ps(vs16), *a)
             } else {
@@ -620,6 +736,87 @@ fn step_f32<const CH: usize>(
     }
     // ggml's C is compiled with contraction: this is one fused multiply-add there.
     *sum = sum.mul_add(ms, vs);
+}
+
+/// The loop of [`values`]: each head's accumulator a variable of its own, and the loop over
+/// heads written out, so that the accumulators stay in registers; with `SHARED`, every head
+/// reads `rows[0]`, widened once a position.
+#[inline(always)]
+fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
+    scratch: &[HeadScratch],
+    rows: &[Rows; 4],
+    n_pos: [usize; 4],
+    kv_dim: usize,
+    simd: usize,
+) -> ([[__m512; CH]; 4], [f32; 4]) {
+    // SAFETY: AVX-512 F (the callers' features).
+    let [mut a0, mut a1, mut a2, mut a3] = [[unsafe { _mm512_setzero_ps() }; CH]; 4];
+    let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
+    if SHARED {
+        // Every head sees positions 0..n_pos[0] of rows[0].
+        for j in 0..n_pos[0] {
+            rows[0].prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+            let x = rows[0].row::<CH>(j, kv_dim);
+            step_f32(&mut a0, &mut s0, &scratch[0], j, &x, simd);
+            if N > 1 {
+                step_f32(&mut a1, &mut s1, &scratch[1], j, &x, simd);
+            }
+            if N > 2 {
+                step_f32(&mut a2, &mut s2, &scratch[2], j, &x, simd);
+            }
+            if N > 3 {
+                step_f32(&mut a3, &mut s3, &scratch[3], j, &x, simd);
+            }
+        }
+    } else {
+        let most = n_pos.iter().copied().max().unwrap_or(0);
+        for j in 0..most {
+            for r in &rows[..N] {
+                r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+            }
+            if j < n_pos[0] {
+                step_f32(
+                    &mut a0,
+                    &mut s0,
+                    &scratch[0],
+                    j,
+                    &rows[0].row(j, kv_dim),
+                    simd,
+                );
+            }
+            if N > 1 && j < n_pos[1] {
+                step_f32(
+                    &mut a1,
+                    &mut s1,
+                    &scratch[1],
+                    j,
+                    &rows[1].row(j, kv_dim),
+                    simd,
+                );
+            }
+            if N > 2 && j < n_pos[2] {
+                step_f32(
+                    &mut a2,
+                    &mut s2,
+                    &scratch[2],
+                    j,
+                    &rows[2].row(j, kv_dim),
+                    simd,
+                );
+            }
+            if N > 3 && j < n_pos[3] {
+                step_f32(
+                    &mut a3,
+                    &mut s3,
+                    &scratch[3],
+                    j,
+                    &rows[3].row(j, kv_dim),
+                    simd,
+                );
+            }
+        }
+    }
+    ([a0, a1, a2, a3], [s0, s1, s2, s3])
 }
 
 /// The online softmax's pass over the value rows of `N` heads side by side (their
@@ -636,7 +833,6 @@ fn values<const CH: usize, const N: usize>(
     let simd = hd / F16_STEP * F16_STEP;
     let kv_dim = s.n_head_kv * hd;
     let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
-    let most = n_pos.iter().copied().max().unwrap_or(0);
     // Each head's value rows: staged as f32 from its first position, or the cache's F16.
     let rows: [Rows; 4] = std::array::from_fn(|i| match (jobs.get(i), staged) {
         (None, _) => Rows::F16(&[]),
@@ -648,25 +844,13 @@ fn values<const CH: usize, const N: usize>(
         ) => Rows::F32(&vf[(job.first - base) * kv_dim + job.kv_head * hd..]),
         (Some(job), _) => Rows::F16(job.values),
     });
-    // Each head's accumulator a variable of its own, and the loop over heads written out, so
-    // that the accumulators stay in registers.
-    let [mut a0, mut a1, mut a2, mut a3] = [[_mm512_setzero_ps(); CH]; 4];
-    let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
-    for j in 0..most {
-        if j < n_pos[0] {
-            step_f32(&mut a0, &mut s0, &scratch[0], j, rows[0], kv_dim, simd);
-        }
-        if N > 1 && j < n_pos[1] {
-            step_f32(&mut a1, &mut s1, &scratch[1], j, rows[1], kv_dim, simd);
-        }
-        if N > 2 && j < n_pos[2] {
-            step_f32(&mut a2, &mut s2, &scratch[2], j, rows[2], kv_dim, simd);
-        }
-        if N > 3 && j < n_pos[3] {
-            step_f32(&mut a3, &mut s3, &scratch[3], j, rows[3], kv_dim, simd);
-        }
-    }
-    let (acc, sum) = ([a0, a1, a2, a3], [s0, s1, s2, s3]);
+    // Heads that read the same value rows (a token's GQA group) widen each row once.
+    let shared = (1..N).all(|i| rows[i].ptr() == rows[0].ptr() && n_pos[i] == n_pos[0]);
+    let (acc, sum) = if shared {
+        value_pass::<CH, N, true>(scratch, &rows, n_pos, kv_dim, simd)
+    } else {
+        value_pass::<CH, N, false>(scratch, &rows, n_pos, kv_dim, simd)
+    };
     for i in 0..N {
         let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
         let out = &mut jobs[i].out[..hd];

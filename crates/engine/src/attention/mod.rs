@@ -1247,13 +1247,18 @@ mod tests {
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(18);
-        for (hd, n_head, n_head_kv, n_pos) in [
-            (64, 9, 3, 300),
-            (64, 7, 7, 17),
-            (128, 4, 2, 129),
-            (128, 3, 1, 70),
-            (256, 4, 1, 97),
-            (64, 4, 1, 1),
+        // `one`: every head sees the same positions, as a token's heads do in decode (the
+        // heads of a GQA group then share their rows' widening).
+        for (hd, n_head, n_head_kv, n_pos, one) in [
+            (64, 9, 3, 300, false),
+            (64, 7, 7, 17, false),
+            (128, 4, 2, 129, false),
+            (128, 3, 1, 70, false),
+            (256, 4, 1, 97, false),
+            (64, 4, 1, 1, false),
+            (64, 8, 2, 300, true),
+            (64, 9, 3, 77, true),
+            (128, 4, 1, 129, true),
         ] {
             let s = AttnShape {
                 n_head,
@@ -1274,15 +1279,16 @@ mod tests {
             let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
             // Head h sees positions first(h)..last(h): starts off a block boundary (past the
             // first block for some, as a sliding window does), uneven ends. Staged from `base`.
-            let base = if n_pos > 40 { 5 } else { 0 };
+            let uneven = n_pos > 40 && !one;
+            let base = if uneven { 5 } else { 0 };
             let first = |h: usize| {
-                if n_pos > 40 {
+                if uneven {
                     base + [0, 1, 2, 19][h % 4]
                 } else {
                     0
                 }
             };
-            let seen = |h: usize| n_pos - first(h) - if n_pos > 4 { h % 2 } else { 0 };
+            let seen = |h: usize| n_pos - first(h) - if n_pos > 4 && !one { h % 2 } else { 0 };
             let mut want = vec![0.0; n_head * hd];
             let mut scratch = HeadScratch::new();
             for (h, o) in want.chunks_exact_mut(hd).enumerate() {
@@ -1326,7 +1332,8 @@ mod tests {
                 assert_eq!(
                     bits(&want),
                     bits(&got),
-                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}, staged {stage}"
+                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}, staged {stage}, \
+                     same positions {one}"
                 );
             }
             assert!(want.iter().any(|&x| x != 0.0));
