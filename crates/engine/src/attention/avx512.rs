@@ -485,15 +485,8 @@ fn scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
             let kf = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(16 * c).cast())) };
             acc[c % 4] = _mm512_fmadd_ps(*q, kf, acc[c % 4]);
         }
-        // (a0 + a2) + (a1 + a3), then `reduce_add_16`'s halves, quarters and last pairs.
-        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));
-        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-        let t1 = _mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2));
         // No tail: the f64 sum of ggml's order is this f32.
-        *score = _mm_cvtss_f32(t1) * s.scale;
+        *score = reduce_lanes(acc) * s.scale;
     }
 }
 
@@ -534,7 +527,7 @@ fn scores_shared<const CH: usize, const N: usize>(
 /// ggml's sum of its four 16-lane accumulators: `(a0 + a2) + (a1 + a3)`, then
 /// `reduce_add_16`'s halves, quarters and last pairs.
 #[inline(always)]
-fn reduce_lanes(acc: [__m512; 4]) -> f32 {
+pub(super) fn reduce_lanes(acc: [__m512; 4]) -> f32 {
     // SAFETY: AVX-512 F (the callers' features).
     unsafe {
         let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));

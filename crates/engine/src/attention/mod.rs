@@ -827,14 +827,7 @@ impl HeadOps for V4 {
                 };
             }
         }
-        // (a0 + a2) + (a1 + a3), then `reduce_add_16`'s halves, quarters and last pairs.
-        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
-        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-        let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
-        let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));
-        let t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
-        let t1 = _mm_add_ss(t2, _mm_shuffle_ps::<1>(t2, t2));
-        let mut sum = _mm_cvtss_f32(t1) as f64;
+        let mut sum = avx512::reduce_lanes(acc) as f64;
         for e in np..n {
             sum += (q[e] * k[e].to_f32()) as f64;
         }
