@@ -8,7 +8,11 @@
 //!   [`vector_exp_matches_libm`]).
 //! - The accumulator lives in registers for the whole pass, `head_dim / 16` of them per head,
 //!   and up to four heads go side by side so that one head's dependent steps (multiply-add,
-//!   rounding to F16 and back) overlap another's.
+//!   rounding to F16 and back) overlap another's. Heads whose every value takes ggml's F16
+//!   path (128 and 256 values) run it in native F16 where the CPU has AVX512-FP16.
+//! - For a batch, the layer's keys are staged once, transposed in blocks of sixteen positions
+//!   ([`Staged`]), so that the scores need no horizontal sums; for a single token, the heads
+//!   of a GQA group share each row's widening, and the cache's rows are prefetched ahead.
 
 use std::arch::x86_64::*;
 
@@ -77,8 +81,10 @@ fn exp8(x: __m256) -> __m256 {
     let kd = _mm512_sub_pd(kd, _mm512_set1_pd(SHIFT));
     let r = _mm512_fmsub_pd(xd, inv, kd);
     // SAFETY: `TAB` holds 32 values: four registers of eight.
-    let tab: [__m512i; 4] =
-        std::array::from_fn(|i| unsafe { _mm512_loadu_si512(TAB.as_ptr().add(8 * i).cast()) });
+    let tab = unsafe {
+        let t = TAB.as_ptr();
+        [0, 8, 16, 24].map(|i| _mm512_loadu_si512(t.add(i).cast()))
+    };
     let lo = _mm512_permutex2var_epi64(tab[0], ki, tab[1]);
     let hi = _mm512_permutex2var_epi64(tab[2], ki, tab[3]);
     let upper = _mm512_test_epi64_mask(ki, _mm512_set1_epi64(16));
