@@ -264,7 +264,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
     let side = (16 / if R > 0 { R } else { CH }).clamp(1, 4);
     for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks_mut(side)) {
         // Heads of one KV head that see the same positions (a token's GQA group) share each
-        // key row's widening.
+        // key and value row's widening.
         let shared = jobs.iter().all(|j| {
             j.n_pos == jobs[0].n_pos && std::ptr::eq(j.keys.as_ptr(), jobs[0].keys.as_ptr())
         });
@@ -274,12 +274,12 @@ unsafe fn by_width<const CH: usize, const R: usize>(
                     staged_scores::<CH>(s, job, sc, st);
                 }
             }
-            (None, 2) if shared => scores_shared::<CH, 2>(s, jobs, scratch),
-            (None, 3) if shared => scores_shared::<CH, 3>(s, jobs, scratch),
-            (None, 4) if shared => scores_shared::<CH, 4>(s, jobs, scratch),
+            (None, 2) if shared => scores::<CH, 2>(s, jobs, scratch),
+            (None, 3) if shared => scores::<CH, 3>(s, jobs, scratch),
+            (None, 4) if shared => scores::<CH, 4>(s, jobs, scratch),
             (None, _) => {
                 for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-                    scores::<CH>(s, job, sc);
+                    scores::<CH, 1>(s, std::slice::from_ref(job), std::slice::from_mut(sc));
                 }
             }
         }
@@ -301,10 +301,10 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             }
         } else {
             match jobs.len() {
-                1 => values::<CH, 1>(s, jobs, scratch, staged),
-                2 => values::<CH, 2>(s, jobs, scratch, staged),
-                3 => values::<CH, 3>(s, jobs, scratch, staged),
-                4 => values::<CH, 4>(s, jobs, scratch, staged),
+                1 => values::<CH, 1>(s, jobs, scratch, staged, shared),
+                2 => values::<CH, 2>(s, jobs, scratch, staged, shared),
+                3 => values::<CH, 3>(s, jobs, scratch, staged, shared),
+                4 => values::<CH, 4>(s, jobs, scratch, staged, shared),
                 n => unreachable!("{n} heads side by side"),
             }
         }
@@ -468,39 +468,13 @@ fn lanes_up<const K: i32>(x: __m512, fill: __m512) -> __m512 {
     }
 }
 
-/// A head's scores `scale * q . k` (the query rounded to F16; the dot product in ggml's
-/// order, as [`super::V4`]'s) into `sc.scores[..n_pos]`.
+/// The scores `scale * q . k` of `N` heads that read the same key rows (`jobs[0].keys`,
+/// `jobs[0].n_pos` positions; one head, or a token's heads of one KV head) into each
+/// `scratch[i].scores`: each row widened once, then dotted with every head's query (rounded
+/// to F16), in ggml's order, as [`super::V4`]'s `dot_h`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch) {
-    let hd = 16 * CH;
-    let kv_dim = s.n_head_kv * hd;
-    let n = job.n_pos;
-    sc.reserve(n);
-    let q = &job.q[..hd];
-    let q: [__m512; CH] = std::array::from_fn(|c| {
-        // SAFETY: values 16c..16c + 16 of the query (hd of them).
-        round_f16_zmm(unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) })
-    });
-    for (j, score) in sc.scores[..n].iter_mut().enumerate() {
-        prefetch_row(job.keys, j + ROWS_AHEAD, kv_dim, hd);
-        let k = &job.keys[j * kv_dim..][..hd];
-        let mut acc = [_mm512_setzero_ps(); 4];
-        for (c, q) in q.iter().enumerate() {
-            // SAFETY: values 16c..16c + 16 of the key row (hd of them).
-            let kf = unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(k.as_ptr().add(16 * c).cast())) };
-            acc[c % 4] = _mm512_fmadd_ps(*q, kf, acc[c % 4]);
-        }
-        // No tail: the f64 sum of ggml's order is this f32.
-        *score = reduce_lanes(acc) * s.scale;
-    }
-}
-
-/// [`scores`] for `N` heads that read the same key rows (`jobs[0].keys`, `jobs[0].n_pos`
-/// positions): each row widened once, then dotted with every head's query in the same order.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn scores_shared<const CH: usize, const N: usize>(
+fn scores<const CH: usize, const N: usize>(
     s: &AttnShape,
     jobs: &[HeadJob],
     scratch: &mut [HeadScratch],
@@ -512,11 +486,7 @@ fn scores_shared<const CH: usize, const N: usize>(
     for sc in scratch[..N].iter_mut() {
         sc.reserve(n);
     }
-    let q: [[__m512; CH]; N] = std::array::from_fn(|i| {
-        let q = &jobs[i].q[..hd];
-        // SAFETY: values 16c..16c + 16 of the query (hd of them).
-        std::array::from_fn(|c| round_f16_zmm(unsafe { _mm512_loadu_ps(q.as_ptr().add(16 * c)) }))
-    });
+    let q: [[__m512; CH]; N] = std::array::from_fn(|i| query(jobs[i].q));
     for j in 0..n {
         prefetch_row(keys, j + ROWS_AHEAD, kv_dim, hd);
         let kf = Rows::F16(keys).row::<CH>(j, kv_dim);
@@ -527,6 +497,20 @@ fn scores_shared<const CH: usize, const N: usize>(
             }
             scratch[i].scores[j] = reduce_lanes(acc) * s.scale;
         }
+    }
+}
+
+/// A head's query (`16 * CH` values) rounded to F16, as ggml converts it for the F16 keys.
+#[inline(always)]
+fn query<const CH: usize>(q: &[f32]) -> [__m512; CH] {
+    let q = &q[..16 * CH];
+    // SAFETY: AVX-512 F and F16C (the callers' features); values 16c..16c + 16 of the query.
+    unsafe {
+        let mut r = [_mm512_setzero_ps(); CH];
+        for (c, r) in r.iter_mut().enumerate() {
+            *r = round_f16_zmm(_mm512_loadu_ps(q.as_ptr().add(16 * c)));
+        }
+        r
     }
 }
 
@@ -554,14 +538,11 @@ fn staged_scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScr
     let hd = 16 * CH;
     let n = job.n_pos;
     sc.reserve(n);
+    // In memory, for one broadcast load a dimension.
     let q = &mut sc.qf[..hd];
-    q.copy_from_slice(&job.q[..hd]);
-    for c in 0..CH {
-        // SAFETY: values 16c..16c + 16 of the query (hd of them).
-        unsafe {
-            let p = q.as_mut_ptr().add(16 * c);
-            _mm512_storeu_ps(p, round_f16_zmm(_mm512_loadu_ps(p)));
-        }
+    for (c, r) in query::<CH>(job.q).into_iter().enumerate() {
+        // SAFETY: values 16c..16c + 16 of `q` (hd of them).
+        unsafe { _mm512_storeu_ps(q.as_mut_ptr().add(16 * c), r) };
     }
     let o = job.first - st.base;
     let (b0, b1) = (o / 16, (o + n - 1) / 16);
@@ -694,13 +675,6 @@ impl Rows<'_> {
             Rows::F32(r) => prefetch_row(r, j, kv_dim, n),
         }
     }
-
-    fn ptr(self) -> *const u8 {
-        match self {
-            Rows::F16(r) => r.as_ptr().cast(),
-            Rows::F32(r) => r.as_ptr().cast(),
-        }
-    }
 }
 
 /// Position `j` of a head of [`values`] (its value row `x`; the first `simd` values take
@@ -827,6 +801,7 @@ fn values<const CH: usize, const N: usize>(
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
     staged: Option<&Staged>,
+    shared: bool,
 ) {
     let hd = 16 * CH;
     let simd = hd / F16_STEP * F16_STEP;
@@ -843,8 +818,6 @@ fn values<const CH: usize, const N: usize>(
         ) => Rows::F32(&vf[(job.first - base) * kv_dim + job.kv_head * hd..]),
         (Some(job), _) => Rows::F16(job.values),
     });
-    // Heads that read the same value rows (a token's GQA group) widen each row once.
-    let shared = (1..N).all(|i| rows[i].ptr() == rows[0].ptr() && n_pos[i] == n_pos[0]);
     let (acc, sum) = if shared {
         value_pass::<CH, N, true>(scratch, &rows, n_pos, kv_dim, simd)
     } else {
@@ -893,9 +866,19 @@ impl<'a> Staged<'a> {
         let blocks = n_pos.div_ceil(16);
         let kt_len = s.n_head_kv * blocks * hd * 16;
         let f32_values = hd < F16_STEP || !has_avx512fp16();
-        buf.clear();
-        buf.resize(kt_len + if f32_values { n_pos * kv_dim } else { 0 }, 0.0);
-        let (kt, vf) = buf.split_at_mut(kt_len);
+        // Every value is written below (the padding of each KV head's last block as zeros),
+        // so the buffer is only grown, never cleared.
+        let len = kt_len + if f32_values { n_pos * kv_dim } else { 0 };
+        if buf.len() < len {
+            buf.resize(len, 0.0);
+        }
+        let (kt, vf) = buf[..len].split_at_mut(kt_len);
+        for kvh in (0..s.n_head_kv).filter(|_| blocks > 0) {
+            let last = &mut kt[(kvh * blocks + blocks - 1) * hd * 16..][..hd * 16];
+            for dim in last.chunks_exact_mut(16) {
+                dim[n_pos - (blocks - 1) * 16..].fill(0.0);
+            }
+        }
         let mut row = [0.0f32; 16];
         for p in 0..n_pos {
             let (b, l) = (p / 16, p % 16);

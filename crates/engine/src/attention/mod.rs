@@ -116,13 +116,11 @@ pub fn attend_batch(
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = q.len() / q_dim;
     #[cfg(target_arch = "x86_64")]
+    let fast = crate::has_avx512f() && avx512::takes(hd);
+    #[cfg(target_arch = "x86_64")]
     let mut stage = STAGE.take();
     #[cfg(target_arch = "x86_64")]
-    let staged = if crate::has_avx512f()
-        && avx512::takes(hd)
-        && n > 1
-        && n * (s.n_head / s.n_head_kv) >= STAGE_FROM
-    {
+    let staged = if fast && n > 1 && n * (s.n_head / s.n_head_kv) >= STAGE_FROM {
         // The keys (and values) of every position some token of the batch sees.
         let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
         let n_pos = pos0 + n;
@@ -147,6 +145,8 @@ pub fn attend_batch(
         layer,
         pos0,
         window,
+        #[cfg(target_arch = "x86_64")]
+        fast,
         #[cfg(target_arch = "x86_64")]
         staged,
     };
@@ -207,6 +207,9 @@ struct Heads<'a> {
     layer: usize,
     pos0: usize,
     window: Option<usize>,
+    /// Whether the AVX-512 fast path (`avx512::heads`) takes these heads.
+    #[cfg(target_arch = "x86_64")]
+    fast: bool,
     /// The layer's keys and values laid out for the AVX-512 path, for batches.
     #[cfg(target_arch = "x86_64")]
     staged: Option<avx512::Staged<'a>>,
@@ -291,7 +294,7 @@ impl Heads<'_> {
         pieces: &mut [(usize, &mut [f32])],
         scratch: &mut [HeadScratch; INTERLEAVE],
     ) {
-        if !avx512::takes(self.s.head_dim) {
+        if !self.fast {
             return self.some::<V4>(pieces, scratch);
         }
         let mut jobs: Vec<HeadJob> = pieces

@@ -266,6 +266,15 @@ macro_rules! group_passes {
     };
 }
 
+/// Sixteen rows' results `v` for token `t0 + t` into `out[(t0 + t) * stride + r0..][..16]`
+/// (the `(stride, r0, t0)` of a pass).
+#[inline(always)]
+fn store_rows(out: &mut [f32], (stride, r0, t0): (usize, usize, usize), t: usize, v: __m512) {
+    let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
+    // SAFETY: 16 writable floats; AVX-512 F (the callers' features).
+    unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+}
+
 /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
 #[inline(always)]
 unsafe fn hsum8(a: &[__m512; 8]) -> __m512 {
@@ -425,9 +434,7 @@ fn q4_k_tokens<const T: usize>(
         }
     }
     for t in 0..T {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_sub_ps(main[t], mins[t])) };
+        store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
     }
 }
 
@@ -592,9 +599,7 @@ fn q2_k_tokens<const T: usize>(
         }
     }
     for t in 0..T {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), _mm512_sub_ps(main[t], mins[t])) };
+        store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
     }
 }
 
@@ -747,9 +752,8 @@ fn q6_k_tokens<const T: usize>(
         }
     }
     for (t, a) in acc.iter().enumerate() {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats; this function's features.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+        // SAFETY: this function's features.
+        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
     }
 }
 
@@ -892,9 +896,7 @@ fn q5_k_tokens<const T: usize>(
     for (t, a) in acc.iter().enumerate() {
         // SAFETY: this function's features.
         let v = _mm512_add_ps(unsafe { hsum8(a) }, mins[t]);
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+        store_rows(out, (stride, r0, t0), t, v);
     }
 }
 
@@ -1051,9 +1053,8 @@ fn q3_k_tokens<const T: usize>(
         }
     }
     for (t, a) in acc.iter().enumerate() {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats; this function's features.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+        // SAFETY: this function's features.
+        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
     }
 }
 
@@ -1205,9 +1206,8 @@ fn iq4_xs_tokens<const T: usize>(
         }
     }
     for (t, a) in acc.iter().enumerate() {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats; this function's features.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+        // SAFETY: this function's features.
+        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
     }
 }
 
@@ -1605,9 +1605,7 @@ fn tokens32<P: Pack32, L: Lanes32, const T: usize>(
         if P::MIN {
             v = _mm512_add_ps(v, mins[t]);
         }
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), v) };
+        store_rows(out, (stride, r0, t0), t, v);
     }
 }
 
@@ -1655,9 +1653,7 @@ fn tokens32_rows8<P: Pack32, L: Lanes32, const T: usize>(
         }
     }
     for (t, &a) in acc.iter().enumerate() {
-        let o = &mut out[(t0 + t) * stride + r0..][..ROWS];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+        store_rows(out, (stride, r0, t0), t, a);
     }
 }
 
