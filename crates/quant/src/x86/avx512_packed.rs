@@ -953,22 +953,22 @@ impl Pack for Q3KPacked {
 }
 
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: each 4-value word of
-/// the token's block as the i16 pair `4 * (y0 + y1)`, `4 * (y2 + y3)`), into `out[(t0 + t) *
-/// stride + r0..][..16]`.
+/// the token's block as the i32 `-4 * (y0 + y1 + y2 + y3)`), into `out[(t0 + t) * stride +
+/// r0..][..16]`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
 fn q3_k_tokens<const T: usize>(
     g: &[Q3KPacked],
     ys: [&[BlockQ8K]; T],
-    fours: [&[[u32; 64]]; T],
+    fours: [&[[i32; 64]]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
     let z = 0x80;
     // SAFETY: this function's features.
-    let dup: [__m512i; 4] =
-        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
+    let low_half: [__m512i; 4] =
+        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, z]) });
     let (m03, m0f, m20) = (
         _mm512_set1_epi8(0x03),
         _mm512_set1_epi8(0x0F),
@@ -996,13 +996,13 @@ fn q3_k_tokens<const T: usize>(
             let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
             _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20)
         });
-        // (scale, scale) as i16 pairs, for the sixteen groups.
+        // (scale, 0) as i16 pairs, for the sixteen groups.
         let scale: [__m512i; 16] = std::array::from_fn(|group| {
-            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], dup[group % 4]))
+            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]))
         });
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        let f: [*const u32; T] = std::array::from_fn(|t| fours[t][b].as_ptr());
+        let f: [*const i32; T] = std::array::from_fn(|t| fours[t][b].as_ptr());
         for k in 0..8 {
             prefetch_part(g, k, 8);
             // SAFETY: a row of `hmask`.
@@ -1031,16 +1031,14 @@ fn q3_k_tokens<const T: usize>(
                     let s = scale[8 * h + 2 * sh + k / 4];
                     let at = 128 * h + 32 * sh + 4 * k;
                     for t in 0..T {
-                        let chain = if T > 1 || h == 0 {
-                            &mut lane[t]
-                        } else {
-                            &mut lane1[t]
-                        };
+                        let chain = if h == 0 { &mut lane[t] } else { &mut lane1[t] };
                         // SAFETY: four values of the token's 256 and their word of `fours`;
                         // this function's features.
+                        // Σ (q - 4) y as an i32, in the low i16 half (|Σ| <= 4 * 4 * 128),
+                        // then times the scale.
                         *chain = unsafe {
-                            let p = _mm512_maddubs_epi16(v, bcast4(y[t].add(at)));
-                            let p = _mm512_sub_epi16(p, bcast4(f[t].add(at / 4)));
+                            let y4 = bcast4(y[t].add(at));
+                            let p = _mm512_dpbusd_epi32(bcast4(f[t].add(at / 4)), v, y4);
                             dpwssd(*chain, p, s)
                         };
                     }
@@ -1059,7 +1057,7 @@ fn q3_k_tokens<const T: usize>(
 }
 
 thread_local! {
-    static FOURS: RefCell<Vec<[u32; 64]>> = const { RefCell::new(Vec::new()) };
+    static FOURS: RefCell<Vec<[i32; 64]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Packed Q3_K groups times every token, as [`q4_k`].
@@ -1071,12 +1069,13 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
     FOURS.with_borrow_mut(|fours| {
         fours.clear();
         fours.extend(a.iter().map(|y| {
-            let mut f = [0u32; 64];
+            let mut f = [0i32; 64];
             for c in 0..4 {
                 // SAFETY: 64 readable and writable bytes; this function's features.
                 unsafe {
                     let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast());
-                    let p = _mm512_maddubs_epi16(_mm512_set1_epi8(4), q);
+                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
+                    let p = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum));
                     _mm512_storeu_si512(f.as_mut_ptr().add(16 * c).cast(), p);
                 }
             }
@@ -1172,7 +1171,10 @@ fn iq4_xs_tokens<const T: usize>(
         let y: [*const u32; T] = std::array::from_fn(|t| y16[t][b].as_ptr());
         for k in 0..8 {
             prefetch_part(g, k, 8);
+            // Two chains a token (even and odd levels, added at the end): one chain of
+            // sixteen dependent `vpdpwssd` a lane would leave the multipliers waiting.
             let mut lane = [_mm512_setzero_si512(); T];
+            let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
                 // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k (k < 4)
                 // or the high nibbles of word 4j + k - 4.
@@ -1194,14 +1196,16 @@ fn iq4_xs_tokens<const T: usize>(
                 let m = 8 * j + k;
                 for t in 0..T {
                     // SAFETY: words 2m, 2m + 1 of the token's block; this function's features.
-                    lane[t] = unsafe {
-                        let l = dpwssd(lane[t], we, bcast4(y[t].add(2 * m)));
-                        dpwssd(l, wo, bcast4(y[t].add(2 * m + 1)))
-                    };
+                    unsafe {
+                        lane[t] = dpwssd(lane[t], we, bcast4(y[t].add(2 * m)));
+                        let odd = if T > 8 { &mut lane[t] } else { &mut lane1[t] };
+                        *odd = dpwssd(*odd, wo, bcast4(y[t].add(2 * m + 1)));
+                    }
                 }
             }
             for t in 0..T {
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane[t]), acc[t][k]);
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
             }
         }
     }
@@ -1232,7 +1236,7 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
             }
             v
         }));
-        group_passes!(p, per_row, a, out, iq4_xs_tokens, 4, [1 2 3], (y16))
+        group_passes!(p, per_row, a, out, iq4_xs_tokens, 16, [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15], (y16))
     });
 }
 
