@@ -1031,7 +1031,11 @@ fn q3_k_tokens<const T: usize>(
                     let s = scale[8 * h + 2 * sh + k / 4];
                     let at = 128 * h + 32 * sh + 4 * k;
                     for t in 0..T {
-                        let chain = if h == 0 { &mut lane[t] } else { &mut lane1[t] };
+                        let chain = if T > 4 || h == 0 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
                         // SAFETY: four values of the token's 256 and their word of `fours`;
                         // this function's features.
                         // Σ (q - 4) y as an i32, in the low i16 half (|Σ| <= 4 * 4 * 128),
@@ -1081,7 +1085,7 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             }
             f
         }));
-        group_passes!(p, per_row, a, out, q3_k_tokens, 4, [1 2 3], (fours))
+        group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours))
     });
 }
 
