@@ -1031,15 +1031,19 @@ fn q3_k_tokens<const T: usize>(
                     let s = scale[8 * h + 2 * sh + k / 4];
                     let at = 128 * h + 32 * sh + 4 * k;
                     for t in 0..T {
+                        // Up to four tokens a pass, two chains a token (h = 0 and 1, added
+                        // at the end), so that the multipliers do not wait on one chain of
+                        // sixteen; from five, the tokens' chains are parallelism enough.
                         let chain = if T > 4 || h == 0 {
                             &mut lane[t]
                         } else {
                             &mut lane1[t]
                         };
+                        // Σ (q - 4) y over the four values as an i32 (`fours` starts it at
+                        // -4 Σ y), which fits the low i16 half (|Σ| <= 4 * 4 * 128), then
+                        // times the scale (whose high half is 0).
                         // SAFETY: four values of the token's 256 and their word of `fours`;
                         // this function's features.
-                        // Σ (q - 4) y as an i32, in the low i16 half (|Σ| <= 4 * 4 * 128),
-                        // then times the scale.
                         *chain = unsafe {
                             let y4 = bcast4(y[t].add(at));
                             let p = _mm512_dpbusd_epi32(bcast4(f[t].add(at / 4)), v, y4);
@@ -1175,8 +1179,11 @@ fn iq4_xs_tokens<const T: usize>(
         let y: [*const u32; T] = std::array::from_fn(|t| y16[t][b].as_ptr());
         for k in 0..8 {
             prefetch_part(g, k, 8);
-            // Two chains a token (even and odd levels, added at the end): one chain of
-            // sixteen dependent `vpdpwssd` a lane would leave the multipliers waiting.
+            // Two chains a token up to eight tokens a pass (even and odd levels, added at the
+            // end): one chain of sixteen dependent `vpdpwssd` (5 cycles each) for four tokens'
+            // work left the multipliers waiting (45 against 69 GMAC/s in tilebench). Sixteen
+            // tokens' chains are parallelism enough on their own, and 32 accumulators would
+            // not leave registers for the rest.
             let mut lane = [_mm512_setzero_si512(); T];
             let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
