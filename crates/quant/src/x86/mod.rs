@@ -154,8 +154,9 @@ avx512_entry! {
 
 /// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
 /// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
-/// checked as [`gemv_rows`] checks them.
-fn gemv_by<B: DotBlock, const R: usize>(
+/// checked as [`gemv_rows`] checks them. `PREFETCH`: ask for each group's bytes ahead of it
+/// ([`prefetch_ahead`]), for kernels that do not prefetch as they go.
+fn gemv_by<B: DotBlock, const R: usize, const PREFETCH: bool>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -183,7 +184,9 @@ fn gemv_by<B: DotBlock, const R: usize>(
     let mut rows = x.chunks_exact(per_row);
     let mut groups = out.chunks_exact_mut(R);
     for (i, o) in (&mut groups).enumerate() {
-        prefetch_ahead(w, i * R * row_bytes..(i + 1) * R * row_bytes);
+        if PREFETCH {
+            prefetch_ahead(w, i * R * row_bytes..(i + 1) * R * row_bytes);
+        }
         let group: [&[B]; R] = std::array::from_fn(|_| rows.next().unwrap_or_default());
         o.copy_from_slice(&dot(group, y));
     }
@@ -207,7 +210,7 @@ macro_rules! vnni_rows_entry {
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
             unsafe {
-                gemv_by::<$block, 4>(
+                gemv_by::<$block, 4, true>(
                     w,
                     row_bytes,
                     a,
@@ -288,7 +291,8 @@ macro_rules! float_512_entry {
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
             unsafe {
-                gemv_by::<$elem, 4>(
+                // The float kernels prefetch as they go (`f16::dot_512`).
+                gemv_by::<$elem, 4, false>(
                     w,
                     row_bytes,
                     a,
