@@ -159,6 +159,11 @@ pub fn dot_avx2<E: Elem>(x: &[E], y: &[E]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut i = 0;
     while i < np {
+        let p = x.as_ptr().wrapping_add(i).cast::<u8>();
+        for line in (0..64 * size_of::<E>()).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_NEAR + line).cast());
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_FAR + line).cast());
+        }
         for (h, a) in acc.iter_mut().enumerate() {
             // SAFETY: i + 8 h + 8 <= i + 64 <= n, the length of both rows.
             unsafe {
