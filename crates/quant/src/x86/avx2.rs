@@ -42,7 +42,7 @@ pub(super) fn head_f16x2<B>(b: &B) -> __m128 {
 /// to 65-68% of the read bandwidth for Q4_K, 45% to 61-63% for Q6_K, 55% to 72-74% for Q8_0
 /// and 60% to 82-84% for F16; Q2_K and Q3_K, bound by their arithmetic, did not move.
 #[inline(always)]
-fn prefetch_block<B>(x: &B) {
+pub(super) fn prefetch_block<B>(x: &B) {
     const NEAR: usize = crate::codec::PREFETCH_AHEAD;
     let p = (x as *const B).cast::<u8>();
     for line in (0..size_of::<B>()).step_by(64) {

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{head_f16x2, hsum, hsum_i32, load32, nibbles};
+use super::avx2::{head_f16x2, hsum, hsum_i32, load32, nibbles, prefetch_block};
 use crate::blocks::*;
 
 super::avx512::vnni_row_kernels!("avxvnni,avx2,fma,f16c", _mm256_dpbusd_avx_epi32);

