@@ -121,8 +121,23 @@ pub struct VecDot {
 /// See [`VecDot::gemv`]: weight rows, bytes per row, activation row, one output per row.
 pub type GemvFn = fn(&[u8], usize, &[u8], &mut [f32]) -> Result<(), QuantError>;
 
-/// Dot each of the weight rows in `w` with the activation row `a`, through `dot`.
+/// Dot each of the weight rows in `w` with the activation row `a`, through `dot`, asking for
+/// each row's bytes ahead of it ([`prefetch_ahead`]).
 pub(crate) fn gemv_rows<B: DotBlock>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+    dot: impl Fn(&[B], &[B::Act]) -> f32,
+) -> Result<(), QuantError> {
+    gemv_rows_with::<B, true>(w, row_bytes, a, out, dot)
+}
+
+/// [`gemv_rows`], with the burst of requests before each row (`BURST`) or without, for the
+/// kernels that ask for their bytes as they go (`x86::avx2::prefetch_block`): on top of those,
+/// the burst cost the AVX2 rows about five points of the read bandwidth in gemv-bench (Q4_K
+/// 71-75% without it, 65-68% with it).
+pub(crate) fn gemv_rows_with<B: DotBlock, const BURST: bool>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -146,7 +161,9 @@ pub(crate) fn gemv_rows<B: DotBlock>(
         });
     }
     for (i, (o, row)) in out.iter_mut().zip(x.chunks_exact(per_row)).enumerate() {
-        prefetch_ahead(w, i * row_bytes..(i + 1) * row_bytes);
+        if BURST {
+            prefetch_ahead(w, i * row_bytes..(i + 1) * row_bytes);
+        }
         *o = dot(row, y);
     }
     Ok(())

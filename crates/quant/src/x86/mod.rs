@@ -49,7 +49,7 @@ pub mod tile;
 
 use crate::blocks::*;
 use crate::codec::GemvFn;
-use crate::codec::{cast_blocks, dot_row, gemv_rows, Block, DotBlock};
+use crate::codec::{cast_blocks, dot_row, gemv_rows_with, Block, DotBlock};
 use crate::{GgmlType, QuantError};
 
 macro_rules! avx2_entry {
@@ -64,7 +64,7 @@ macro_rules! avx2_entry {
         /// Type-erased entry to the AVX2 kernel, over consecutive rows.
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
-            gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
+            gemv_rows_with::<$block, false>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
         }
     )*};
 }
@@ -143,7 +143,7 @@ macro_rules! avx512_entry {
         /// Type-erased entry to the AVX-512 VNNI kernel, over consecutive rows.
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             // SAFETY: as above.
-            gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
+            gemv_rows_with::<$block, false>(w, row_bytes, a, out, |x, y| unsafe { $kernel(x, y) })
         }
     )*};
 }
@@ -154,10 +154,10 @@ avx512_entry! {
 
 /// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
 /// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
-/// checked as [`gemv_rows`] checks them. The kernels ask for their rows' bytes ahead as they
-/// go (`avx2::prefetch_block`, `f16::dot_512`): a burst of requests for each group before its
-/// loop, as [`gemv_rows`] makes, held the AVX-512 rows at 34-61% of the read bandwidth
-/// (gemv-bench, one thread), where they now read 51-91%.
+/// checked as [`crate::codec::gemv_rows`] checks them. The kernels ask for their rows' bytes
+/// ahead as they go (`avx2::prefetch_block`, `f16::dot_512`): a burst of requests for each
+/// group before its loop, as `gemv_rows` makes, held the AVX-512 rows at 34-61% of the read
+/// bandwidth (gemv-bench, one thread), where they now read 51-91%.
 fn gemv_by<B: DotBlock, const R: usize>(
     w: &[u8],
     row_bytes: usize,
