@@ -36,11 +36,11 @@ pub(super) fn head_f16x2<B>(b: &B) -> __m128 {
 /// Ask for the lines `crate::codec::PREFETCH_AHEAD` bytes beyond weight block `x` into the
 /// first-level cache and four times as far into the second, as the loop goes (one request a
 /// line of the block, a few repeated for blocks under a line). A hint: it reads nothing and
-/// never faults, past the row's end too. The burst of requests [`crate::codec::prefetch_ahead`]
-/// makes for each row before its loop is not enough on its own: with these requests as the
-/// loop goes, gemv-bench's rows (`SYNAPSE_ISA=avx2`, one thread, weights cold) went from 53%
-/// to 65-68% of the read bandwidth for Q4_K, 45% to 61-63% for Q6_K, 55% to 72-74% for Q8_0
-/// and 60% to 82-84% for F16; Q2_K and Q3_K, bound by their arithmetic, did not move.
+/// never faults, past the row's end too. In place of the burst of requests
+/// [`crate::codec::prefetch_ahead`] makes for each row before its loop, gemv-bench's rows
+/// (`SYNAPSE_ISA=avx2`, one thread, weights cold) went from 53% to 71-73% of the read
+/// bandwidth for Q4_K, 45% to 66% for Q6_K, 55% to 76% for Q8_0 and 60% to 86-87% for F16;
+/// Q2_K and Q3_K, bound by their arithmetic, did not move.
 #[inline(always)]
 pub(super) fn prefetch_block<B>(x: &B) {
     const NEAR: usize = crate::codec::PREFETCH_AHEAD;
