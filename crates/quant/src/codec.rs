@@ -134,7 +134,7 @@ pub(crate) fn gemv_rows<B: DotBlock>(
 }
 
 /// [`gemv_rows`], with the burst of requests before each row (`BURST`) or without, for the
-/// kernels that ask for their bytes as they go (`x86::avx2::prefetch_block`): on top of those,
+/// kernels that ask for their bytes as they go (`x86::prefetch_ahead`): on top of those,
 /// the burst cost the AVX2 rows about five points of the read bandwidth in gemv-bench (Q4_K
 /// 71-75% without it, 65-68% with it).
 pub(crate) fn gemv_rows_with<B: DotBlock, const BURST: bool>(

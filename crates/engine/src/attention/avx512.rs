@@ -725,21 +725,24 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     // SAFETY: AVX-512 F (the callers' features).
     let [mut a0, mut a1, mut a2, mut a3] = [[unsafe { _mm512_setzero_ps() }; CH]; 4];
     let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
+    // Head `i`'s step at position `j` on value row `x`, for the heads there are and where `go`
+    // (the loop over heads written out: one expansion per head, each on its own variables).
+    macro_rules! step {
+        ($i:literal, $a:ident, $s:ident, $go:expr, $j:expr, $x:expr) => {
+            if N > $i && $go {
+                step_f32(&mut $a, &mut $s, &scratch[$i], $j, $x, simd);
+            }
+        };
+    }
     if SHARED {
         // Every head sees positions 0..n_pos[0] of rows[0].
         for j in 0..n_pos[0] {
             rows[0].prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
             let x = rows[0].row::<CH>(j, kv_dim);
-            step_f32(&mut a0, &mut s0, &scratch[0], j, &x, simd);
-            if N > 1 {
-                step_f32(&mut a1, &mut s1, &scratch[1], j, &x, simd);
-            }
-            if N > 2 {
-                step_f32(&mut a2, &mut s2, &scratch[2], j, &x, simd);
-            }
-            if N > 3 {
-                step_f32(&mut a3, &mut s3, &scratch[3], j, &x, simd);
-            }
+            step!(0, a0, s0, true, j, &x);
+            step!(1, a1, s1, true, j, &x);
+            step!(2, a2, s2, true, j, &x);
+            step!(3, a3, s3, true, j, &x);
         }
     } else {
         let most = n_pos.iter().copied().max().unwrap_or(0);
@@ -747,46 +750,10 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             for r in &rows[..N] {
                 r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
             }
-            if j < n_pos[0] {
-                step_f32(
-                    &mut a0,
-                    &mut s0,
-                    &scratch[0],
-                    j,
-                    &rows[0].row(j, kv_dim),
-                    simd,
-                );
-            }
-            if N > 1 && j < n_pos[1] {
-                step_f32(
-                    &mut a1,
-                    &mut s1,
-                    &scratch[1],
-                    j,
-                    &rows[1].row(j, kv_dim),
-                    simd,
-                );
-            }
-            if N > 2 && j < n_pos[2] {
-                step_f32(
-                    &mut a2,
-                    &mut s2,
-                    &scratch[2],
-                    j,
-                    &rows[2].row(j, kv_dim),
-                    simd,
-                );
-            }
-            if N > 3 && j < n_pos[3] {
-                step_f32(
-                    &mut a3,
-                    &mut s3,
-                    &scratch[3],
-                    j,
-                    &rows[3].row(j, kv_dim),
-                    simd,
-                );
-            }
+            step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
+            step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
+            step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
+            step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
         }
     }
     ([a0, a1, a2, a3], [s0, s1, s2, s3])

@@ -15,6 +15,14 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
+impl AttnShape {
+    /// The KV head query head `h` reads (grouped-query attention: `n_head / n_head_kv` query
+    /// heads a KV head).
+    fn kv_head(&self, h: usize) -> usize {
+        h / (self.n_head / self.n_head_kv)
+    }
+}
+
 /// Largest head dimension [`attend`] supports (Gemma's 256 with room to spare).
 pub const MAX_HEAD_DIM: usize = 512;
 
@@ -255,14 +263,15 @@ impl Heads<'_> {
         let (t, h) = (u / s.n_head, u % s.n_head);
         let pos = self.pos0 + t;
         let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let off = first * kv_dim + (h / (s.n_head / s.n_head_kv)) * hd;
+        let kv_head = s.kv_head(h);
+        let off = first * kv_dim + kv_head * hd;
         HeadJob {
             q: &self.q[t * q_dim + h * hd..][..hd],
             keys: &self.kv.keys(self.layer, pos + 1)[off..],
             values: &self.kv.values(self.layer, pos + 1)[off..],
             n_pos: pos + 1 - first,
             out,
-            kv_head: h / (s.n_head / s.n_head_kv),
+            kv_head,
             first,
         }
     }
@@ -398,14 +407,15 @@ fn attend_head<O: HeadOps>(
     scratch: &mut HeadScratch,
 ) {
     let hd = s.head_dim;
-    let off = (h / (s.n_head / s.n_head_kv)) * hd;
+    let kv_head = s.kv_head(h);
+    let off = kv_head * hd;
     let job = HeadJob {
         q: &q[h * hd..(h + 1) * hd],
         keys: &keys[off..],
         values: &values[off..],
         n_pos,
         out,
-        kv_head: h / (s.n_head / s.n_head_kv),
+        kv_head,
         first: 0,
     };
     attend_heads::<O, 1>(s, [job], std::slice::from_mut(scratch));

@@ -10,6 +10,7 @@
 
 use std::arch::x86_64::*;
 
+use super::prefetch_ahead;
 use crate::blocks::*;
 
 /// F16 to f32, exactly (every conversion agrees), inline and in integer registers: the `half`
@@ -31,27 +32,6 @@ pub(super) fn head_f16x2<B>(b: &B) -> __m128 {
     const { assert!(size_of::<B>() >= 8) };
     // SAFETY: `b` is at least 8 readable bytes (asserted at compile time).
     _mm_cvtph_ps(unsafe { _mm_loadl_epi64((b as *const B).cast()) })
-}
-
-/// Ask for the lines `crate::codec::PREFETCH_AHEAD` bytes beyond weight block `x` into the
-/// first-level cache and four times as far into the second, as the loop goes (one request a
-/// line of the block, a few repeated for blocks under a line). A hint: it reads nothing and
-/// never faults, past the row's end too. In place of the burst of requests
-/// [`crate::codec::prefetch_ahead`] makes for each row before its loop, gemv-bench's rows
-/// (`SYNAPSE_ISA=avx2`, one thread, weights cold) went from 53% to 71-73% of the read
-/// bandwidth for Q4_K, 45% to 66% for Q6_K, 55% to 76% for Q8_0 and 60% to 86-87% for F16;
-/// Q2_K and Q3_K, bound by their arithmetic, did not move.
-#[inline(always)]
-pub(super) fn prefetch_block<B>(x: &B) {
-    const NEAR: usize = crate::codec::PREFETCH_AHEAD;
-    let p = (x as *const B).cast::<u8>();
-    for line in (0..size_of::<B>()).step_by(64) {
-        // SAFETY: a prefetch reads nothing into the program and never faults.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(NEAR + line).cast());
-            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(4 * NEAR + line).cast());
-        }
-    }
 }
 
 /// The 32 nibbles of a block as bytes: low nibbles (values 0..16) then high nibbles (16..32).
@@ -118,7 +98,7 @@ pub(super) fn q5_bytes(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
 pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
         let qx = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
         acc = _mm256_fmadd_ps(d, lanes_ss(qx, load32(&y.qs)), acc);
@@ -132,7 +112,7 @@ pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     // Lane 1 runs the min terms: fma(m_x, s_y, mins), block by block.
     let mut mins = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let (hx, hy) = (head_f16x2(x), head_f16x2(y));
         mins = _mm_fmadd_ps(hx, hy, mins);
         let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
@@ -145,7 +125,7 @@ pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
 pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
         let qx = _mm256_sub_epi8(q5_bytes(&x.qs, x.qh), _mm256_set1_epi8(16));
         acc = _mm256_fmadd_ps(d, lanes_ss(qx, load32(&y.qs)), acc);
@@ -158,7 +138,7 @@ pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let (hx, hy) = (head_f16x2(x), head_f16x2(y));
         mins = _mm_fmadd_ps(hx, hy, mins);
         let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
@@ -172,7 +152,7 @@ pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
 pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
         acc = _mm256_fmadd_ps(d, lanes_ss(load32(&x.qs), load32(&y.qs)), acc);
     }
@@ -256,7 +236,7 @@ pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let dd = q4_k_scales(x, y);
         let d = _mm256_broadcastss_ps(dd);
         // -(dmin_x * d_y) is -d_y * dmin_x exactly.
@@ -277,7 +257,7 @@ pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
 pub fn vec_dot_q4_k_q8_k_rows8(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let (sumi, prod) = q4_k_lanes(x, y);
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals(sumi, prod)), q4_k_scales(x, y), acc);
     }
@@ -289,7 +269,7 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let m15 = _mm256_set1_epi8(15);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let d = y.d * f32_of(x.d);
         // SAFETY: 32 and 16 readable bytes.
         let (bsums, sc8) = unsafe {
@@ -341,7 +321,7 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let (sc, mn) = k_scales_mins(&x.scales);
         // SAFETY: 16 readable bytes each.
         let (bs_lo, bs_hi) = unsafe {
@@ -418,7 +398,7 @@ pub(super) fn lanes_ss_i32(x: __m256i, y: __m256i) -> __m256i {
 pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..8 {
             // SAFETY: 32 readable bytes (32j + 32 <= 256).
@@ -444,7 +424,7 @@ pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
 pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
     let mut acc = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
         let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
         acc = (isum as f32).mul_add(d, acc);
@@ -457,7 +437,7 @@ pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
 pub fn vec_dot_q4_0_q8_0_rows8(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut acc = 0.0f32;
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let q = _mm256_sub_epi8(nibbles(&x.qs), _mm256_set1_epi8(8));
         let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
         let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
@@ -472,7 +452,7 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let four = _mm256_set1_epi8(4);
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let sc: [i16; 16] = q3k_scales(&x.scales).map(|s| s as i16 - 32);
         // SAFETY: 32 readable bytes.
         let hm = unsafe { _mm256_loadu_si256(x.hmask.as_ptr().cast()) };
@@ -554,7 +534,7 @@ pub(super) fn q2_k_min_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
 pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let mins = q2_k_min_lanes(x, y);
         // -d_y * dmin_x, then d_y * d_x: the reference's products.
         acc = _mm256_fmadd_ps(
@@ -580,8 +560,8 @@ pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
     let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut pairs = x[..n].chunks_exact(2).zip(y[..n].chunks_exact(2));
     for (x, y) in &mut pairs {
-        prefetch_block(&x[0]);
-        prefetch_block(&x[1]);
+        prefetch_ahead(&x[0]);
+        prefetch_ahead(&x[1]);
         let d0 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[0]), head_f16x2(&x[0])));
         let d1 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[1]), head_f16x2(&x[1])));
         let l0 = lanes_ss_i32(iq4_values(&x[0].qs), load32(&y[0].qs));
@@ -604,7 +584,7 @@ pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
 pub fn vec_dot_q2_k_q8_k_rows8(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let (mut main, mut mins) = (0.0f32, 0.0f32);
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let sumi = q2_k_lanes(x, y);
         let msum: i32 = (0..16)
             .map(|g| (x.scales[g] >> 4) as i32 * y.bsums[g] as i32)

@@ -12,7 +12,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32, load32, nibbles, prefetch_block};
+use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32, load32, nibbles};
+use super::prefetch_ahead;
 use crate::blocks::*;
 
 /// The multi-row kernels of the 32-value formats, for an instruction set with a 256-bit
@@ -55,7 +56,7 @@ macro_rules! vnni_row_kernels {
                 let (hy, a) = (head_f16x2(y), load32(&y.qs));
                 for (acc, x) in acc.iter_mut().zip(x) {
                     let x = &x[b];
-                    prefetch_block(x);
+                    prefetch_ahead(x);
                     let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
                     *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q4_0_lanes(x, a)), *acc);
                 }
@@ -76,7 +77,7 @@ macro_rules! vnni_row_kernels {
                 let (hy, a) = (head_f16x2(y), load32(&y.qs));
                 for (acc, x) in acc.iter_mut().zip(x) {
                     let x = &x[b];
-                    prefetch_block(x);
+                    prefetch_ahead(x);
                     let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), hy));
                     *acc = (hsum_i32(q4_0_lanes(x, a)) as f32).mul_add(d, *acc);
                 }
@@ -98,7 +99,7 @@ macro_rules! vnni_row_kernels {
                 let (hy, a) = (head_f16x2(y), load32(&y.qs));
                 for ((acc, mins), x) in acc.iter_mut().zip(&mut mins).zip(x) {
                     let x = &x[b];
-                    prefetch_block(x);
+                    prefetch_ahead(x);
                     let hx = head_f16x2(x);
                     *mins = _mm_fmadd_ps(hx, hy, *mins);
                     let d = _mm256_broadcastss_ps(_mm_mul_ps(hx, hy));
@@ -121,7 +122,7 @@ macro_rules! vnni_row_kernels {
                 let (hy, qy) = (head_f16x2(y), load32(&y.qs));
                 for (acc, x) in acc.iter_mut().zip(x) {
                     let x = &x[b];
-                    prefetch_block(x);
+                    prefetch_ahead(x);
                     let d = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(x), hy));
                     let qx = load32(&x.qs);
                     // |x| * (y with x's sign): exact for activations in -127..=127 (ggml's quantizers).
@@ -163,7 +164,7 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let shr23 = _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(2));
     let mut acc = _mm256_setzero_ps();
     for (x, y) in x.iter().zip(y) {
-        prefetch_block(x);
+        prefetch_ahead(x);
         let d = y.d * f32_of(x.d);
         // SAFETY: 32 and 16 readable bytes.
         let (bsums, sc8) = unsafe {

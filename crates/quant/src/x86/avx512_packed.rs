@@ -36,6 +36,7 @@ use std::cell::RefCell;
 use bytemuck::{Pod, Zeroable};
 
 use super::avx512_ktile::q8_k_pair_sums;
+use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
 use crate::{GgmlType, QuantError};
 
@@ -153,37 +154,6 @@ unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
     }
     // SAFETY: 16 readable bytes; AVX-512 F (the callers' features).
     unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(c.as_ptr().cast())) }
-}
-
-/// How far ahead of the kernels the packed blocks are asked for, in bytes: into the first-level
-/// cache from this far, into the second from four times as far. The hardware's prefetchers
-/// alone leave a core well under the bandwidth a streaming read reaches (as for the row
-/// kernels, `codec::PREFETCH_AHEAD`), and one distance alone is bounded by the first level's
-/// few line-fill buffers (kbench, one token: Q4_K 67-81% of the read bandwidth with one
-/// distance of 8 KiB, 78-105% with both).
-const PREFETCH_AHEAD: usize = 4096;
-
-/// Ask the caches for the lines `PREFETCH_AHEAD` (and `4 * PREFETCH_AHEAD`) bytes beyond
-/// packed block `p`, one request per 64-byte line and level. A hint: it reads nothing and
-/// never faults, past the matrix's end too.
-#[inline(always)]
-fn prefetch_ahead<P>(p: &P) {
-    prefetch_part(p, 0, 1);
-}
-
-/// Part `part` of `parts` of [`prefetch_ahead`]: a block's requests spread over its loop, so
-/// that they do not all wait at once for the core's few line-fill buffers.
-#[inline(always)]
-fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
-    let base = (p as *const P).cast::<u8>().wrapping_add(PREFETCH_AHEAD);
-    let lines = size_of::<P>().div_ceil(64);
-    for line in lines * part / parts..lines * (part + 1) / parts {
-        // SAFETY: a prefetch reads nothing into the program and never faults.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(64 * line).cast());
-            _mm_prefetch::<_MM_HINT_T1>(base.wrapping_add(64 * line + 3 * PREFETCH_AHEAD).cast());
-        };
-    }
 }
 
 /// `(a & 0x0F) | b` per byte, for `b` that has only bits 4 and 5 (or 4) set.

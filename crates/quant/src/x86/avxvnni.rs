@@ -6,7 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{head_f16x2, hsum, hsum_i32, load32, nibbles, prefetch_block};
+use super::avx2::{head_f16x2, hsum, hsum_i32, load32, nibbles};
+use super::prefetch_ahead;
 use crate::blocks::*;
 
 super::avx512::vnni_row_kernels!("avxvnni,avx2,fma,f16c", _mm256_dpbusd_avx_epi32);

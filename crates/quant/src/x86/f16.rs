@@ -19,6 +19,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::hsum;
+use super::prefetch_lines;
 use crate::QuantError;
 
 /// An element type these kernels take, weights and activations alike: F16 (widened exactly
@@ -109,14 +110,6 @@ fn reduce4(acc: [__m512; 4]) -> f32 {
     ))
 }
 
-/// How far ahead of a row's read position [`dot_512`] asks for the row's bytes: into the
-/// first-level cache from this far, into the second from four times as far (the packed
-/// kernels' distances). A burst of requests for each group of rows before its loop, as the
-/// other row kernels make, held gemv-bench's F16 at 67% of the read bandwidth; asked for as
-/// the loop goes, 87-92%.
-const PREFETCH_NEAR: usize = crate::codec::PREFETCH_AHEAD;
-const PREFETCH_FAR: usize = 4 * PREFETCH_NEAR;
-
 /// `R` rows (each at least `y.len()` long) with one activation row, AVX-512.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub fn dot_512<E: Elem, const R: usize>(x: [&[E]; R], y: &[E]) -> [f32; R] {
@@ -126,14 +119,10 @@ pub fn dot_512<E: Elem, const R: usize>(x: [&[E]; R], y: &[E]) -> [f32; R] {
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     let mut i = 0;
     while i < np {
-        // The lines this step's 64 values of each row will be followed by (past a row's end,
-        // the next rows': a hint, which never faults).
+        // Each row's bytes ahead of this step's 64 values, as the loop goes (past a row's end,
+        // the next rows'): a burst before each group of rows held F16 at 67% of the bandwidth.
         for r in x {
-            let p = r.as_ptr().wrapping_add(i).cast::<u8>();
-            for line in (0..64 * size_of::<E>()).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_NEAR + line).cast());
-                _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_FAR + line).cast());
-            }
+            prefetch_lines(r.as_ptr().wrapping_add(i).cast(), 0..size_of::<E>());
         }
         // SAFETY: i + 64 <= np <= n, the length of `y` and of every row.
         unsafe {
@@ -159,11 +148,7 @@ pub fn dot_avx2<E: Elem>(x: &[E], y: &[E]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 8];
     let mut i = 0;
     while i < np {
-        let p = x.as_ptr().wrapping_add(i).cast::<u8>();
-        for line in (0..64 * size_of::<E>()).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH_NEAR + line).cast());
-            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(PREFETCH_FAR + line).cast());
-        }
+        prefetch_lines(x.as_ptr().wrapping_add(i).cast(), 0..size_of::<E>());
         for (h, a) in acc.iter_mut().enumerate() {
             // SAFETY: i + 8 h + 8 <= i + 64 <= n, the length of both rows.
             unsafe {
