@@ -269,11 +269,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             j.n_pos == jobs[0].n_pos && std::ptr::eq(j.keys.as_ptr(), jobs[0].keys.as_ptr())
         });
         match (staged, jobs.len()) {
-            (Some(st), _) => {
-                for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-                    staged_scores::<CH>(s, job, sc, st);
-                }
-            }
+            (Some(st), _) => staged_scores::<CH>(s, jobs, scratch, st),
             (None, 2) if shared => scores::<CH, 2>(s, jobs, scratch),
             (None, 3) if shared => scores::<CH, 3>(s, jobs, scratch),
             (None, 4) if shared => scores::<CH, 4>(s, jobs, scratch),
@@ -301,10 +297,10 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             }
         } else {
             match jobs.len() {
-                1 => values::<CH, 1>(s, jobs, scratch, staged, shared),
-                2 => values::<CH, 2>(s, jobs, scratch, staged, shared),
-                3 => values::<CH, 3>(s, jobs, scratch, staged, shared),
-                4 => values::<CH, 4>(s, jobs, scratch, staged, shared),
+                1 => values::<CH, 1>(s, jobs, scratch, staged),
+                2 => values::<CH, 2>(s, jobs, scratch, staged),
+                3 => values::<CH, 3>(s, jobs, scratch, staged),
+                4 => values::<CH, 4>(s, jobs, scratch, staged),
                 n => unreachable!("{n} heads side by side"),
             }
         }
@@ -531,46 +527,125 @@ pub(super) fn reduce_lanes(acc: [__m512; 4]) -> f32 {
 
 /// [`scores`] from [`Staged`] keys: sixteen positions in the lanes, each of ggml's 64 partial
 /// sums (accumulator `j`, lane `l`) a register, added in its order (`reduce_add_16`'s tree
-/// across the registers instead of across the lanes).
+/// across the registers instead of across the lanes). The jobs of one KV head go block by
+/// block together, so that each block's keys are read from memory once for all of them and
+/// each key register serves every job's query.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-fn staged_scores<const CH: usize>(s: &AttnShape, job: &HeadJob, sc: &mut HeadScratch, st: &Staged) {
+fn staged_scores<const CH: usize>(
+    s: &AttnShape,
+    jobs: &[HeadJob],
+    scratch: &mut [HeadScratch],
+    st: &Staged,
+) {
     let hd = 16 * CH;
-    let n = job.n_pos;
-    sc.reserve(n);
-    // In memory, for one broadcast load a dimension.
-    let q = &mut sc.qf[..hd];
-    for (c, r) in query::<CH>(job.q).into_iter().enumerate() {
-        // SAFETY: values 16c..16c + 16 of `q` (hd of them).
-        unsafe { _mm512_storeu_ps(q.as_mut_ptr().add(16 * c), r) };
+    // The blocks of sixteen staged positions each job sees, `b0..b1`.
+    let mut blocks = [(0, 0); 4];
+    for ((job, sc), b) in jobs.iter().zip(scratch.iter_mut()).zip(&mut blocks) {
+        sc.reserve(job.n_pos);
+        // In memory, for one broadcast load a dimension.
+        let q = &mut sc.qf[..hd];
+        for (c, r) in query::<CH>(job.q).into_iter().enumerate() {
+            // SAFETY: values 16c..16c + 16 of `q` (hd of them).
+            unsafe { _mm512_storeu_ps(q.as_mut_ptr().add(16 * c), r) };
+        }
+        let o = job.first - st.base;
+        *b = (o / 16, (o + job.n_pos - 1) / 16 + 1);
+        sc.blk.resize((b.1 - b.0) * 16, 0.0);
     }
-    let o = job.first - st.base;
-    let (b0, b1) = (o / 16, (o + n - 1) / 16);
-    sc.blk.resize((b1 + 1 - b0) * 16, 0.0);
-    for (bb, out) in (b0..=b1).zip(sc.blk.chunks_exact_mut(16)) {
-        let kt = &st.kt[(job.kv_head * st.blocks + bb) * hd * 16..][..hd * 16];
-        let v: [__m512; 16] = std::array::from_fn(|l| {
-            let mut a = [_mm512_setzero_ps(); 4];
+    let mut i = 0;
+    while i < jobs.len() {
+        let kvh = jobs[i].kv_head;
+        let e = i + jobs[i..].iter().take_while(|j| j.kv_head == kvh).count();
+        let kt = &st.kt[kvh * st.blocks * hd * 16..][..st.blocks * hd * 16];
+        let (sc, b) = (&mut scratch[i..e], &blocks[i..e]);
+        match e - i {
+            1 => staged_blocks::<CH, 1>(s.scale, kt, sc, b),
+            2 => staged_blocks::<CH, 2>(s.scale, kt, sc, b),
+            3 => staged_blocks::<CH, 3>(s.scale, kt, sc, b),
+            4 => staged_blocks::<CH, 4>(s.scale, kt, sc, b),
+            n => unreachable!("{n} heads side by side"),
+        }
+        i = e;
+    }
+    for ((job, sc), b) in jobs.iter().zip(scratch.iter_mut()).zip(&blocks) {
+        let o = job.first - st.base - 16 * b.0;
+        sc.scores[..job.n_pos].copy_from_slice(&sc.blk[o..][..job.n_pos]);
+    }
+}
+
+/// The scores of `T` heads of one KV head (`kt`: its staged blocks) on the blocks each sees
+/// (`blocks[i]`), into each `scratch[i].blk` (from its first block), from each query in
+/// `scratch[i].qf`: every block once, for every head that sees it.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `l` and `i` index the keys, queries and sums in step
+fn staged_blocks<const CH: usize, const T: usize>(
+    scale: f32,
+    kt: &[f32],
+    scratch: &mut [HeadScratch],
+    blocks: &[(usize, usize)],
+) {
+    let hd = 16 * CH;
+    let mut sc = scratch.iter_mut();
+    let (q, blk): ([&[f32]; T], [&mut [f32]; T]) = {
+        let mut parts: [Option<(&[f32], &mut [f32])>; T] = std::array::from_fn(|_| {
+            let HeadScratch { qf, blk, .. } = sc.next().expect("T heads");
+            Some((&qf[..hd], &mut blk[..]))
+        });
+        let q = std::array::from_fn(|i| parts[i].as_ref().expect("each once").0);
+        (
+            q,
+            std::array::from_fn(|i| parts[i].take().expect("each once").1),
+        )
+    };
+    let lo = blocks.iter().map(|b| b.0).min().unwrap_or(0);
+    let hi = blocks.iter().map(|b| b.1).max().unwrap_or(0);
+    // SAFETY: AVX-512 F (the callers' features).
+    let zero = unsafe { _mm512_setzero_ps() };
+    let mut v = [[zero; 16]; T];
+    for bb in lo..hi {
+        let kt = &kt[bb * hd * 16..][..hd * 16];
+        for l in 0..16 {
+            let mut a = [[zero; 4]; T];
             for c in 0..CH {
                 let d = 16 * c + l;
                 // SAFETY: dimension d of the block's sixteen keys (hd * 16 values).
                 let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add(16 * d)) };
-                a[c % 4] = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), k, a[c % 4]);
+                for i in 0..T {
+                    // SAFETY: AVX-512 F (the callers' features).
+                    a[i][c % 4] =
+                        unsafe { _mm512_fmadd_ps(_mm512_set1_ps(q[i][d]), k, a[i][c % 4]) };
+                }
             }
-            _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]))
-        });
-        let t8: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(v[i], v[i + 8]));
-        let t4: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t8[i], t8[i + 4]));
-        let sum = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
-        // SAFETY: 16 writable floats.
-        unsafe {
-            _mm512_storeu_ps(
-                out.as_mut_ptr(),
-                _mm512_mul_ps(sum, _mm512_set1_ps(s.scale)),
-            )
-        };
+            for i in 0..T {
+                // SAFETY: AVX-512 F (the callers' features).
+                v[i][l] = unsafe {
+                    _mm512_add_ps(
+                        _mm512_add_ps(a[i][0], a[i][2]),
+                        _mm512_add_ps(a[i][1], a[i][3]),
+                    )
+                };
+            }
+        }
+        for i in 0..T {
+            let (b0, b1) = blocks[i];
+            if bb < b0 || bb >= b1 {
+                continue;
+            }
+            // SAFETY: AVX-512 F (the callers' features); 16 writable floats (block bb - b0 of
+            // the b1 - b0 the job's `blk` holds).
+            unsafe {
+                let v = &v[i];
+                let t8: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(v[i], v[i + 8]));
+                let t4: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(t8[i], t8[i + 4]));
+                let sum = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+                _mm512_storeu_ps(
+                    blk[i][(bb - b0) * 16..][..16].as_mut_ptr(),
+                    _mm512_mul_ps(sum, _mm512_set1_ps(scale)),
+                )
+            };
+        }
     }
-    sc.scores[..n].copy_from_slice(&sc.blk[o % 16..][..n]);
 }
 
 /// A head's online-softmax steps from its scores (`sc.scores[..n]`): sixteen positions at a
@@ -667,6 +742,16 @@ impl Rows<'_> {
         }
     }
 
+    /// Whether these are the rows `other` are (from the same first row).
+    #[inline(always)]
+    fn same(self, other: Rows) -> bool {
+        match (self, other) {
+            (Rows::F16(a), Rows::F16(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
+            (Rows::F32(a), Rows::F32(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
+            _ => false,
+        }
+    }
+
     /// [`prefetch_row`] of these rows.
     #[inline(always)]
     fn prefetch(self, j: usize, kv_dim: usize, n: usize) {
@@ -713,7 +798,7 @@ fn step_f32<const CH: usize>(
 
 /// The loop of [`values`]: each head's accumulator a variable of its own, and the loop over
 /// heads written out, so that the accumulators stay in registers; with `SHARED`, every head
-/// reads `rows[0]`, widened once a position.
+/// reads `rows[0]`, each row loaded once for the positions they all see.
 #[inline(always)]
 fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     scratch: &[HeadScratch],
@@ -734,9 +819,10 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             }
         };
     }
-    if SHARED {
-        // Every head sees positions 0..n_pos[0] of rows[0].
-        for j in 0..n_pos[0] {
+    let all = if SHARED {
+        // Positions 0..all of rows[0], which every head sees.
+        let all = n_pos[..N].iter().copied().min().unwrap_or(0);
+        for j in 0..all {
             rows[0].prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
             let x = rows[0].row::<CH>(j, kv_dim);
             step!(0, a0, s0, true, j, &x);
@@ -744,17 +830,19 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             step!(2, a2, s2, true, j, &x);
             step!(3, a3, s3, true, j, &x);
         }
+        all
     } else {
-        let most = n_pos.iter().copied().max().unwrap_or(0);
-        for j in 0..most {
-            for r in &rows[..N] {
-                r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
-            }
-            step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
-            step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
-            step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
-            step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
+        0
+    };
+    let most = n_pos.iter().copied().max().unwrap_or(0);
+    for j in all..most {
+        for r in &rows[..if SHARED { 1 } else { N }] {
+            r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
         }
+        step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
+        step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
+        step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
+        step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
     }
     ([a0, a1, a2, a3], [s0, s1, s2, s3])
 }
@@ -768,7 +856,6 @@ fn values<const CH: usize, const N: usize>(
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
     staged: Option<&Staged>,
-    shared: bool,
 ) {
     let hd = 16 * CH;
     let simd = hd / F16_STEP * F16_STEP;
@@ -785,6 +872,9 @@ fn values<const CH: usize, const N: usize>(
         ) => Rows::F32(&vf[(job.first - base) * kv_dim + job.kv_head * hd..]),
         (Some(job), _) => Rows::F16(job.values),
     });
+    // Heads of one KV head from the same first position (a token's GQA group, or the tokens
+    // of one head) read the same rows.
+    let shared = rows[..N].iter().all(|r| r.same(rows[0]));
     let (acc, sum) = if shared {
         value_pass::<CH, N, true>(scratch, &rows, n_pos, kv_dim, simd)
     } else {

@@ -1254,17 +1254,22 @@ mod tests {
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(18);
         // `one`: every head sees the same positions, as a token's heads do in decode (the
-        // heads of a GQA group then share their rows' widening).
-        for (hd, n_head, n_head_kv, n_pos, one) in [
-            (64, 9, 3, 300, false),
-            (64, 7, 7, 17, false),
-            (128, 4, 2, 129, false),
-            (128, 3, 1, 70, false),
-            (256, 4, 1, 97, false),
-            (64, 4, 1, 1, false),
-            (64, 8, 2, 300, true),
-            (64, 9, 3, 77, true),
-            (128, 4, 1, 129, true),
+        // heads of a GQA group then share their rows' widening). `ends`: the heads see the
+        // same first position but different numbers of them, as the tokens of a batch do
+        // (they then share their rows where they overlap).
+        for (hd, n_head, n_head_kv, n_pos, one, ends) in [
+            (64, 9, 3, 300, false, false),
+            (64, 7, 7, 17, false, false),
+            (128, 4, 2, 129, false, false),
+            (128, 3, 1, 70, false, false),
+            (256, 4, 1, 97, false, false),
+            (64, 4, 1, 1, false, false),
+            (64, 8, 2, 300, true, false),
+            (64, 9, 3, 77, true, false),
+            (128, 4, 1, 129, true, false),
+            (64, 8, 2, 203, false, true),
+            (128, 6, 1, 150, false, true),
+            (256, 3, 1, 61, false, true),
         ] {
             let s = AttnShape {
                 n_head,
@@ -1285,7 +1290,7 @@ mod tests {
             let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
             // Head h sees positions first(h)..last(h): starts off a block boundary (past the
             // first block for some, as a sliding window does), uneven ends. Staged from `base`.
-            let uneven = n_pos > 40 && !one;
+            let uneven = n_pos > 40 && !one && !ends;
             let base = if uneven { 5 } else { 0 };
             let first = |h: usize| {
                 if uneven {
@@ -1294,7 +1299,16 @@ mod tests {
                     0
                 }
             };
-            let seen = |h: usize| n_pos - first(h) - if n_pos > 4 && !one { h % 2 } else { 0 };
+            let seen = |h: usize| {
+                n_pos
+                    - first(h)
+                    - match (one, ends) {
+                        (true, _) => 0,
+                        (_, true) => [0, 1, 17, 5][h % 4],
+                        _ if n_pos > 4 => h % 2,
+                        _ => 0,
+                    }
+            };
             let mut want = vec![0.0; n_head * hd];
             let mut scratch = HeadScratch::new();
             for (h, o) in want.chunks_exact_mut(hd).enumerate() {
@@ -1339,7 +1353,7 @@ mod tests {
                     bits(&want),
                     bits(&got),
                     "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}, staged {stage}, \
-                     same positions {one}"
+                     same positions {one}, same first {ends}"
                 );
             }
             assert!(want.iter().any(|&x| x != 0.0));
