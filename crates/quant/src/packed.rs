@@ -1,5 +1,5 @@
 //! Weight matrices packed once, when a model is loaded, for kernels that read sixteen rows
-//! as one (see `x86::avx512_packed`): the same bytes as the file's, moved so that a 512-bit
+//! as one (see `x86::avx512_packed`, and `x86::avx2_packed` for CPUs without AVX-512): the same bytes as the file's, moved so that a 512-bit
 //! load holds the same four bytes of sixteen rows. A packed matrix gives the bits of the row
 //! kernels for every batch size (tested), so it changes only the speed.
 //!
@@ -60,11 +60,12 @@ pub fn pack_matrix(
     #[cfg(target_arch = "x86_64")]
     {
         let repacked = repacked && crate::llama_cpp_repacks(ty, 8);
+        // The packed format this CPU has a kernel for: AVX-512 VNNI's (what `avx512_tile`
+        // checks) for every format above, AVX2's for fewer.
         let Some(format) = crate::x86::avx512_packed::format(ty, repacked) else {
             return Ok(None);
         };
-        // The packed kernels need AVX-512 F/BW/DQ/VL and VNNI (what `avx512_tile` checks).
-        if !packing_enabled() || !crate::x86::avx512_tile::available() || row_bytes == 0 {
+        if !packing_enabled() || row_bytes == 0 {
             return Ok(None);
         }
         let per_row = row_bytes / ty.block_bytes();

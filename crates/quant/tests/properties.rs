@@ -593,12 +593,16 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             }
         }
     }
-    // The formats with a packed kernel on this CPU (AVX-512 VNNI, unless SYNAPSE_ISA or
-    // SYNAPSE_PACK=0 say otherwise) are all packed, in the orders they have.
+    // The formats with a packed kernel on this CPU (AVX-512 VNNI, or AVX2 for fewer, unless
+    // SYNAPSE_ISA or SYNAPSE_PACK=0 say otherwise) are all packed, in the orders they have.
     #[cfg(target_arch = "x86_64")]
-    if synapse_quant::kernel_isa() == "avx512vnni"
-        && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
-    {
+    let packing = std::env::var("SYNAPSE_PACK").as_deref() != Ok("0");
+    #[cfg(target_arch = "x86_64")]
+    if ["avx2", "avxvnni"].contains(&synapse_quant::kernel_isa()) && packing {
+        assert_eq!(packed_types, [(GgmlType::Q4_K, true); 12]);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if synapse_quant::kernel_isa() == "avx512vnni" && packing {
         for want in [
             (GgmlType::Q4_K, true),
             (GgmlType::Q6_K, false),

@@ -207,18 +207,18 @@ macro_rules! group_passes {
     ($p:expr, $per_row:expr, $a:expr, $out:expr, $f:ident, $full:literal,
      [$($rest:literal)*], $tabs:tt) => {{
         let (p, per_row, a) = ($p, $per_row, $a);
-        let stride = p.len() / per_row * ROWS;
+        let stride = p.len() / per_row * $crate::x86::avx512_packed::ROWS;
         let n_tok = a.len() / per_row;
         for (gi, g) in p.chunks_exact(per_row).enumerate() {
             let mut t0 = 0;
             while n_tok - t0 >= $full {
-                group_passes!(@pass $full, t0, $f, g, $out, (stride, ROWS * gi), per_row, a, $tabs);
+                group_passes!(@pass $full, t0, $f, g, $out, (stride, $crate::x86::avx512_packed::ROWS * gi), per_row, a, $tabs);
                 t0 += $full;
             }
             match n_tok - t0 {
                 0 => {}
                 $($rest => group_passes!(
-                    @pass $rest, t0, $f, g, $out, (stride, ROWS * gi), per_row, a, $tabs
+                    @pass $rest, t0, $f, g, $out, (stride, $crate::x86::avx512_packed::ROWS * gi), per_row, a, $tabs
                 ),)*
                 _ => unreachable!("a rest list covers every count below the pass"),
             }
@@ -235,6 +235,8 @@ macro_rules! group_passes {
         )
     };
 }
+
+pub(super) use group_passes;
 
 /// Sixteen rows' results `v` for token `t0 + t` into `out[(t0 + t) * stride + r0..][..16]`
 /// (the `(stride, r0, t0)` of a pass).
@@ -265,11 +267,11 @@ unsafe fn hsum8(a: &[__m512; 8]) -> __m512 {
 pub(crate) struct Q4KPacked {
     /// `qs[m][r]`: bytes `4m..4m + 4` of row `r`'s quants (`m = 8j + k`: values `4k..4k + 4`
     /// of sub-block `2j` in the low nibbles, of `2j + 1` in the high nibbles).
-    qs: [[u32; ROWS]; 32],
+    pub(super) qs: [[u32; ROWS]; 32],
     /// `sc[m][r]`: bytes `4m..4m + 4` of row `r`'s twelve bytes of 6-bit scales and mins.
-    sc: [[u32; ROWS]; 3],
-    d: [u16; ROWS],
-    dmin: [u16; ROWS],
+    pub(super) sc: [[u32; ROWS]; 3],
+    pub(super) d: [u16; ROWS],
+    pub(super) dmin: [u16; ROWS],
 }
 const _: () = assert!(size_of::<Q4KPacked>() == ROWS * size_of::<BlockQ4K>());
 
@@ -410,14 +412,14 @@ fn q4_k_tokens<const T: usize>(
 
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
-    static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
+    pub(super) static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Each token block's eight sub-block sums (what the mins of Q4_K and Q5_K multiply), into
 /// `ps`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn pair_sums(a: &[BlockQ8K], ps: &mut Vec<[i16; 8]>) {
+pub(super) fn pair_sums(a: &[BlockQ8K], ps: &mut Vec<[i16; 8]>) {
     ps.clear();
     ps.extend(a.iter().map(|y| {
         let mut s = [0i16; 8];
@@ -1767,7 +1769,7 @@ pub(crate) struct PackedFormat {
 }
 
 /// Check and cast the operands of a packed kernel.
-fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
+pub(crate) fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
     ty: GgmlType,
     act: GgmlType,
     p: &'p [u8],
@@ -1798,29 +1800,40 @@ fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
 
 macro_rules! packed_format {
     ($name:ident: $p:ty, $act:ty, $ty:expr, $act_ty:expr => $driver:expr) => {
-        pub(crate) static $name: PackedFormat = PackedFormat {
-            pack: |w, row_bytes, groups, release| {
-                let x = crate::codec::cast_blocks::<<$p as Pack>::W>(w)?;
-                let per_row = row_bytes / size_of::<<$p as Pack>::W>();
-                if per_row == 0 || x.len() < groups * ROWS * per_row {
-                    return Err(PackError::Quant(QuantError::ByteLength {
-                        ty: $ty,
-                        bytes: w.len(),
-                    }));
-                }
-                pack_groups::<$p>(x, per_row, groups, release).map_err(PackError::Io)
-            },
-            kernel: |p, per_row, a, n_tok, out| {
-                let (p, a) = operands::<$p, $act>($ty, $act_ty, p, per_row, a, n_tok, out)?;
-                // SAFETY: `crate::packed` hands these formats out only after detecting the
-                // CPU features the drivers need; the operands' sizes agree (checked above).
-                unsafe { $driver(p, per_row, a, out) };
-                Ok(())
-            },
-            block_bytes: size_of::<$p>(),
-        };
+        pub(crate) static $name: $crate::x86::avx512_packed::PackedFormat =
+            $crate::x86::avx512_packed::PackedFormat {
+                pack: |w, row_bytes, groups, release| {
+                    let x = $crate::codec::cast_blocks::<
+                        <$p as $crate::x86::avx512_packed::Pack>::W,
+                    >(w)?;
+                    let per_row =
+                        row_bytes / size_of::<<$p as $crate::x86::avx512_packed::Pack>::W>();
+                    if per_row == 0 || x.len() < groups * ROWS * per_row {
+                        return Err($crate::x86::avx512_packed::PackError::Quant(
+                            $crate::QuantError::ByteLength {
+                                ty: $ty,
+                                bytes: w.len(),
+                            },
+                        ));
+                    }
+                    $crate::x86::avx512_packed::pack_groups::<$p>(x, per_row, groups, release)
+                        .map_err($crate::x86::avx512_packed::PackError::Io)
+                },
+                kernel: |p, per_row, a, n_tok, out| {
+                    let (p, a) = $crate::x86::avx512_packed::operands::<$p, $act>(
+                        $ty, $act_ty, p, per_row, a, n_tok, out,
+                    )?;
+                    // SAFETY: `crate::packed` hands these formats out only after detecting the
+                    // CPU features the drivers need; the operands' sizes agree (checked above).
+                    unsafe { $driver(p, per_row, a, out) };
+                    Ok(())
+                },
+                block_bytes: size_of::<$p>(),
+            };
     };
 }
+
+pub(super) use packed_format;
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
 packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
@@ -1839,6 +1852,11 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 /// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
 /// order), if there is one.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
+    if !super::avx512_tile::available() {
+        return super::avx2_packed::available()
+            .then(|| super::avx2_packed::format(ty, repacked))
+            .flatten();
+    }
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
         (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),

@@ -36,6 +36,7 @@ macro_rules! gemm_entries {
 }
 
 pub mod avx2;
+pub(crate) mod avx2_packed;
 pub mod avx512;
 pub mod avx512_ktile;
 pub mod avx512_nl;

@@ -1,0 +1,233 @@
+//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layout, the same
+//! bytes), for CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
+//! matrix's sixteen rows are two registers of eight i32 lanes, one row a lane, and the products
+//! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
+//! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
+//!
+//! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before
+//! widening: eight `vpmaddubsw` of at most `2 * 15 * 128` each stay within `i16`. Then one
+//! `vpmaddwd` by the sub-block's scale (both halves) gives the scaled i32 sum, exact as in
+//! every other Q4_K kernel. The integer totals of each block and row are those of the row
+//! kernels, and the float side (one fused multiply-add for the values and one for the mins, a
+//! block at a time) is theirs, so each output has the row kernel's bits (tested).
+//!
+//! Eight rows (one register) are done at a time, six tokens a pass: every unpacked weight
+//! register serves six tokens. AVX2 has sixteen vector registers, so some of a pass's sums
+//! live in memory; six measured best (tilebench, `Q4_K 512 2048 64 repacked` at
+//! `SYNAPSE_ISA=avx2`: 71, 78, 85, 87, 89 and 76 GMAC/s at 2, 3, 4, 5, 6 and 8 tokens a pass,
+//! against 37 for the AVX2 tiles this replaces).
+
+use std::arch::x86_64::*;
+
+use super::avx512_packed::{
+    group_passes, packed_format, pair_sums, PackedFormat, Q4KPacked, PAIR_SUMS, ROWS,
+};
+use super::prefetch_part;
+use crate::blocks::*;
+use crate::GgmlType;
+
+/// Whether this CPU runs these kernels: AVX2, FMA and F16C, and `SYNAPSE_ISA` allows the AVX2
+/// tier.
+pub(crate) fn available() -> bool {
+    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAVE.get_or_init(|| {
+        super::tier_allowed("avx2")
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+/// Rows `8h..8h + 8` of sixteen consecutive u32, as a register.
+#[inline(always)]
+unsafe fn ld8(p: &[u32; ROWS], h: usize) -> __m256i {
+    // SAFETY: 32 readable bytes (h < 2); AVX (the callers' features).
+    unsafe { _mm256_loadu_si256(p.as_ptr().add(8 * h).cast()) }
+}
+
+/// Rows `8h..8h + 8` of sixteen f16 (bits), as floats.
+#[inline(always)]
+unsafe fn ld8_f16(p: &[u16; ROWS], h: usize) -> __m256 {
+    // SAFETY: 16 readable bytes (h < 2); F16C (the callers' features).
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(8 * h).cast())) }
+}
+
+/// Four bytes at `p` as one i32 in every lane.
+#[inline(always)]
+unsafe fn bcast4<T>(p: *const T) -> __m256i {
+    // SAFETY: the caller's: 4 readable bytes at `p`.
+    unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
+}
+
+/// A `vpshufb` control that builds each 4-byte word from bytes `sel` of the same word (0x80:
+/// a zero byte).
+#[inline(always)]
+unsafe fn word_shuffle(sel: [u8; 4]) -> __m256i {
+    let mut c = [0u8; 16];
+    for p in 0..4 {
+        for i in 0..4 {
+            c[4 * p + i] = if sel[i] == 0x80 {
+                0x80
+            } else {
+                4 * p as u8 + sel[i]
+            };
+        }
+    }
+    // SAFETY: 16 readable bytes; AVX2 (the callers' features).
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c.as_ptr().cast())) }
+}
+
+/// The 6-bit scales and mins of rows `8h..8h + 8` of a packed Q4_K block (`sc`: its scale
+/// words), a byte each: bytes `j` of the four words are the scale of sub-block `j`, the min of
+/// sub-block `j`, the scale of sub-block `4 + j` and the min of sub-block `4 + j` (ggml's
+/// `get_scale_min_k4`, four at a time).
+#[inline(always)]
+unsafe fn k_scale_bytes(sc: &[[u32; ROWS]; 3], h: usize) -> [__m256i; 4] {
+    // SAFETY: AVX2 (the callers' features); rows of `sc`.
+    unsafe {
+        let (s0, s1, s2) = (ld8(&sc[0], h), ld8(&sc[1], h), ld8(&sc[2], h));
+        let (m3f, m0f, m30) = (
+            _mm256_set1_epi32(0x3F3F_3F3F),
+            _mm256_set1_epi32(0x0F0F_0F0F),
+            _mm256_set1_epi32(0x3030_3030),
+        );
+        [
+            _mm256_and_si256(s0, m3f),
+            _mm256_and_si256(s1, m3f),
+            _mm256_or_si256(
+                _mm256_and_si256(s2, m0f),
+                _mm256_and_si256(_mm256_srli_epi32::<2>(s0), m30),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(s2), m0f),
+                _mm256_and_si256(_mm256_srli_epi32::<2>(s1), m30),
+            ),
+        ]
+    }
+}
+
+/// Sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token `t0 + t`'s
+/// blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * stride + r0..][..16]`,
+/// eight rows at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_tokens<const T: usize>(
+    g: &[Q4KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let z = 0x80;
+    // SAFETY: AVX2 (this function's features).
+    let (scale, pair) = unsafe {
+        (
+            // Byte `i` of a word in both i16 halves: a sub-block's scale for `vpmaddwd`.
+            [0u8, 1, 2, 3].map(|i| word_shuffle([i, z, i, z])),
+            // Bytes 0, 1 (2, 3) as the low and high i16: the mins of two sub-blocks.
+            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
+        )
+    };
+    for h in 0..2 {
+        let mut main = [_mm256_setzero_ps(); T];
+        let mut mins = [_mm256_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+            // SAFETY: this function's features.
+            let [sc_lo, mn_lo, sc_hi, mn_hi] = unsafe { k_scale_bytes(&g.sc, h) };
+            let mut tot = [_mm256_setzero_si256(); T];
+            // Sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles) side by side.
+            for j in 0..4 {
+                if h == 0 {
+                    prefetch_part(g, j, 4);
+                }
+                let mut lo = [_mm256_setzero_si256(); T];
+                let mut hi = [_mm256_setzero_si256(); T];
+                for k in 0..8 {
+                    // SAFETY: a row of `qs`.
+                    let raw = unsafe { ld8(&g.qs[8 * j + k], h) };
+                    let (wlo, whi) = (
+                        _mm256_and_si256(raw, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                    );
+                    for t in 0..T {
+                        // SAFETY: values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value
+                        // block.
+                        let (alo, ahi) = unsafe {
+                            (
+                                bcast4(y[t].add(64 * j + 4 * k)),
+                                bcast4(y[t].add(64 * j + 32 + 4 * k)),
+                            )
+                        };
+                        lo[t] = _mm256_add_epi16(lo[t], _mm256_maddubs_epi16(wlo, alo));
+                        hi[t] = _mm256_add_epi16(hi[t], _mm256_maddubs_epi16(whi, ahi));
+                    }
+                }
+                let (s, i) = (if j < 2 { sc_lo } else { sc_hi }, 2 * j % 4);
+                let (slo, shi) = (
+                    _mm256_shuffle_epi8(s, scale[i]),
+                    _mm256_shuffle_epi8(s, scale[i + 1]),
+                );
+                for t in 0..T {
+                    let both = _mm256_add_epi32(
+                        _mm256_madd_epi16(lo[t], slo),
+                        _mm256_madd_epi16(hi[t], shi),
+                    );
+                    tot[t] = _mm256_add_epi32(tot[t], both);
+                }
+            }
+            let mn = [
+                _mm256_shuffle_epi8(mn_lo, pair[0]),
+                _mm256_shuffle_epi8(mn_lo, pair[1]),
+                _mm256_shuffle_epi8(mn_hi, pair[0]),
+                _mm256_shuffle_epi8(mn_hi, pair[1]),
+            ];
+            // SAFETY: rows of `d`, `dmin`.
+            let (dx, dminx) = unsafe { (ld8_f16(&g.d, h), ld8_f16(&g.dmin, h)) };
+            for t in 0..T {
+                let ps = &pair_sums[t][b];
+                let mut m = _mm256_setzero_si256();
+                for (j, &mn) in mn.iter().enumerate() {
+                    // SAFETY: i16 elements 2j, 2j + 1 of `ps`.
+                    let p = unsafe { bcast4(ps.as_ptr().add(2 * j)) };
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, p));
+                }
+                let yd = _mm256_set1_ps(ys[t][b].d);
+                main[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[t]), _mm256_mul_ps(dx, yd), main[t]);
+                mins[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dminx, yd), mins[t]);
+            }
+        }
+        for t in 0..T {
+            let o = &mut out[(t0 + t) * stride + r0 + 8 * h..][..8];
+            // SAFETY: 8 writable floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_sub_ps(main[t], mins[t])) };
+        }
+    }
+}
+
+/// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
+/// (`(n_tok, 16 * groups)`).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `a` holds `n_tok * per_row` blocks and `out` `n_tok *
+/// 16 * (p.len() / per_row)` floats.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    PAIR_SUMS.with_borrow_mut(|ps| {
+        pair_sums(a, ps);
+        group_passes!(p, per_row, a, out, q4_k_tokens, 6, [1 2 3 4 5], (ps))
+    });
+}
+
+packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+
+/// The AVX2 packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
+/// repacked order), if there is one.
+pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
+    match (ty, repacked) {
+        (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        _ => None,
+    }
+}
