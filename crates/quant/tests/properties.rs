@@ -599,7 +599,15 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
     let packing = std::env::var("SYNAPSE_PACK").as_deref() != Ok("0");
     #[cfg(target_arch = "x86_64")]
     if ["avx2", "avxvnni"].contains(&synapse_quant::kernel_isa()) && packing {
-        assert_eq!(packed_types, [(GgmlType::Q4_K, true); 12]);
+        let want = [
+            (GgmlType::Q4_K, true),
+            (GgmlType::Q6_K, false),
+            (GgmlType::Q6_K, true),
+        ];
+        for w in want {
+            assert!(packed_types.contains(&w), "{w:?} not packed");
+        }
+        assert!(packed_types.iter().all(|p| want.contains(p)));
     }
     #[cfg(target_arch = "x86_64")]
     if synapse_quant::kernel_isa() == "avx512vnni" && packing {

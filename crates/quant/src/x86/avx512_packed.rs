@@ -594,12 +594,12 @@ unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 #[repr(C)]
 pub(crate) struct Q6KPacked {
     /// Word `m` of each row's 128 bytes of low nibbles.
-    ql: [[u32; ROWS]; 32],
+    pub(super) ql: [[u32; ROWS]; 32],
     /// Word `m` of each row's 64 bytes of high bit pairs.
-    qh: [[u32; ROWS]; 16],
+    pub(super) qh: [[u32; ROWS]; 16],
     /// Word `m` of each row's sixteen i8 scales.
-    sc: [[u32; ROWS]; 4],
-    d: [u16; ROWS],
+    pub(super) sc: [[u32; ROWS]; 4],
+    pub(super) d: [u16; ROWS],
 }
 const _: () = assert!(size_of::<Q6KPacked>() == ROWS * size_of::<BlockQ6K>());
 
