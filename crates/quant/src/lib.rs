@@ -21,6 +21,8 @@ mod test_util;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+#[cfg(target_arch = "x86_64")]
+pub use codec::isa_tier_allowed;
 pub use codec::{
     act_quantizer, codec, decode_tile_kernel, gemm_kernel, gemm_kernels, kernel_isa,
     llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,

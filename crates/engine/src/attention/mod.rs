@@ -1048,7 +1048,9 @@ mod tests {
     fn v3_head_ops_match_scalar() {
         use rand::{Rng, SeedableRng};
         if !crate::has_x86_64_v3() {
-            eprintln!("skipped: this CPU lacks AVX2/FMA/F16C (Scalar is the only path here)");
+            eprintln!(
+                "skipped: no AVX2/FMA/F16C (CPU or SYNAPSE_ISA): Scalar is the only path here"
+            );
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(16);
@@ -1142,7 +1144,7 @@ mod tests {
     fn v4_head_ops_match_scalar() {
         use rand::{Rng, SeedableRng};
         if !crate::has_avx512f() {
-            eprintln!("skipped: this CPU lacks AVX-512 F (V4 is never used here)");
+            eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): V4 is never used here");
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(17);
@@ -1249,7 +1251,9 @@ mod tests {
     fn avx512_heads_match_scalar() {
         use rand::{Rng, SeedableRng};
         if !crate::has_avx512f() || !avx512::takes(64) {
-            eprintln!("skipped: this CPU lacks AVX-512 F (the fast path is never used here)");
+            eprintln!(
+                "skipped: no AVX-512 F (CPU or SYNAPSE_ISA): the fast path is never used here"
+            );
             return;
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(18);
@@ -1368,7 +1372,7 @@ mod tests {
     #[test]
     fn vector_exp_is_libm_expf() {
         if !crate::has_avx512f() {
-            eprintln!("skipped: this CPU lacks AVX-512 F (exp16 is never used here)");
+            eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): exp16 is never used here");
             return;
         }
         assert!(avx512::vector_exp_matches_libm());
