@@ -749,14 +749,14 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 pub(crate) struct Q5KPacked {
     /// Word `m` of each row's 128 bytes of nibbles (`m = 8p + k`: values `64p + 4k..+4` in the
     /// low nibbles, `64p + 32 + 4k..+4` in the high).
-    qs: [[u32; ROWS]; 32],
+    pub(super) qs: [[u32; ROWS]; 32],
     /// Word `k` of each row's 32 bytes of fifth bits (bit `2p + h` of byte `l`: value `64p +
     /// 32h + l`).
-    qh: [[u32; ROWS]; 8],
+    pub(super) qh: [[u32; ROWS]; 8],
     /// As Q4_K's.
-    sc: [[u32; ROWS]; 3],
-    d: [u16; ROWS],
-    dmin: [u16; ROWS],
+    pub(super) sc: [[u32; ROWS]; 3],
+    pub(super) d: [u16; ROWS],
+    pub(super) dmin: [u16; ROWS],
 }
 const _: () = assert!(size_of::<Q5KPacked>() == ROWS * size_of::<BlockQ5K>());
 
