@@ -21,12 +21,14 @@
 //! against 37 for the AVX2 tiles this replaces).
 
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, PackedFormat, Q4KPacked, Q5KPacked, Q6KPacked,
-    PAIR_SUMS, ROWS,
+    group_passes, packed_format, pair_sums, token_passes, Act32, IQ4NLPacked, Pack32, PackedFormat,
+    Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, PAIR_SUMS,
+    ROWS,
 };
-use super::prefetch_part;
+use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
 use crate::GgmlType;
 
@@ -44,7 +46,7 @@ pub(crate) fn available() -> bool {
 
 /// Rows `8h..8h + 8` of sixteen consecutive u32, as a register.
 #[inline(always)]
-unsafe fn ld8(p: &[u32; ROWS], h: usize) -> __m256i {
+pub(super) unsafe fn ld8(p: &[u32; ROWS], h: usize) -> __m256i {
     // SAFETY: 32 readable bytes (h < 2); AVX (the callers' features).
     unsafe { _mm256_loadu_si256(p.as_ptr().add(8 * h).cast()) }
 }
@@ -477,17 +479,273 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
     });
 }
 
+// ---------------------------------------------------------------------------------------------
+// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; Q8_0 matrices stay unpacked, see
+// [`format`]): lane `l` of a block holds values
+// `4l..4l + 4` of eight rows, as in [`super::avx512_packed`]. `vpmaddubsw` multiplies unsigned
+// bytes by signed ones and saturates its pairs at `i16`, so the 4- and 5-bit formats go in as
+// stored (their offset taken back through the token's lane sums, as there), and the 8-bit ones
+// (Q8_0, and IQ4_NL's levels) as ggml's AVX2 kernels take them: the weights' magnitudes times
+// the token's values with the weights' signs (no product then reaches `i16`'s bounds: the
+// tokens' values stay within +-127).
+
+/// Whether [`Pack32::lane8`] of `P` holds bytes that can reach 255 (values plus 128), taken
+/// with the weights' signs instead of as unsigned bytes.
+const fn signed<P: Pack32>() -> bool {
+    P::OFFSET >= 128
+}
+
+/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values (zero for
+/// [`signed`] formats), `d` and `s`.
+#[derive(Clone, Copy)]
+struct Tok8 {
+    bias: [i32; 8],
+    d: f32,
+    s: f32,
+}
+
+thread_local! {
+    static TOKS8: RefCell<Vec<Tok8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Four values `a` of a token against lane `w` (from [`Pack32::lane8`]; `x`: it as signed
+/// bytes, for [`signed`] formats) as `vpmaddubsw` pairs.
+#[inline(always)]
+fn pairs<P: Pack32>(w: __m256i, x: __m256i, a: __m256i) -> __m256i {
+    // SAFETY: AVX2 (the callers' features).
+    unsafe {
+        if signed::<P>() {
+            _mm256_maddubs_epi16(w, _mm256_sign_epi8(a, x))
+        } else {
+            _mm256_maddubs_epi16(w, a)
+        }
+    }
+}
+
+/// Lane `l` of rows `8h..8h + 8` of `g` for [`pairs`]: the bytes `vpmaddubsw` takes unsigned,
+/// and the weights as signed bytes.
+#[inline(always)]
+unsafe fn lane<P: Pack32>(g: &P, l: usize, h: usize) -> (__m256i, __m256i) {
+    // SAFETY: the caller's: AVX2.
+    unsafe {
+        let w = g.lane8(l, h);
+        if signed::<P>() {
+            let x = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
+            (_mm256_abs_epi8(x), x)
+        } else {
+            (w, w)
+        }
+    }
+}
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`), into `out[(t0 + t) *
+/// stride + r0..][..16]`, in `vec_dot` order: each lane's exact sum fused into its own float
+/// by `d_x * d_y`, the eight added at the end as ggml adds its lanes, and the mins.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn tokens32<P: Pack32, const T: usize>(
+    g: &[P],
+    ys: [&[P::A]; T],
+    toks: [&[Tok8]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let ones = _mm256_set1_epi16(1);
+    for hr in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); 8]; T];
+        let mut mins = [_mm256_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            if hr == 0 {
+                prefetch_ahead(g);
+            }
+            // SAFETY: a row of `d`.
+            let dx = unsafe { ld8_f16(g.d(), hr) };
+            let tk: [&Tok8; T] = std::array::from_fn(|t| &toks[t][b]);
+            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
+            let d: [__m256; T] =
+                std::array::from_fn(|t| _mm256_mul_ps(dx, _mm256_set1_ps(tk[t].d)));
+            if P::MIN {
+                // SAFETY: a row of `m`.
+                let mx = unsafe { ld8_f16(g.m(), hr) };
+                for t in 0..T {
+                    mins[t] = _mm256_fmadd_ps(mx, _mm256_set1_ps(tk[t].s), mins[t]);
+                }
+            }
+            for l in 0..8 {
+                // SAFETY: this function's features.
+                let (w, x) = unsafe { lane(g, l, hr) };
+                for t in 0..T {
+                    // SAFETY: values 4l..4l + 4 of the token's 32.
+                    let a = unsafe { bcast4(y[t].add(4 * l)) };
+                    let mut s = _mm256_madd_epi16(pairs::<P>(w, x, a), ones);
+                    if !signed::<P>() {
+                        s = _mm256_add_epi32(s, _mm256_set1_epi32(tk[t].bias[l]));
+                    }
+                    acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(s), acc[t][l]);
+                }
+            }
+        }
+        for (t, a) in acc.iter().enumerate() {
+            // SAFETY: this function's features.
+            let mut v = unsafe { hsum8(a) };
+            if P::MIN {
+                v = _mm256_add_ps(v, mins[t]);
+            }
+            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
+            // SAFETY: 8 writable floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+        }
+    }
+}
+
+/// [`tokens32`] in the order of llama.cpp's repacked gemv (Q4_0, IQ4_NL): each block's exact
+/// integer total fused into one running float a (row, token) by `d_x * d_y`. Q4_0's pairs
+/// (at most `2 * 15 * 128`) are gathered over the block's eight lanes in `i16` before one
+/// `vpmaddwd`; IQ4_NL's, up to `2 * 127 * 127`, are widened lane by lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+fn tokens32_rows8<P: Pack32, const T: usize>(
+    g: &[P],
+    ys: [&[P::A]; T],
+    toks: [&[Tok8]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let ones = _mm256_set1_epi16(1);
+    for hr in 0..2 {
+        let mut acc = [_mm256_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            if hr == 0 {
+                prefetch_ahead(g);
+            }
+            // SAFETY: a row of `d`.
+            let dx = unsafe { ld8_f16(g.d(), hr) };
+            let tk: [&Tok8; T] = std::array::from_fn(|t| &toks[t][b]);
+            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
+            let mut sum = [_mm256_setzero_si256(); T];
+            for l in 0..8 {
+                // SAFETY: this function's features.
+                let (w, x) = unsafe { lane(g, l, hr) };
+                for t in 0..T {
+                    // SAFETY: values 4l..4l + 4 of the token's 32.
+                    let a = unsafe { bcast4(y[t].add(4 * l)) };
+                    let p = pairs::<P>(w, x, a);
+                    sum[t] = if signed::<P>() {
+                        _mm256_add_epi32(sum[t], _mm256_madd_epi16(p, ones))
+                    } else {
+                        _mm256_add_epi16(sum[t], p)
+                    };
+                }
+            }
+            for t in 0..T {
+                let total = if signed::<P>() {
+                    sum[t]
+                } else {
+                    let bias = tk[t].bias.iter().sum::<i32>();
+                    _mm256_add_epi32(_mm256_madd_epi16(sum[t], ones), _mm256_set1_epi32(bias))
+                };
+                let d = _mm256_mul_ps(dx, _mm256_set1_ps(tk[t].d));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc[t]);
+            }
+        }
+        for (t, &a) in acc.iter().enumerate() {
+            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
+            // SAFETY: 8 writable floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+        }
+    }
+}
+
+/// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`].
+const TOKENS32: usize = 2;
+const TOKENS32_ROWS8: usize = 8;
+
+/// Packed 32-value groups times every token, as [`q4_k`]: in `vec_dot` order, or in the order
+/// of llama.cpp's repacked gemv (`REPACKED`, Q4_0 and IQ4_NL).
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
+    p: &[P],
+    per_row: usize,
+    a: &[P::A],
+    out: &mut [f32],
+) {
+    // The 4- and 5-bit formats: Q4_0's offset 8 keeps every i16 sum of `tokens32_rows8` in
+    // range (the 5-bit ones are never repacked).
+    debug_assert!(signed::<P>() || P::OFFSET <= 16);
+    let stride = p.len() / per_row * ROWS;
+    let n_tok = a.len() / per_row;
+    TOKS8.with_borrow_mut(|toks| {
+        toks.clear();
+        toks.extend(a.iter().map(|y| {
+            // SAFETY: 32 readable bytes; this function's features.
+            let sums = unsafe {
+                let q = _mm256_loadu_si256(y.qs().as_ptr().cast());
+                let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+                _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+            };
+            let mut bias = [0i32; 8];
+            // SAFETY: 32 writable bytes.
+            unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), sums) };
+            let offset = if signed::<P>() { 0 } else { P::OFFSET };
+            Tok8 {
+                bias: bias.map(|s| -offset * s),
+                d: y.d(),
+                s: y.s(),
+            }
+        }));
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {{
+                    let ys = std::array::from_fn(|t| &a[($t0 + t) * per_row..][..per_row]);
+                    let tks = std::array::from_fn(|t| &toks[($t0 + t) * per_row..][..per_row]);
+                    let at = (stride, ROWS * gi, $t0);
+                    if REPACKED {
+                        tokens32_rows8::<P, { $n }>(g, ys, tks, out, at)
+                    } else {
+                        tokens32::<P, { $n }>(g, ys, tks, out, at)
+                    }
+                }};
+            }
+            if REPACKED {
+                token_passes!(n_tok, pass, TOKENS32_ROWS8, [1 2 3 4 5 6 7]);
+            } else {
+                token_passes!(n_tok, pass, TOKENS32, [1]);
+            }
+        }
+    });
+}
+
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
+packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>);
+packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>);
+packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>);
+packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>);
+packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>);
+packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>);
 
 /// The AVX2 packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
-/// repacked order), if there is one.
+/// repacked order), if there is one. Not Q8_0: its `vec_dot` order (a float per lane and
+/// block) left the packed kernel at 1.14x the AVX2 tiles' speed in prefill (tilebench `Q8_0
+/// 512 2048 64`: 26.4 -> 30.2 GMAC/s) and at 0.9-1.0x the row kernels' for one token (`Q8_0
+/// 2048 2048 1`: 16-21 against 16-19 GMAC/s), where decode spends its time.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),
+        (GgmlType::Q5_0, _) => Some(&Q5_0),
+        (GgmlType::Q4_0, false) => Some(&Q4_0),
+        (GgmlType::Q4_0, true) => Some(&Q4_0_ROWS8),
+        (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
+        (GgmlType::Q4_1, _) => Some(&Q4_1),
+        (GgmlType::Q5_1, _) => Some(&Q5_1),
         _ => None,
     }
 }

@@ -35,6 +35,7 @@ use std::cell::RefCell;
 
 use bytemuck::{Pod, Zeroable};
 
+use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -198,6 +199,8 @@ macro_rules! token_passes {
         }
     }};
 }
+
+pub(super) use token_passes;
 
 /// Every group of packed blocks `$p` (`$per_row` blocks each) times every token of `$a`, in
 /// passes of `$full` tokens and one of those left (`$rest` lists every count below `$full`):
@@ -1273,6 +1276,11 @@ pub(crate) trait Pack32: Pack {
     /// # Safety
     /// AVX-512 F.
     unsafe fn lane(&self, l: usize) -> __m512i;
+    /// [`Self::lane`] of rows `8h..8h + 8` (for [`super::avx2_packed`]).
+    ///
+    /// # Safety
+    /// AVX2.
+    unsafe fn lane8(&self, l: usize, h: usize) -> __m256i;
     fn d(&self) -> &[u16; ROWS];
     /// The mins (the scales, unused, without [`Self::MIN`]).
     fn m(&self) -> &[u16; ROWS];
@@ -1309,6 +1317,11 @@ impl Pack32 for Q8_0Packed {
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: a row of `q`; the caller's features.
         unsafe { ld(&self.q[l]) }
+    }
+    #[inline(always)]
+    unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
+        // SAFETY: a row of `q`; the caller's features.
+        unsafe { ld8(&self.q[l], h) }
     }
     fn d(&self) -> &[u16; ROWS] {
         &self.d
@@ -1356,6 +1369,38 @@ unsafe fn nibble_lane(qs: &[[u32; ROWS]; 4], qh: Option<&[u32; ROWS]>, l: usize)
     }
 }
 
+/// [`nibble_lane`] of rows `8h..8h + 8`.
+#[inline(always)]
+unsafe fn nibble_lane8(
+    qs: &[[u32; ROWS]; 4],
+    qh: Option<&[u32; ROWS]>,
+    l: usize,
+    h: usize,
+) -> __m256i {
+    // SAFETY: rows of `qs`, `qh`; the caller's features (AVX2).
+    unsafe {
+        let q = if l < 4 {
+            ld8(&qs[l], h)
+        } else {
+            _mm256_srli_epi32::<4>(ld8(&qs[l - 4], h))
+        };
+        let q = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+        let Some(qh) = qh else {
+            return q;
+        };
+        let qh = ld8(qh, h);
+        let bit = _mm256_and_si256(
+            if l <= 4 {
+                _mm256_sllv_epi32(qh, _mm256_set1_epi32(4 - l as i32))
+            } else {
+                _mm256_srlv_epi32(qh, _mm256_set1_epi32(l as i32 - 4))
+            },
+            _mm256_set1_epi32(0x1010_1010),
+        );
+        _mm256_or_si256(q, bit)
+    }
+}
+
 /// A packed 4-bit 32-value format: `$name` for `$block` against `$act`; `qh`: with fifth
 /// bits; `min`: with a min.
 macro_rules! packed_nibbles {
@@ -1396,6 +1441,11 @@ macro_rules! packed_nibbles {
             unsafe fn lane(&self, l: usize) -> __m512i {
                 // SAFETY: the caller's.
                 unsafe { nibble_lane(&self.qs, self.qh.first(), l) }
+            }
+            #[inline(always)]
+            unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
+                // SAFETY: the caller's.
+                unsafe { nibble_lane8(&self.qs, self.qh.first(), l, h) }
             }
             fn d(&self) -> &[u16; ROWS] {
                 &self.d
@@ -1471,6 +1521,18 @@ impl Pack32 for IQ4NLPacked {
         unsafe {
             let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
             _mm512_shuffle_epi8(table, nibble_lane(&self.qs, None, l))
+        }
+    }
+    #[inline(always)]
+    unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
+        let mut table = [0u8; 16];
+        for (t, &k) in table.iter_mut().zip(&KVALUES_IQ4NL) {
+            *t = (k as i16 + 128) as u8;
+        }
+        // SAFETY: 16 readable bytes; the caller's features.
+        unsafe {
+            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()));
+            _mm256_shuffle_epi8(table, nibble_lane8(&self.qs, None, l, h))
         }
     }
     fn d(&self) -> &[u16; ROWS] {
