@@ -5,7 +5,9 @@
 # by llama-quantize, and side-by-side benchmarks. Nothing in the normal test suite needs this build
 # (the golden data it produced is committed); tools under scripts/ and bench/ do.
 #
-#   scripts/build-llama.sh     # idempotent; prints the bin directory on its last line
+#   scripts/build-llama.sh        # idempotent; prints the bin directory on its last line
+#   scripts/build-llama.sh avx2   # llama-bench only, for AVX2 CPUs without AVX-512 (build-avx2/):
+#                                 # to set beside synapse's SYNAPSE_ISA=avx2 on one machine
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,6 +15,20 @@ dest="$root/third_party"
 src="$dest/llama.cpp"
 build="$src/build"
 targets=(llama-quantize llama-tokenize llama-completion llama-bench llama-perplexity)
+flags=(-DGGML_NATIVE=ON)
+case "${1:-}" in
+    "") ;;
+    avx2)
+        build="$src/build-avx2"
+        targets=(llama-bench)
+        flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+            -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF)
+        ;;
+    *)
+        echo "usage: scripts/build-llama.sh [avx2]" >&2
+        exit 2
+        ;;
+esac
 
 mkdir -p "$dest"
 if [[ ! -f "$src/CMakeLists.txt" ]]; then
@@ -31,7 +47,7 @@ if ! command -v cmake >/dev/null; then
     echo "cmake is missing: apt-get install -y cmake" >&2
     exit 1
 fi
-cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=ON \
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF "${flags[@]}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 echo "$build/bin"
