@@ -29,6 +29,9 @@
 //! unchanged. Q2_K is packed in the repacked order only (every Q2_K matrix whose row count is a
 //! multiple of 16 is one); the float formats are not packed yet: they keep the row kernels and
 //! the tiles.
+//!
+//! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
+//! kernels, eight rows a register, for the formats it has ([`format`] chooses by the CPU).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -210,18 +213,19 @@ macro_rules! group_passes {
     ($p:expr, $per_row:expr, $a:expr, $out:expr, $f:ident, $full:literal,
      [$($rest:literal)*], $tabs:tt) => {{
         let (p, per_row, a) = ($p, $per_row, $a);
-        let stride = p.len() / per_row * $crate::x86::avx512_packed::ROWS;
+        let rows = $crate::x86::avx512_packed::ROWS;
+        let stride = p.len() / per_row * rows;
         let n_tok = a.len() / per_row;
         for (gi, g) in p.chunks_exact(per_row).enumerate() {
             let mut t0 = 0;
             while n_tok - t0 >= $full {
-                group_passes!(@pass $full, t0, $f, g, $out, (stride, $crate::x86::avx512_packed::ROWS * gi), per_row, a, $tabs);
+                group_passes!(@pass $full, t0, $f, g, $out, (stride, rows * gi), per_row, a, $tabs);
                 t0 += $full;
             }
             match n_tok - t0 {
                 0 => {}
                 $($rest => group_passes!(
-                    @pass $rest, t0, $f, g, $out, (stride, $crate::x86::avx512_packed::ROWS * gi), per_row, a, $tabs
+                    @pass $rest, t0, $f, g, $out, (stride, rows * gi), per_row, a, $tabs
                 ),)*
                 _ => unreachable!("a rest list covers every count below the pass"),
             }
@@ -1912,7 +1916,8 @@ packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType:
 packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>);
 
 /// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
-/// order), if there is one.
+/// order) that this CPU has a kernel for, if there is one: these kernels with AVX-512 VNNI,
+/// [`super::avx2_packed`]'s with AVX2 alone.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     if !super::avx512_tile::available() {
         return super::avx2_packed::available()
