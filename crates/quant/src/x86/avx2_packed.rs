@@ -24,9 +24,9 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, token_passes, Act32, IQ4NLPacked, Pack32, PackedFormat,
-    Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, PAIR_SUMS,
-    ROWS,
+    group_passes, packed_format, pair_sums, token_passes, word_shuffle_bytes, Act32, IQ4NLPacked,
+    Pack32, PackedFormat, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed,
+    Q6KPacked, PAIR_SUMS, ROWS,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -65,20 +65,10 @@ unsafe fn bcast4<T>(p: *const T) -> __m256i {
     unsafe { _mm256_set1_epi32(p.cast::<i32>().read_unaligned()) }
 }
 
-/// A `vpshufb` control that builds each 4-byte word from bytes `sel` of the same word (0x80:
-/// a zero byte).
+/// [`word_shuffle_bytes`] in both lanes of a register.
 #[inline(always)]
 unsafe fn word_shuffle(sel: [u8; 4]) -> __m256i {
-    let mut c = [0u8; 16];
-    for p in 0..4 {
-        for i in 0..4 {
-            c[4 * p + i] = if sel[i] == 0x80 {
-                0x80
-            } else {
-                4 * p as u8 + sel[i]
-            };
-        }
-    }
+    let c = word_shuffle_bytes(sel);
     // SAFETY: 16 readable bytes; AVX2 (the callers' features).
     unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(c.as_ptr().cast())) }
 }
@@ -112,6 +102,50 @@ unsafe fn k_scale_bytes(sc: &[[u32; ROWS]; 3], h: usize) -> [__m256i; 4] {
     }
 }
 
+/// The `vpshufb` controls of the Q4_K and Q5_K kernels: byte `i` of a word in both i16 halves
+/// (a sub-block's scale, for `vpmaddwd`), and bytes 0, 1 (2, 3) as the low and high i16 (the
+/// mins of two sub-blocks).
+#[inline(always)]
+unsafe fn k_controls() -> ([__m256i; 4], [__m256i; 2]) {
+    let z = 0x80;
+    // SAFETY: AVX2 (the callers' features).
+    unsafe {
+        (
+            [0u8, 1, 2, 3].map(|i| word_shuffle([i, z, i, z])),
+            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
+        )
+    }
+}
+
+/// The mins of a Q4_K or Q5_K block's eight sub-blocks as four i16 pairs a row, from the min
+/// bytes of [`k_scale_bytes`] (`mn_lo`, `mn_hi`) and [`k_controls`]' `pair`.
+#[inline(always)]
+unsafe fn k_min_pairs(mn_lo: __m256i, mn_hi: __m256i, pair: &[__m256i; 2]) -> [__m256i; 4] {
+    // SAFETY: AVX2 (the callers' features).
+    unsafe {
+        [
+            _mm256_shuffle_epi8(mn_lo, pair[0]),
+            _mm256_shuffle_epi8(mn_lo, pair[1]),
+            _mm256_shuffle_epi8(mn_hi, pair[0]),
+            _mm256_shuffle_epi8(mn_hi, pair[1]),
+        ]
+    }
+}
+
+/// The min term of that block for one token (`ps`: its eight sub-block sums): `Σ_j min_j *
+/// ps[j]`, exact, a row a lane.
+#[inline(always)]
+unsafe fn k_min_term(mn: &[__m256i; 4], ps: &[i16; 8]) -> __m256i {
+    // SAFETY: AVX2 (the callers' features); i16 elements 2j, 2j + 1 of `ps`.
+    unsafe {
+        let mut m = _mm256_setzero_si256();
+        for (j, &mn) in mn.iter().enumerate() {
+            m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, bcast4(ps.as_ptr().add(2 * j))));
+        }
+        m
+    }
+}
+
 /// Sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token `t0 + t`'s
 /// blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * stride + r0..][..16]`,
 /// eight rows at a time.
@@ -125,16 +159,8 @@ fn q4_k_tokens<const T: usize>(
     (stride, r0, t0): (usize, usize, usize),
 ) {
     let m4 = _mm256_set1_epi8(0x0F);
-    let z = 0x80;
     // SAFETY: AVX2 (this function's features).
-    let (scale, pair) = unsafe {
-        (
-            // Byte `i` of a word in both i16 halves: a sub-block's scale for `vpmaddwd`.
-            [0u8, 1, 2, 3].map(|i| word_shuffle([i, z, i, z])),
-            // Bytes 0, 1 (2, 3) as the low and high i16: the mins of two sub-blocks.
-            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
-        )
-    };
+    let (scale, pair) = unsafe { k_controls() };
     for h in 0..2 {
         let mut main = [_mm256_setzero_ps(); T];
         let mut mins = [_mm256_setzero_ps(); T];
@@ -183,22 +209,17 @@ fn q4_k_tokens<const T: usize>(
                     tot[t] = _mm256_add_epi32(tot[t], both);
                 }
             }
-            let mn = [
-                _mm256_shuffle_epi8(mn_lo, pair[0]),
-                _mm256_shuffle_epi8(mn_lo, pair[1]),
-                _mm256_shuffle_epi8(mn_hi, pair[0]),
-                _mm256_shuffle_epi8(mn_hi, pair[1]),
-            ];
-            // SAFETY: rows of `d`, `dmin`.
-            let (dx, dminx) = unsafe { (ld8_f16(&g.d, h), ld8_f16(&g.dmin, h)) };
+            // SAFETY: rows of `d`, `dmin`; this function's features.
+            let (dx, dminx, mn) = unsafe {
+                (
+                    ld8_f16(&g.d, h),
+                    ld8_f16(&g.dmin, h),
+                    k_min_pairs(mn_lo, mn_hi, &pair),
+                )
+            };
             for t in 0..T {
-                let ps = &pair_sums[t][b];
-                let mut m = _mm256_setzero_si256();
-                for (j, &mn) in mn.iter().enumerate() {
-                    // SAFETY: i16 elements 2j, 2j + 1 of `ps`.
-                    let p = unsafe { bcast4(ps.as_ptr().add(2 * j)) };
-                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, p));
-                }
+                // SAFETY: this function's features.
+                let m = unsafe { k_min_term(&mn, &pair_sums[t][b]) };
                 let yd = _mm256_set1_ps(ys[t][b].d);
                 main[t] =
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[t]), _mm256_mul_ps(dx, yd), main[t]);
@@ -379,14 +400,8 @@ fn q5_k_tokens<const T: usize>(
     (stride, r0, t0): (usize, usize, usize),
 ) {
     let m0f = _mm256_set1_epi8(0x0F);
-    let z = 0x80;
     // SAFETY: AVX2 (this function's features).
-    let (scale, pair) = unsafe {
-        (
-            [0u8, 1, 2, 3].map(|i| word_shuffle([i, z, i, z])),
-            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
-        )
-    };
+    let (scale, pair) = unsafe { k_controls() };
     for hr in 0..2 {
         let mut acc = [[_mm256_setzero_ps(); 8]; T];
         let mut mins = [_mm256_setzero_ps(); T];
@@ -403,21 +418,12 @@ fn q5_k_tokens<const T: usize>(
             let scales: [__m256i; 8] = std::array::from_fn(|j| {
                 _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4])
             });
-            let mn = [
-                _mm256_shuffle_epi8(mn_lo, pair[0]),
-                _mm256_shuffle_epi8(mn_lo, pair[1]),
-                _mm256_shuffle_epi8(mn_hi, pair[0]),
-                _mm256_shuffle_epi8(mn_hi, pair[1]),
-            ];
             let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+            // SAFETY: this function's features.
+            let mn = unsafe { k_min_pairs(mn_lo, mn_hi, &pair) };
             for t in 0..T {
-                let ps = &pair_sums[t][b];
-                let mut m = _mm256_setzero_si256();
-                for (j, &mn) in mn.iter().enumerate() {
-                    // SAFETY: i16 elements 2j, 2j + 1 of `ps`.
-                    let p = unsafe { bcast4(ps.as_ptr().add(2 * j)) };
-                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, p));
-                }
+                // SAFETY: this function's features.
+                let m = unsafe { k_min_term(&mn, &pair_sums[t][b]) };
                 let a = _mm256_mul_ps(_mm256_set1_ps(-ys[t][b].d), dminx);
                 mins[t] = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(m), mins[t]);
             }

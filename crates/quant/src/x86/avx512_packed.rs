@@ -142,10 +142,10 @@ unsafe fn bcast4<T>(p: *const T) -> __m512i {
     unsafe { _mm512_set1_epi32(p.cast::<i32>().read_unaligned()) }
 }
 
-/// A `vpshufb` control that builds each 4-byte word from bytes `sel` of the same word (0x80:
-/// a zero byte).
+/// The 16 bytes of a `vpshufb` control that builds each 4-byte word from bytes `sel` of the
+/// same word (0x80: a zero byte), for one 128-bit lane.
 #[inline(always)]
-unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
+pub(super) fn word_shuffle_bytes(sel: [u8; 4]) -> [u8; 16] {
     let mut c = [0u8; 16];
     for p in 0..4 {
         for i in 0..4 {
@@ -156,6 +156,13 @@ unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
             };
         }
     }
+    c
+}
+
+/// [`word_shuffle_bytes`] in every lane of a register.
+#[inline(always)]
+unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
+    let c = word_shuffle_bytes(sel);
     // SAFETY: 16 readable bytes; AVX-512 F (the callers' features).
     unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(c.as_ptr().cast())) }
 }
