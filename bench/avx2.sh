@@ -23,7 +23,7 @@ for f in "${files[@]}"; do
 done
 
 # The t/s column of the pp64 and tg32 rows of a markdown table from either engine.
-rates() { grep -E '\| (pp64|tg32)' | awk -F'|' '{ for (i = NF; i > 0; i--) if ($i ~ /±/) { split($i, a, "±"); printf "%s ", a[1] + 0; break } }'; }
+rates() { grep -E '\| *(pp64|tg32)' | awk -F'|' '{ for (i = NF; i > 0; i--) if ($i ~ /±/) { split($i, a, "±"); printf "%s ", a[1] + 0; break } } END { print "" }'; }
 
 echo "| file | threads | round | llama.cpp pp64 | synapse pp64 | ratio | llama.cpp tg32 | synapse tg32 | ratio |"
 echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
