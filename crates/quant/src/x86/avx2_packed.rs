@@ -4,8 +4,8 @@
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
 //!
-//! The formats: Q4_K in llama.cpp's repacked order, Q5_K and Q6_K in `vec_dot` order (those
-//! of Q4_K_M and Q5_K_M files).
+//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q5_K, Q6_K, Q4_1, Q5_0
+//! and Q5_1 in `vec_dot` order. Q8_0 stays unpacked on AVX2 (see [`format`]).
 //!
 //! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before
 //! widening: eight `vpmaddubsw` of at most `2 * 15 * 128` each stay within `i16`. Then one
@@ -14,8 +14,8 @@
 //! kernels, and the float side (one fused multiply-add for the values and one for the mins, a
 //! block at a time) is theirs, so each output has the row kernel's bits (tested).
 //!
-//! Eight rows (one register) are done at a time, six tokens a pass: every unpacked weight
-//! register serves six tokens. AVX2 has sixteen vector registers, so some of a pass's sums
+//! Eight rows (one register) are done at a time; for Q4_K six tokens a pass: every unpacked
+//! weight register serves six tokens. AVX2 has sixteen vector registers, so some of a pass's sums
 //! live in memory; six measured best (tilebench, `Q4_K 512 2048 64 repacked` at
 //! `SYNAPSE_ISA=avx2`: 71, 78, 85, 87, 89 and 76 GMAC/s at 2, 3, 4, 5, 6 and 8 tokens a pass,
 //! against 37 for the AVX2 tiles this replaces).
