@@ -572,13 +572,13 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 
 // ---------------------------------------------------------------------------------------------
 // The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; Q8_0 matrices stay unpacked, see
-// [`format`]): lane `l` of a block holds values
-// `4l..4l + 4` of eight rows, as in [`super::avx512_packed`]. `vpmaddubsw` multiplies unsigned
-// bytes by signed ones and saturates its pairs at `i16`, so the 4- and 5-bit formats go in as
-// stored (their offset taken back through the token's lane sums, as there), and the 8-bit ones
-// (Q8_0, and IQ4_NL's levels) as ggml's AVX2 kernels take them: the weights' magnitudes times
-// the token's values with the weights' signs (no product then reaches `i16`'s bounds: the
-// tokens' values stay within +-127).
+// [`format`]): lane `l` of a block holds values `4l..4l + 4` of eight rows, as in
+// [`super::avx512_packed`]. `vpmaddubsw` multiplies unsigned bytes by signed ones and
+// saturates its pairs at `i16`, so the 4- and 5-bit formats go in as stored (their offset taken
+// back through the token's lane sums, as there), and the 8-bit ones (Q8_0, and IQ4_NL's
+// levels) as ggml's AVX2 kernels take them: the weights' magnitudes times the token's values
+// with the weights' signs (no pair then reaches `i16`'s bounds: the tokens' values, from
+// `quantize_row_q8_0`'s rounding of `x / (amax / 127)`, stay within +-127).
 
 /// Whether [`Pack32::lane8`] of `P` holds bytes that can reach 255 (values plus 128), taken
 /// with the weights' signs instead of as unsigned bytes.
