@@ -1,6 +1,7 @@
 //! Weight matrices packed once, when a model is loaded, for kernels that read sixteen rows
-//! as one (see `x86::avx512_packed`, and `x86::avx2_packed` for CPUs without AVX-512): the same bytes as the file's, moved so that a 512-bit
-//! load holds the same four bytes of sixteen rows. A packed matrix gives the bits of the row
+//! as one (see `x86::avx512_packed`, and `x86::avx2_packed` for CPUs without AVX-512): the
+//! same bytes as the file's, moved so that a 512-bit load holds the same four bytes of
+//! sixteen rows (and a 256-bit load eight of them). A packed matrix gives the bits of the row
 //! kernels for every batch size (tested), so it changes only the speed.
 //!
 //! Only whole groups of sixteen rows are packed; a matrix's last `rows % 16` rows stay with
@@ -43,6 +44,24 @@ fn packing_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("SYNAPSE_PACK").map_or(true, |v| v != "0"))
 }
 
+/// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
+/// order) that this CPU has a kernel for: AVX-512 VNNI's (what `avx512_tile` checks), or,
+/// without it, AVX2's (for fewer formats).
+#[cfg(target_arch = "x86_64")]
+fn packed_format(
+    ty: GgmlType,
+    repacked: bool,
+) -> Option<&'static crate::x86::avx512_packed::PackedFormat> {
+    use crate::x86::{avx2_packed, avx512_packed, avx512_tile};
+    if avx512_tile::available() {
+        avx512_packed::format(ty, repacked)
+    } else if avx2_packed::available() {
+        avx2_packed::format(ty, repacked)
+    } else {
+        None
+    }
+}
+
 /// Pack the whole groups of sixteen rows of a weight matrix of type `ty` (`repacked` as for
 /// [`crate::matrix_kernel`]; `w`: its rows, `row_bytes` each), if this CPU has a packed kernel
 /// for that format (and `SYNAPSE_PACK` is not `0`). `Ok(None)`: no packed form; the matrix
@@ -60,9 +79,7 @@ pub fn pack_matrix(
     #[cfg(target_arch = "x86_64")]
     {
         let repacked = repacked && crate::llama_cpp_repacks(ty, 8);
-        // The packed format this CPU has a kernel for: AVX-512 VNNI's (what `avx512_tile`
-        // checks) for every format above, AVX2's for fewer.
-        let Some(format) = crate::x86::avx512_packed::format(ty, repacked) else {
+        let Some(format) = packed_format(ty, repacked) else {
             return Ok(None);
         };
         if !packing_enabled() || row_bytes == 0 {

@@ -798,7 +798,7 @@ fn step_f32<const CH: usize>(
 
 /// The loop of [`values`]: each head's accumulator a variable of its own, and the loop over
 /// heads written out, so that the accumulators stay in registers; with `SHARED`, every head
-/// reads `rows[0]`, each row loaded once for the positions they all see.
+/// reads `rows[0]`, each row loaded once for the heads that see it.
 #[inline(always)]
 fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     scratch: &[HeadScratch],
@@ -819,30 +819,25 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             }
         };
     }
-    let all = if SHARED {
-        // Positions 0..all of rows[0], which every head sees.
-        let all = n_pos[..N].iter().copied().min().unwrap_or(0);
-        for j in 0..all {
+    let most = n_pos.iter().copied().max().unwrap_or(0);
+    for j in 0..most {
+        if SHARED {
+            // Every head reads rows[0]: one load a position, for the heads that see it.
             rows[0].prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
             let x = rows[0].row::<CH>(j, kv_dim);
-            step!(0, a0, s0, true, j, &x);
-            step!(1, a1, s1, true, j, &x);
-            step!(2, a2, s2, true, j, &x);
-            step!(3, a3, s3, true, j, &x);
+            step!(0, a0, s0, j < n_pos[0], j, &x);
+            step!(1, a1, s1, j < n_pos[1], j, &x);
+            step!(2, a2, s2, j < n_pos[2], j, &x);
+            step!(3, a3, s3, j < n_pos[3], j, &x);
+        } else {
+            for r in &rows[..N] {
+                r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+            }
+            step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
+            step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
+            step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
+            step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
         }
-        all
-    } else {
-        0
-    };
-    let most = n_pos.iter().copied().max().unwrap_or(0);
-    for j in all..most {
-        for r in &rows[..if SHARED { 1 } else { N }] {
-            r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
-        }
-        step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
-        step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
-        step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
-        step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
     }
     ([a0, a1, a2, a3], [s0, s1, s2, s3])
 }

@@ -26,12 +26,11 @@
 //! against 37 for the AVX2 tiles this replaces).
 
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, token_passes, word_shuffle_bytes, Act32, IQ4NLPacked,
     Pack32, PackedFormat, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed,
-    Q6KPacked, PAIR_SUMS, ROWS,
+    Q6KPacked, Tok32, PAIR_SUMS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -586,19 +585,6 @@ const fn signed<P: Pack32>() -> bool {
     P::OFFSET >= 128
 }
 
-/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values (zero for
-/// [`signed`] formats), `d` and `s`.
-#[derive(Clone, Copy)]
-struct Tok8 {
-    bias: [i32; 8],
-    d: f32,
-    s: f32,
-}
-
-thread_local! {
-    static TOKS8: RefCell<Vec<Tok8>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Four values `a` of a token against lane `w` (from [`Pack32::lane8`]; `x`: it as signed
 /// bytes, for [`signed`] formats) as `vpmaddubsw` pairs.
 #[inline(always)]
@@ -638,7 +624,7 @@ unsafe fn lane<P: Pack32>(g: &P, l: usize, h: usize) -> (__m256i, __m256i) {
 fn tokens32<P: Pack32, const T: usize>(
     g: &[P],
     ys: [&[P::A]; T],
-    toks: [&[Tok8]; T],
+    toks: [&[Tok32]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
@@ -652,7 +638,7 @@ fn tokens32<P: Pack32, const T: usize>(
             }
             // SAFETY: a row of `d`.
             let dx = unsafe { ld8_f16(g.d(), hr) };
-            let tk: [&Tok8; T] = std::array::from_fn(|t| &toks[t][b]);
+            let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
             let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
             let d: [__m256; T] =
                 std::array::from_fn(|t| _mm256_mul_ps(dx, _mm256_set1_ps(tk[t].d)));
@@ -700,7 +686,7 @@ fn tokens32<P: Pack32, const T: usize>(
 fn tokens32_rows8<P: Pack32, const T: usize>(
     g: &[P],
     ys: [&[P::A]; T],
-    toks: [&[Tok8]; T],
+    toks: [&[Tok32]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
@@ -713,7 +699,7 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
             }
             // SAFETY: a row of `d`.
             let dx = unsafe { ld8_f16(g.d(), hr) };
-            let tk: [&Tok8; T] = std::array::from_fn(|t| &toks[t][b]);
+            let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
             let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
             let mut sum = [_mm256_setzero_si256(); T];
             for l in 0..8 {
@@ -734,8 +720,8 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
                 let total = if signed::<P>() {
                     sum[t]
                 } else {
-                    let bias = tk[t].bias.iter().sum::<i32>();
-                    _mm256_add_epi32(_mm256_madd_epi16(sum[t], ones), _mm256_set1_epi32(bias))
+                    let bias = _mm256_set1_epi32(tk[t].total);
+                    _mm256_add_epi32(_mm256_madd_epi16(sum[t], ones), bias)
                 };
                 let d = _mm256_mul_ps(dx, _mm256_set1_ps(tk[t].d));
                 acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc[t]);
@@ -770,7 +756,9 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
     debug_assert!(signed::<P>() || P::OFFSET <= 16);
     let stride = p.len() / per_row * ROWS;
     let n_tok = a.len() / per_row;
-    TOKS8.with_borrow_mut(|toks| {
+    // The AVX-512 kernels' token table (their unpacked lanes are not used here). The signed
+    // formats take no offset (see [`pairs`]).
+    TOKS32.with_borrow_mut(|(toks, _)| {
         toks.clear();
         toks.extend(a.iter().map(|y| {
             // SAFETY: 32 readable bytes; this function's features.
@@ -779,15 +767,10 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
                 let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
                 _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
             };
-            let mut bias = [0i32; 8];
+            let mut lanes = [0i32; 8];
             // SAFETY: 32 writable bytes.
-            unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), sums) };
-            let offset = if signed::<P>() { 0 } else { P::OFFSET };
-            Tok8 {
-                bias: bias.map(|s| -offset * s),
-                d: y.d(),
-                s: y.s(),
-            }
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums) };
+            Tok32::new(y, lanes, if signed::<P>() { 0 } else { P::OFFSET })
         }));
         for (gi, g) in p.chunks_exact(per_row).enumerate() {
             macro_rules! pass {

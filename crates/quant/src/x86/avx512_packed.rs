@@ -31,7 +31,8 @@
 //! the tiles.
 //!
 //! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
-//! kernels, eight rows a register, for the formats it has ([`format`] chooses by the CPU).
+//! kernels, eight rows a register, for the formats it has (`crate::packed` chooses by the
+//! CPU).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -1582,7 +1583,7 @@ impl<P: Pack32> Lanes32 for P {
 /// A packed 32-value block's eight lanes as bytes, with its heads.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct Unpacked32 {
+pub(super) struct Unpacked32 {
     q: [[u32; ROWS]; 8],
     d: [u16; ROWS],
     m: [u16; ROWS],
@@ -1602,17 +1603,33 @@ impl Lanes32 for Unpacked32 {
     }
 }
 
-/// What the rows need of a token block: `-OFFSET * sum` of each lane's four values, `d` and
-/// `s`.
+/// What the rows need of a token block: `-offset * sum` of each lane's four values (`bias`)
+/// and of all 32 (`total`, for the repacked order), `d` and `s`.
 #[derive(Clone, Copy)]
-struct Tok32 {
-    bias: [i32; 8],
-    d: f32,
-    s: f32,
+pub(super) struct Tok32 {
+    pub(super) bias: [i32; 8],
+    pub(super) total: i32,
+    pub(super) d: f32,
+    pub(super) s: f32,
+}
+
+impl Tok32 {
+    /// A token block `y` whose lanes of four values sum to `sums`, against weights stored plus
+    /// `offset`.
+    pub(super) fn new<A: Act32>(y: &A, sums: [i32; 8], offset: i32) -> Tok32 {
+        let bias = sums.map(|s| -offset * s);
+        Tok32 {
+            bias,
+            total: bias.iter().sum(),
+            d: y.d(),
+            s: y.s(),
+        }
+    }
 }
 
 thread_local! {
-    static TOKS32: RefCell<(Vec<Tok32>, Vec<Unpacked32>)> =
+    /// Each thread's per-call token table, and the unpacked lanes of [`lanes32`].
+    pub(super) static TOKS32: RefCell<(Vec<Tok32>, Vec<Unpacked32>)> =
         const { RefCell::new((Vec::new(), Vec::new())) };
 }
 
@@ -1690,8 +1707,7 @@ fn tokens32_rows8<P: Pack32, L: Lanes32, const T: usize>(
         let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs().as_ptr());
         // Two chains a token (even and odd lanes), added at the end.
-        let mut even: [__m512i; T] =
-            std::array::from_fn(|t| _mm512_set1_epi32(tk[t].bias.iter().sum::<i32>()));
+        let mut even: [__m512i; T] = std::array::from_fn(|t| _mm512_set1_epi32(tk[t].total));
         let mut odd = [_mm512_setzero_si512(); T];
         for l in 0..8 {
             // SAFETY: this function's features.
@@ -1737,15 +1753,10 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
             // SAFETY: 32 readable bytes; this function's features.
             let q = unsafe { _mm256_loadu_si256(y.qs().as_ptr().cast()) };
             let sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);
-            let mut bias = [0i32; 8];
-            let neg = _mm256_mullo_epi32(sums, _mm256_set1_epi32(-P::OFFSET));
+            let mut lanes = [0i32; 8];
             // SAFETY: 32 writable bytes.
-            unsafe { _mm256_storeu_si256(bias.as_mut_ptr().cast(), neg) };
-            Tok32 {
-                bias,
-                d: y.d(),
-                s: y.s(),
-            }
+            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums) };
+            Tok32::new(y, lanes, P::OFFSET)
         }));
         let per_pass = if REPACKED { TOKENS32_ROWS8 } else { TOKENS32 };
         let unpack = n_tok.div_ceil(per_pass) >= UNPACK_FROM_PASSES;
@@ -1922,15 +1933,9 @@ packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0
 packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>);
 packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>);
 
-/// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
-/// order) that this CPU has a kernel for, if there is one: these kernels with AVX-512 VNNI,
-/// [`super::avx2_packed`]'s with AVX2 alone.
+/// The AVX-512 VNNI packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
+/// repacked order), if there is one.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
-    if !super::avx512_tile::available() {
-        return super::avx2_packed::available()
-            .then(|| super::avx2_packed::format(ty, repacked))
-            .flatten();
-    }
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
         (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),
