@@ -798,7 +798,8 @@ fn step_f32<const CH: usize>(
 
 /// The loop of [`values`]: each head's accumulator a variable of its own, and the loop over
 /// heads written out, so that the accumulators stay in registers; with `SHARED`, every head
-/// reads `rows[0]`, each row loaded once for the heads that see it.
+/// reads the same rows (from the same first row, each head as far as it sees), each row
+/// loaded once for the heads that see it.
 #[inline(always)]
 fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     scratch: &[HeadScratch],
@@ -820,11 +821,13 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
         };
     }
     let most = n_pos.iter().copied().max().unwrap_or(0);
+    // The rows of a head that sees them all: with `SHARED`, the others' are its first rows.
+    let longest = rows[(0..N).max_by_key(|&i| n_pos[i]).unwrap_or(0)];
     for j in 0..most {
         if SHARED {
-            // Every head reads rows[0]: one load a position, for the heads that see it.
-            rows[0].prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
-            let x = rows[0].row::<CH>(j, kv_dim);
+            // Every head reads the same rows: one load a position, for the heads that see it.
+            longest.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+            let x = longest.row::<CH>(j, kv_dim);
             step!(0, a0, s0, j < n_pos[0], j, &x);
             step!(1, a1, s1, j < n_pos[1], j, &x);
             step!(2, a2, s2, j < n_pos[2], j, &x);

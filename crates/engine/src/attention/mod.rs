@@ -1326,8 +1326,12 @@ mod tests {
                 .enumerate()
                 .map(|(h, out)| HeadJob {
                     q: &q[h * hd..][..hd],
-                    keys: &keys[first(h) * kv_dim + (h / group) * hd..],
-                    values: &values[first(h) * kv_dim + (h / group) * hd..],
+                    // Each head's rows end where its positions do, as the engine's slices of
+                    // the cache do.
+                    keys: &keys[first(h) * kv_dim + (h / group) * hd..]
+                        [..seen(h) * kv_dim - kv_dim + hd],
+                    values: &values[first(h) * kv_dim + (h / group) * hd..]
+                        [..seen(h) * kv_dim - kv_dim + hd],
                     n_pos: seen(h),
                     out,
                     kv_head: h / group,
