@@ -16,11 +16,14 @@
 
 use std::arch::x86_64::*;
 
-use super::{fma_for_f16_zmm, round_f16_zmm, AttnShape, HeadJob, HeadScratch, F16_STEP};
+use super::{
+    fma_for_f16_zmm, prefetch_row, round_f16_zmm, AttnShape, HeadJob, HeadScratch, Rows, F16_STEP,
+    ROWS_AHEAD,
+};
 
 /// `2^(i/32)` as the nearest double, less `i << 47`: with `k = 32 q + i`, the double whose bits
 /// are `TAB[i] + (k << 47)` is `2^(k/32)` (the exponent field takes `q`).
-const TAB: [u64; 32] = [
+pub(super) const TAB: [u64; 32] = [
     0x3ff0000000000000,
     0x3fefd9b0d3158574,
     0x3fefb5586cf9890f,
@@ -55,16 +58,16 @@ const TAB: [u64; 32] = [
     0x3fefd0765b6e4540,
 ];
 /// `32 / ln 2` (0x1.71547652b82fep+5).
-const INV_LN2_32: f64 = f64::from_bits(0x4047_1547_652b_82fe);
+pub(super) const INV_LN2_32: f64 = f64::from_bits(0x4047_1547_652b_82fe);
 /// Adding it rounds a double below 2^51 in magnitude to an integer (ties to even) held in the
 /// low bits.
-const SHIFT: f64 = f64::from_bits(0x4338_0000_0000_0000); // 0x1.8p+52
+pub(super) const SHIFT: f64 = f64::from_bits(0x4338_0000_0000_0000); // 0x1.8p+52
 /// The polynomial for `2^(r/32)`, `|r| <= 1/2`: `(C0 r + C1) r^2 + (C2 r + 1)`; the
 /// coefficients of `2^r`'s cubic (0x1.c6af84b912394p-5, 0x1.ebfce50fac4f3p-3,
 /// 0x1.62e42ff0c52d6p-1) over `32^3`, `32^2` and `32`.
-const C0: f64 = f64::from_bits(0x3ebc_6af8_4b91_2394);
-const C1: f64 = f64::from_bits(0x3f2e_bfce_50fa_c4f3);
-const C2: f64 = f64::from_bits(0x3f96_2e42_ff0c_52d6);
+pub(super) const C0: f64 = f64::from_bits(0x3ebc_6af8_4b91_2394);
+pub(super) const C1: f64 = f64::from_bits(0x3f2e_bfce_50fa_c4f3);
+pub(super) const C2: f64 = f64::from_bits(0x3f96_2e42_ff0c_52d6);
 
 /// `e^x` of eight values in double precision, then rounded to f32: `x 32/ln 2 = k + r` with `k`
 /// an integer, a table of `2^(i/32)` for `k mod 32` and a cubic for `2^(r/32)`. The
@@ -125,69 +128,17 @@ pub(crate) fn exp16(x: __m512) -> __m512 {
 pub(crate) fn vector_exp_matches_libm() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: the callers checked AVX-512 F, AVX2, FMA and F16C.
-    *OK.get_or_init(|| unsafe { exp_agrees(0, u32::MAX, 4093) })
+    *OK.get_or_init(|| super::exp_agrees(|x| unsafe { exp_16(x) }, 0, u32::MAX, 4093))
 }
 
-/// Whether [`exp16`] and `f32::exp` agree bit for bit on the f32s `first, first + step, ..`
-/// up to `last`, and on the boundaries of the special cases (compared as bits, NaNs as NaN).
+/// Sixteen lanes of [`exp16`] (for [`super::exp_agrees`]).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(crate) unsafe fn exp_agrees(first: u32, last: u32, step: u32) -> bool {
-    let mut xs: Vec<f32> = [
-        0x42b1_7217u32,
-        0xc2cf_f1b4,
-        0xc2b0_0000,
-        0x42b0_0000,
-        0xc2ae_ac50,
-    ]
-    .iter()
-    .flat_map(|&b| (b - 4..=b + 4).map(f32::from_bits))
-    .flat_map(|x| [x, -x])
-    .chain([
-        0.0,
-        -0.0,
-        f32::INFINITY,
-        f32::NEG_INFINITY,
-        f32::NAN,
-        f32::MIN_POSITIVE,
-    ])
-    .collect();
-    let agree = |xs: &[f32]| {
-        xs.chunks(16).all(|c| {
-            let mut v = [0.0f32; 16];
-            v[..c.len()].copy_from_slice(c);
-            // SAFETY: 16 floats each way; this function's features.
-            let y = unsafe {
-                let mut y = [0.0f32; 16];
-                _mm512_storeu_ps(y.as_mut_ptr(), exp16(_mm512_loadu_ps(v.as_ptr())));
-                y
-            };
-            c.iter().zip(y).all(|(x, y)| {
-                let e = x.exp();
-                e.to_bits() == y.to_bits() || (e.is_nan() && y.is_nan())
-            })
-        })
-    };
-    if !agree(&xs) {
-        return false;
-    }
-    let mut b = first as u64;
-    while b <= last as u64 {
-        xs.clear();
-        xs.extend(
-            (0..4096u64)
-                .map(|i| b + i * step as u64)
-                .take_while(|&b| b <= last as u64)
-                .map(|b| f32::from_bits(b as u32)),
-        );
-        if !agree(&xs) {
-            return false;
-        }
-        b += 4096 * step as u64;
-    }
-    true
+pub(super) unsafe fn exp_16(x: &mut [f32; 16]) {
+    // SAFETY: sixteen floats each way.
+    unsafe { _mm512_storeu_ps(x.as_mut_ptr(), exp16(_mm512_loadu_ps(x.as_ptr()))) };
 }
 
 /// Whether [`heads`] takes heads of `head_dim` values on this machine (the caller checked
@@ -692,29 +643,6 @@ fn weights(n: usize, sc: &mut HeadScratch) {
     }
 }
 
-/// How many positions ahead the passes over the cache's rows ask for them: a head's rows are
-/// `kv_dim` values apart (every KV head's row of a position is stored together), a stride the
-/// hardware prefetchers follow poorly, and a decode step reads them from memory.
-const ROWS_AHEAD: usize = 16;
-
-/// Ask the caches for the `n` values of row `j` of `rows` (rows `kv_dim` values apart). A
-/// hint: it reads nothing and never faults, past the rows' end too.
-#[inline(always)]
-fn prefetch_row<T>(rows: &[T], j: usize, kv_dim: usize, n: usize) {
-    let p = rows.as_ptr().wrapping_add(j * kv_dim).cast::<u8>();
-    for line in (0..n * size_of::<T>()).step_by(64) {
-        // SAFETY: a prefetch reads nothing into the program and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
-    }
-}
-
-/// A head's value rows (position `j` at `j * kv_dim..`).
-#[derive(Clone, Copy)]
-enum Rows<'a> {
-    F16(&'a [half::f16]),
-    F32(&'a [f32]),
-}
-
 impl Rows<'_> {
     /// Row `j` (`16 * CH` values) as f32.
     #[inline(always)]
@@ -739,25 +667,6 @@ impl Rows<'_> {
                 }
             }
             x
-        }
-    }
-
-    /// Whether these are the rows `other` are (from the same first row).
-    #[inline(always)]
-    fn same(self, other: Rows) -> bool {
-        match (self, other) {
-            (Rows::F16(a), Rows::F16(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
-            (Rows::F32(a), Rows::F32(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
-            _ => false,
-        }
-    }
-
-    /// [`prefetch_row`] of these rows.
-    #[inline(always)]
-    fn prefetch(self, j: usize, kv_dim: usize, n: usize) {
-        match self {
-            Rows::F16(r) => prefetch_row(r, j, kv_dim, n),
-            Rows::F32(r) => prefetch_row(r, j, kv_dim, n),
         }
     }
 }

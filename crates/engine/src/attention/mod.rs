@@ -5,6 +5,8 @@
 //! causal prefix. So a token's result does not depend on its batch (G1).
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 
 pub struct AttnShape {
@@ -124,24 +126,27 @@ pub fn attend_batch(
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = q.len() / q_dim;
     #[cfg(target_arch = "x86_64")]
-    let fast = crate::has_avx512f() && avx512::takes(hd);
+    let fast = Fast::for_width(hd);
     #[cfg(target_arch = "x86_64")]
     let mut stage = STAGE.take();
     #[cfg(target_arch = "x86_64")]
-    let staged = if fast && n > 1 && n * (s.n_head / s.n_head_kv) >= STAGE_FROM {
+    let staged = if fast != Fast::No && n > 1 && n * (s.n_head / s.n_head_kv) >= STAGE_FROM {
         // The keys (and values) of every position some token of the batch sees.
         let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
         let n_pos = pos0 + n;
         let kv_dim = s.n_head_kv * hd;
-        // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+        let (keys, values) = (
+            &kv.keys(layer, n_pos)[first * kv_dim..],
+            &kv.values(layer, n_pos)[first * kv_dim..],
+        );
+        // SAFETY: the CPU has the features of the path (`Fast::for_width` checked them).
         Some(unsafe {
-            avx512::Staged::new(
-                s,
-                &kv.keys(layer, n_pos)[first * kv_dim..],
-                &kv.values(layer, n_pos)[first * kv_dim..],
-                first,
-                &mut stage,
-            )
+            match fast {
+                Fast::Avx512 => {
+                    Staged::Avx512(avx512::Staged::new(s, keys, values, first, &mut stage))
+                }
+                _ => Staged::Avx2(avx2::Staged::new(s, keys, values, first, &mut stage)),
+            }
         })
     } else {
         None
@@ -187,8 +192,39 @@ pub fn attend_batch(
     STAGE.set(stage);
 }
 
+/// Which x86-64 fast path ([`avx512::heads`], [`avx2::heads`]) takes heads of a width on this
+/// CPU, if any (the others take [`HeadOps`]'s).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fast {
+    No,
+    Avx512,
+    Avx2,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Fast {
+    fn for_width(head_dim: usize) -> Fast {
+        if crate::has_avx512f() {
+            if avx512::takes(head_dim) {
+                return Fast::Avx512;
+            }
+        } else if crate::has_x86_64_v3() && avx2::takes(head_dim) {
+            return Fast::Avx2;
+        }
+        Fast::No
+    }
+}
+
+/// A layer's keys and values laid out for a fast path, once per batch.
+#[cfg(target_arch = "x86_64")]
+enum Staged<'a> {
+    Avx512(avx512::Staged<'a>),
+    Avx2(avx2::Staged<'a>),
+}
+
 /// Queries a KV head serves in a batch (tokens x the query heads of its group) from which
-/// [`attend_batch`] stages the layer's keys and values for the AVX-512 path: below, and for
+/// [`attend_batch`] stages the layer's keys and values for the fast paths: below, and for
 /// single tokens, restaging them costs more than it saves. (The buffer keeps its largest size
 /// for the thread's life: two f32 copies of one layer's keys and values, about a KV cache
 /// layer's size times two.)
@@ -197,7 +233,7 @@ const STAGE_FROM: usize = 16;
 
 #[cfg(target_arch = "x86_64")]
 thread_local! {
-    /// The calling thread's buffer for [`avx512::Staged`], kept from call to call.
+    /// The calling thread's buffer for [`Staged`], kept from call to call.
     static STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -215,12 +251,12 @@ struct Heads<'a> {
     layer: usize,
     pos0: usize,
     window: Option<usize>,
-    /// Whether the AVX-512 fast path (`avx512::heads`) takes these heads.
+    /// Which fast path takes these heads.
     #[cfg(target_arch = "x86_64")]
-    fast: bool,
-    /// The layer's keys and values laid out for the AVX-512 path, for batches.
+    fast: Fast,
+    /// The layer's keys and values laid out for the fast path, for batches.
     #[cfg(target_arch = "x86_64")]
-    staged: Option<avx512::Staged<'a>>,
+    staged: Option<Staged<'a>>,
 }
 
 impl Heads<'_> {
@@ -277,8 +313,9 @@ impl Heads<'_> {
     }
 
     /// [`Heads::some`] compiled for x86-64-v3, with [`V3`]'s F16 conversions and F16
-    /// multiply-adds; the fused multiply-adds become instructions instead of calls to libm's
-    /// `fmaf` (the same correctly rounded result). Same bits.
+    /// multiply-adds (the fused multiply-adds become instructions instead of calls to libm's
+    /// `fmaf`, the same correctly rounded result), or the AVX2 fast path (`avx2::heads`) for
+    /// the widths it takes. Same bits.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
@@ -289,7 +326,19 @@ impl Heads<'_> {
         pieces: &mut [(usize, &mut [f32])],
         scratch: &mut [HeadScratch; INTERLEAVE],
     ) {
-        self.some::<V3>(pieces, scratch)
+        if self.fast != Fast::Avx2 {
+            return self.some::<V3>(pieces, scratch);
+        }
+        let mut jobs: Vec<HeadJob> = pieces
+            .iter_mut()
+            .map(|(u, out)| self.job(*u, out))
+            .collect();
+        let staged = match &self.staged {
+            Some(Staged::Avx2(st)) => Some(st),
+            _ => None,
+        };
+        // SAFETY: this function's features.
+        unsafe { avx2::heads(self.s, &mut jobs, scratch, staged) }
     }
 
     /// [`Heads::some`] with [`V4`]'s AVX-512 passes. Same bits.
@@ -303,15 +352,19 @@ impl Heads<'_> {
         pieces: &mut [(usize, &mut [f32])],
         scratch: &mut [HeadScratch; INTERLEAVE],
     ) {
-        if !self.fast {
+        if self.fast != Fast::Avx512 {
             return self.some::<V4>(pieces, scratch);
         }
         let mut jobs: Vec<HeadJob> = pieces
             .iter_mut()
             .map(|(u, out)| self.job(*u, out))
             .collect();
+        let staged = match &self.staged {
+            Some(Staged::Avx512(st)) => Some(st),
+            _ => None,
+        };
         // SAFETY: this function's features.
-        unsafe { avx512::heads(self.s, &mut jobs, scratch, self.staged.as_ref()) }
+        unsafe { avx512::heads(self.s, &mut jobs, scratch, staged) }
     }
 }
 
@@ -663,8 +716,7 @@ impl HeadOps for V3 {
             // SAFETY: values i..i + 8 (i + 8 <= n).
             unsafe {
                 let p = x.as_mut_ptr().add(i);
-                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(p));
-                _mm256_storeu_ps(p, _mm256_cvtph_ps(h));
+                _mm256_storeu_ps(p, round_f16_ymm(_mm256_loadu_ps(p)));
             }
             i += 8;
         }
@@ -678,52 +730,13 @@ impl HeadOps for V3 {
         use std::arch::x86_64::*;
         let n = acc.len().min(row.len());
         let b = _mm256_set1_ps(vs16);
-        let one = _mm256_set1_epi32(1);
         let mut i = 0;
         while i + 8 <= n {
             // SAFETY: values i..i + 8 of both (i + 8 <= n).
             unsafe {
                 let pa = acc.as_mut_ptr().add(i);
                 let (a, c) = (_mm256_loadu_ps(row.as_ptr().add(i)), _mm256_loadu_ps(pa));
-                // fma_for_f16, lane by lane: the sum and its rounding error (TwoSum).
-                let p = _mm256_mul_ps(a, b);
-                let s = _mm256_add_ps(p, c);
-                let pb = _mm256_sub_ps(s, p);
-                let e = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, pb)), _mm256_sub_ps(c, pb));
-                // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
-                let bits = _mm256_castps_si256(s);
-                let exp = _mm256_sub_epi32(
-                    _mm256_and_si256(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(0xff)),
-                    _mm256_set1_epi32(127),
-                );
-                let half_bit = _mm256_max_epi32(
-                    _mm256_set1_epi32(12),
-                    _mm256_sub_epi32(_mm256_set1_epi32(-2), exp),
-                );
-                let mant = _mm256_or_si256(
-                    _mm256_and_si256(bits, _mm256_set1_epi32(0x7f_ffff)),
-                    _mm256_set1_epi32(0x80_0000),
-                );
-                let below =
-                    _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(2), half_bit), one);
-                let tie = _mm256_and_si256(
-                    _mm256_cmpeq_epi32(
-                        _mm256_and_si256(mant, below),
-                        _mm256_sllv_epi32(one, half_bit),
-                    ),
-                    _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(-26)),
-                );
-                let err = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
-                let fix = _mm256_and_si256(tie, err);
-                // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and
-                // s share a sign, -1 when their signs differ.
-                let differ = _mm256_cmpgt_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_xor_si256(_mm256_castps_si256(e), bits),
-                );
-                let step = _mm256_or_si256(_mm256_andnot_si256(differ, one), differ);
-                let fixed = _mm256_add_epi32(bits, _mm256_and_si256(fix, step));
-                _mm256_storeu_ps(pa, _mm256_castsi256_ps(fixed));
+                _mm256_storeu_ps(pa, fma_for_f16_ymm(a, b, c));
             }
             i += 8;
         }
@@ -731,6 +744,84 @@ impl HeadOps for V3 {
             *a = fma_for_f16(x, vs16, *a);
         }
     }
+}
+
+/// Every lane of `x` rounded to F16 (to nearest, ties to even) and widened back.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn round_f16_ymm(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
+}
+
+/// [`fma_for_f16`] lane by lane, eight lanes.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fma_for_f16_ymm(
+    a: std::arch::x86_64::__m256,
+    b: std::arch::x86_64::__m256,
+    c: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let p = _mm256_mul_ps(a, b);
+    let s = _mm256_add_ps(p, c);
+    // Only a sum that may be an F16 tie needs the rest: the halfway pattern of an F16 normal
+    // in its low thirteen bits, or a magnitude below the smallest F16 normal (2^-14), whose
+    // halfway bit is lower (zero is no tie). Few sums are: most registers stop here.
+    let bits = _mm256_castps_si256(s);
+    let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fff_ffff));
+    let maybe = _mm256_or_si256(
+        _mm256_cmpeq_epi32(
+            _mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
+            _mm256_set1_epi32(0x1000),
+        ),
+        _mm256_andnot_si256(
+            _mm256_cmpeq_epi32(abs, _mm256_setzero_si256()),
+            _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3880_0000), abs),
+        ),
+    );
+    if _mm256_testz_si256(maybe, maybe) != 0 {
+        return s;
+    }
+    let one = _mm256_set1_epi32(1);
+    // The sum's rounding error (TwoSum).
+    let pb = _mm256_sub_ps(s, p);
+    let e = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, pb)), _mm256_sub_ps(c, pb));
+    // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
+    let bits = _mm256_castps_si256(s);
+    let exp = _mm256_sub_epi32(
+        _mm256_and_si256(_mm256_srli_epi32::<23>(bits), _mm256_set1_epi32(0xff)),
+        _mm256_set1_epi32(127),
+    );
+    let half_bit = _mm256_max_epi32(
+        _mm256_set1_epi32(12),
+        _mm256_sub_epi32(_mm256_set1_epi32(-2), exp),
+    );
+    let mant = _mm256_or_si256(
+        _mm256_and_si256(bits, _mm256_set1_epi32(0x7f_ffff)),
+        _mm256_set1_epi32(0x80_0000),
+    );
+    let below = _mm256_sub_epi32(_mm256_sllv_epi32(_mm256_set1_epi32(2), half_bit), one);
+    let tie = _mm256_and_si256(
+        _mm256_cmpeq_epi32(
+            _mm256_and_si256(mant, below),
+            _mm256_sllv_epi32(one, half_bit),
+        ),
+        _mm256_cmpgt_epi32(exp, _mm256_set1_epi32(-26)),
+    );
+    let err = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_NEQ_UQ>(e, _mm256_setzero_ps()));
+    let fix = _mm256_and_si256(tie, err);
+    // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and
+    // s share a sign, -1 when their signs differ.
+    let differ = _mm256_cmpgt_epi32(
+        _mm256_setzero_si256(),
+        _mm256_xor_si256(_mm256_castps_si256(e), bits),
+    );
+    let step = _mm256_or_si256(_mm256_andnot_si256(differ, one), differ);
+    let fixed = _mm256_add_epi32(bits, _mm256_and_si256(fix, step));
+    _mm256_castsi256_ps(fixed)
 }
 
 /// [`HeadOps`] with AVX-512 F: the per-position work sixteen values at a time in one pass over
@@ -761,13 +852,23 @@ pub(crate) fn fma_for_f16_zmm(
     c: std::arch::x86_64::__m512,
 ) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    // The sum and its rounding error (TwoSum).
     let p = _mm512_mul_ps(a, b);
     let s = _mm512_add_ps(p, c);
+    // Only a sum that may be an F16 tie needs the rest (as in `fma_for_f16_ymm`).
+    let bits = _mm512_castps_si512(s);
+    let abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fff_ffff));
+    let maybe = _mm512_cmpeq_epi32_mask(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x1fff)),
+        _mm512_set1_epi32(0x1000),
+    ) | (_mm512_cmplt_epi32_mask(abs, _mm512_set1_epi32(0x3880_0000))
+        & _mm512_cmpneq_epi32_mask(abs, _mm512_setzero_si512()));
+    if maybe == 0 {
+        return s;
+    }
+    // The sum's rounding error (TwoSum).
     let pb = _mm512_sub_ps(s, p);
     let e = _mm512_add_ps(_mm512_sub_ps(p, _mm512_sub_ps(s, pb)), _mm512_sub_ps(c, pb));
     // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
-    let bits = _mm512_castps_si512(s);
     let exp = _mm512_sub_epi32(
         _mm512_and_si512(_mm512_srli_epi32::<23>(bits), _mm512_set1_epi32(0xff)),
         _mm512_set1_epi32(127),
@@ -950,6 +1051,114 @@ fn v3_dot(
         sum += (q * value(e)) as f64;
     }
     sum as f32
+}
+
+/// How many positions ahead the passes over the cache's rows ask for them: a head's rows are
+/// `kv_dim` values apart (every KV head's row of a position is stored together), a stride the
+/// hardware prefetchers follow poorly, and a decode step reads them from memory.
+#[cfg(target_arch = "x86_64")]
+const ROWS_AHEAD: usize = 16;
+
+/// Ask the caches for the `n` values of row `j` of `rows` (rows `kv_dim` values apart). A
+/// hint: it reads nothing and never faults, past the rows' end too.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_row<T>(rows: &[T], j: usize, kv_dim: usize, n: usize) {
+    let p = rows.as_ptr().wrapping_add(j * kv_dim).cast::<u8>();
+    for line in (0..n * size_of::<T>()).step_by(64) {
+        // SAFETY: a prefetch reads nothing into the program and never faults.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                p.wrapping_add(line).cast(),
+            )
+        };
+    }
+}
+
+/// A head's key or value rows (position `j` at `j * kv_dim..`): the cache's, or staged as f32
+/// for a batch.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Rows<'a> {
+    F16(&'a [half::f16]),
+    F32(&'a [f32]),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Rows<'_> {
+    /// Whether these are the rows `other` are (from the same first row).
+    #[inline(always)]
+    fn same(self, other: Rows) -> bool {
+        match (self, other) {
+            (Rows::F16(a), Rows::F16(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
+            (Rows::F32(a), Rows::F32(b)) => std::ptr::eq(a.as_ptr(), b.as_ptr()),
+            _ => false,
+        }
+    }
+
+    /// [`prefetch_row`] of these rows.
+    #[inline(always)]
+    fn prefetch(self, j: usize, kv_dim: usize, n: usize) {
+        match self {
+            Rows::F16(r) => prefetch_row(r, j, kv_dim, n),
+            Rows::F32(r) => prefetch_row(r, j, kv_dim, n),
+        }
+    }
+}
+
+/// Whether a vector `expf` (`exp`: sixteen lanes in place) gives `f32::exp`'s bits (libm's
+/// `expf`) on the f32s `first, first + step, ..` up to `last`, and on the boundaries of the
+/// special cases (compared as bits, NaNs as NaN).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn exp_agrees(exp: impl Fn(&mut [f32; 16]), first: u32, last: u32, step: u32) -> bool {
+    let mut xs: Vec<f32> = [
+        0x42b1_7217u32,
+        0xc2cf_f1b4,
+        0xc2b0_0000,
+        0x42b0_0000,
+        0xc2ae_ac50,
+    ]
+    .iter()
+    .flat_map(|&b| (b - 4..=b + 4).map(f32::from_bits))
+    .flat_map(|x| [x, -x])
+    .chain([
+        0.0,
+        -0.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ])
+    .collect();
+    let agree = |xs: &[f32]| {
+        xs.chunks(16).all(|c| {
+            let mut y = [0.0f32; 16];
+            y[..c.len()].copy_from_slice(c);
+            exp(&mut y);
+            c.iter().zip(y).all(|(x, y)| {
+                let e = x.exp();
+                e.to_bits() == y.to_bits() || (e.is_nan() && y.is_nan())
+            })
+        })
+    };
+    if !agree(&xs) {
+        return false;
+    }
+    let mut b = first as u64;
+    while b <= last as u64 {
+        xs.clear();
+        xs.extend(
+            (0..4096u64)
+                .map(|i| b + i * step as u64)
+                .take_while(|&b| b <= last as u64)
+                .map(|b| f32::from_bits(b as u32)),
+        );
+        if !agree(&xs) {
+            return false;
+        }
+        b += 4096 * step as u64;
+    }
+    true
 }
 
 /// In-place softmax; the normalising sum is taken in f64, as ggml does.
@@ -1243,24 +1452,32 @@ mod tests {
         }
     }
 
-    /// The AVX-512 fast path gives [`Scalar`]'s bits for whole heads: every width it takes,
-    /// GQA groups, heads side by side that see different numbers of positions (1 to a few
-    /// hundred, not multiples of 16), and scores whose maximum grows late.
+    /// A fast path gives [`Scalar`]'s bits for whole heads: `run` computes the heads of each
+    /// case (every way the path can: it fills the jobs' outputs, and returns each way's, named),
+    /// from the keys and values of the cache positions `base..` (for staging). The cases: every
+    /// width the paths take, GQA groups, heads side by side that see different numbers of
+    /// positions (1 to a few hundred, not multiples of 8 or 16), and scores whose maximum grows
+    /// late.
     #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx512_heads_match_scalar() {
+    #[allow(clippy::type_complexity)]
+    fn fast_heads_match_scalar(
+        seed: u64,
+        mut run: impl FnMut(
+            &AttnShape,
+            &[half::f16],
+            &[half::f16],
+            usize,
+            &mut [HeadJob],
+            &mut [HeadScratch],
+        ) -> Vec<(String, Vec<f32>)>,
+    ) {
         use rand::{Rng, SeedableRng};
-        if !crate::has_avx512f() || !avx512::takes(64) {
-            eprintln!(
-                "skipped: no AVX-512 F (CPU or SYNAPSE_ISA): the fast path is never used here"
-            );
-            return;
-        }
-        let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         // `one`: every head sees the same positions, as a token's heads do in decode (the
         // heads of a GQA group then share their rows' widening). `ends`: the heads see the
         // same first position but different numbers of them, as the tokens of a batch do
-        // (they then share their rows where they overlap).
+        // (they then share their rows where they overlap; the first of them is not the one
+        // that sees the most, as in a batch, where it is the earliest token).
         for (hd, n_head, n_head_kv, n_pos, one, ends) in [
             (64, 9, 3, 300, false, false),
             (64, 7, 7, 17, false, false),
@@ -1308,7 +1525,7 @@ mod tests {
                     - first(h)
                     - match (one, ends) {
                         (true, _) => 0,
-                        (_, true) => [0, 1, 17, 5][h % 4],
+                        (_, true) => [17, 1, 0, 5][h % 4],
                         _ if n_pos > 4 => h % 2,
                         _ => 0,
                     }
@@ -1339,48 +1556,109 @@ mod tests {
                 })
                 .collect();
             let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
-            let mut buf = Vec::new();
-            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
-            let staged = unsafe {
-                let from = base * kv_dim;
-                avx512::Staged::new(&s, &keys[from..], &values[from..], base, &mut buf)
-            };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for (fp16, stage) in [(false, false), (true, false), (false, true), (true, true)] {
-                if fp16 && !avx512::has_avx512fp16() {
-                    eprintln!("not run: this CPU lacks AVX512-FP16");
-                    continue;
-                }
-                jobs.iter_mut().for_each(|j| j.out.fill(0.0));
-                let st = stage.then_some(&staged);
-                // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above), and
-                // AVX512-FP16 when `fp16`; `staged` holds every position.
-                unsafe { avx512::heads_with(&s, &mut jobs, &mut scratch, fp16, st) };
-                let got: Vec<f32> = jobs.iter().flat_map(|j| j.out.iter().copied()).collect();
+            let from = base * kv_dim;
+            let ways = run(
+                &s,
+                &keys[from..],
+                &values[from..],
+                base,
+                &mut jobs,
+                &mut scratch,
+            );
+            assert!(!ways.is_empty());
+            for (way, got) in ways {
                 assert_eq!(
                     bits(&want),
                     bits(&got),
-                    "width {hd}, {n_head} heads, {n_pos} positions, fp16 {fp16}, staged {stage}, \
-                     same positions {one}, same first {ends}"
+                    "{way}: width {hd}, {n_head} heads, {n_pos} positions, same positions {one}, \
+                     same first {ends}"
                 );
             }
             assert!(want.iter().any(|&x| x != 0.0));
         }
     }
 
-    /// The vector `expf` gives libm's bits: the sweep `exp16`'s first use makes, every f32 of
-    /// the range attention uses (`-104 < x <= 0`, below which both give 0), and every 7th of
-    /// the others. (Fusing one multiply-add fewer than glibc does differs on two inputs of
+    /// The AVX-512 fast path gives [`Scalar`]'s bits for whole heads, with and without
+    /// AVX512-FP16, staged or not ([`fast_heads_match_scalar`]'s cases).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_heads_match_scalar() {
+        if !crate::has_avx512f() || !avx512::takes(64) {
+            eprintln!(
+                "skipped: no AVX-512 F (CPU or SYNAPSE_ISA): the fast path is never used here"
+            );
+            return;
+        }
+        fast_heads_match_scalar(18, |s, keys, values, base, jobs, scratch| {
+            let mut buf = Vec::new();
+            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
+            let staged = unsafe { avx512::Staged::new(s, keys, values, base, &mut buf) };
+            let mut ways = Vec::new();
+            for (fp16, stage) in [(false, false), (true, false), (false, true), (true, true)] {
+                if fp16 && !avx512::has_avx512fp16() {
+                    eprintln!("not run: this CPU lacks AVX512-FP16");
+                    continue;
+                }
+                jobs.iter_mut().for_each(|j| j.out.fill(0.0));
+                // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above), and
+                // AVX512-FP16 when `fp16`; `staged` holds every position.
+                unsafe { avx512::heads_with(s, jobs, scratch, fp16, stage.then_some(&staged)) };
+                let got = jobs.iter().flat_map(|j| j.out.iter().copied()).collect();
+                ways.push((format!("fp16 {fp16}, staged {stage}"), got));
+            }
+            ways
+        });
+    }
+
+    /// The AVX2 fast path gives [`Scalar`]'s bits for whole heads, staged or not
+    /// ([`fast_heads_match_scalar`]'s cases).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_heads_match_scalar() {
+        if !crate::has_x86_64_v3() || !avx2::takes(64) {
+            eprintln!("skipped: no AVX2/FMA/F16C (CPU or SYNAPSE_ISA): the path is never used");
+            return;
+        }
+        fast_heads_match_scalar(19, |s, keys, values, base, jobs, scratch| {
+            let mut buf = Vec::new();
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+            let staged = unsafe { avx2::Staged::new(s, keys, values, base, &mut buf) };
+            let mut ways = Vec::new();
+            for stage in [false, true] {
+                jobs.iter_mut().for_each(|j| j.out.fill(0.0));
+                // SAFETY: as above; `staged` holds every position.
+                unsafe { avx2::heads(s, jobs, scratch, stage.then_some(&staged)) };
+                let got = jobs.iter().flat_map(|j| j.out.iter().copied()).collect();
+                ways.push((format!("staged {stage}"), got));
+            }
+            ways
+        });
+    }
+
+    /// Each vector `expf` (AVX2, AVX-512) gives libm's bits: the sweep its first use makes,
+    /// every f32 of the range attention uses (`-104 < x <= 0`, below which all give 0), and
+    /// every 7th of the others. (Fusing one multiply-add fewer than glibc does differs on two inputs of
     /// 2^32, one of them negative.)
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_exp_is_libm_expf() {
-        if !crate::has_avx512f() {
-            eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): exp16 is never used here");
+        type Exp = fn(&mut [f32; 16]);
+        let mut paths: Vec<(&str, Exp)> = Vec::new();
+        if crate::has_x86_64_v3() {
+            assert!(avx2::vector_exp_matches_libm());
+            // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+            paths.push(("exp8 (AVX2)", |x| unsafe { avx2::exp_16(x) }));
+        }
+        if crate::has_avx512f() {
+            assert!(avx512::vector_exp_matches_libm());
+            // SAFETY: the CPU has AVX-512 F and x86-64-v3 (just checked).
+            paths.push(("exp16 (AVX-512)", |x| unsafe { avx512::exp_16(x) }));
+        }
+        if paths.is_empty() {
+            eprintln!("skipped: no AVX2 (CPU or SYNAPSE_ISA): no vector expf is used here");
             return;
         }
-        assert!(avx512::vector_exp_matches_libm());
-        // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
         let ranges = [
             (0x8000_0000, 0xa000_0000, 1),
             (0xa000_0001, 0xc2d0_0000, 1),
@@ -1388,9 +1666,10 @@ mod tests {
             (0xc2d0_0001, u32::MAX, 7),
         ];
         std::thread::scope(|s| {
-            for (first, last, step) in ranges {
-                // SAFETY: as above.
-                s.spawn(move || assert!(unsafe { avx512::exp_agrees(first, last, step) }));
+            for (name, exp) in paths {
+                for (first, last, step) in ranges {
+                    s.spawn(move || assert!(exp_agrees(exp, first, last, step), "{name}"));
+                }
             }
         });
     }
