@@ -353,8 +353,9 @@ fn weights(n: usize, sc: &mut HeadScratch) {
     }
 }
 
-/// Position `j` of a head of [`values`] (its value row `x`; the first `simd` values take
-/// ggml's F16 path): its accumulator `acc` and sum.
+/// Position `j` of a head of [`values`] (its value row `x`; the first `F16_STEP`-multiple of
+/// its values take ggml's F16 path, all of them for 128 and 256, none for 64): its accumulator
+/// `acc` and sum.
 #[inline(always)]
 fn step<const CH: usize>(
     acc: &mut [__m256; CH],
@@ -362,25 +363,31 @@ fn step<const CH: usize>(
     sc: &HeadScratch,
     j: usize,
     x: &[__m256; CH],
-    simd: usize,
 ) {
+    // Registers in the F16 path, a constant of the width.
+    let f16_regs = 8 * CH / F16_STEP * F16_STEP / 8;
     let (e, e16) = (sc.ex[j], sc.ex16[j]);
     let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
     let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
+    let (acc16, acc32) = acc.split_at_mut(f16_regs);
+    let (x16, x32) = x.split_at(f16_regs);
     // SAFETY: AVX, F16C and FMA (the callers' features).
     unsafe {
         if grow {
-            for (c, a) in acc.iter_mut().enumerate() {
-                let f = _mm256_set1_ps(if 8 * c < simd { e16 } else { e });
-                *a = round_f16_ymm(_mm256_mul_ps(*a, f));
-            }
+            let (f16, f32) = (_mm256_set1_ps(e16), _mm256_set1_ps(e));
+            acc16
+                .iter_mut()
+                .for_each(|a| *a = round_f16_ymm(_mm256_mul_ps(*a, f16)));
+            acc32
+                .iter_mut()
+                .for_each(|a| *a = round_f16_ymm(_mm256_mul_ps(*a, f32)));
         }
-        for (c, (a, &x)) in acc.iter_mut().zip(x).enumerate() {
-            *a = round_f16_ymm(if 8 * c < simd {
-                fma_for_f16_ymm(x, _mm256_set1_ps(vs16), *a)
-            } else {
-                _mm256_fmadd_ps(x, _mm256_set1_ps(vs), *a)
-            });
+        let (b16, b32) = (_mm256_set1_ps(vs16), _mm256_set1_ps(vs));
+        for (a, &x) in acc16.iter_mut().zip(x16) {
+            *a = round_f16_ymm(fma_for_f16_ymm(x, b16, *a));
+        }
+        for (a, &x) in acc32.iter_mut().zip(x32) {
+            *a = round_f16_ymm(_mm256_fmadd_ps(x, b32, *a));
         }
     }
     // ggml's C is compiled with contraction: this is one fused multiply-add there.
@@ -399,7 +406,6 @@ fn values<const CH: usize, const N: usize>(
     kv_dim: usize,
 ) {
     let hd = 8 * CH;
-    let simd = hd / F16_STEP * F16_STEP;
     let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
     let most = n_pos.iter().copied().max().unwrap_or(0);
     let shared = rows[..N].iter().all(|r| r.same(rows[0]));
@@ -415,7 +421,7 @@ fn values<const CH: usize, const N: usize>(
             let x = longest.row8::<CH>(j, kv_dim);
             for i in 0..N {
                 if j < n_pos[i] {
-                    step(&mut acc[i], &mut sum[i], &scratch[i], j, &x, simd);
+                    step(&mut acc[i], &mut sum[i], &scratch[i], j, &x);
                 }
             }
         } else {
@@ -425,7 +431,7 @@ fn values<const CH: usize, const N: usize>(
                         rows[i].prefetch(j + ROWS_AHEAD, kv_dim, hd);
                     }
                     let x = rows[i].row8::<CH>(j, kv_dim);
-                    step(&mut acc[i], &mut sum[i], &scratch[i], j, &x, simd);
+                    step(&mut acc[i], &mut sum[i], &scratch[i], j, &x);
                 }
             }
         }

@@ -765,8 +765,8 @@ fn fma_for_f16_ymm(
     c: std::arch::x86_64::__m256,
 ) -> std::arch::x86_64::__m256 {
     use std::arch::x86_64::*;
-    let p = _mm256_mul_ps(a, b);
-    let s = _mm256_add_ps(p, c);
+    // `a * b` is exact in f32 (F16 operands): the fused multiply-add is the sum `p + c`.
+    let s = _mm256_fmadd_ps(a, b, c);
     // Only a sum that may be an F16 tie needs the rest: the halfway pattern of an F16 normal
     // in its low thirteen bits, or a magnitude below the smallest F16 normal (2^-14), whose
     // halfway bit is lower (zero is no tie). Few sums are: most registers stop here.
@@ -787,6 +787,7 @@ fn fma_for_f16_ymm(
     }
     let one = _mm256_set1_epi32(1);
     // The sum's rounding error (TwoSum).
+    let p = _mm256_mul_ps(a, b);
     let pb = _mm256_sub_ps(s, p);
     let e = _mm256_add_ps(_mm256_sub_ps(p, _mm256_sub_ps(s, pb)), _mm256_sub_ps(c, pb));
     // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
@@ -852,8 +853,8 @@ pub(crate) fn fma_for_f16_zmm(
     c: std::arch::x86_64::__m512,
 ) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    let p = _mm512_mul_ps(a, b);
-    let s = _mm512_add_ps(p, c);
+    // `a * b` is exact in f32 (F16 operands): the fused multiply-add is the sum `p + c`.
+    let s = _mm512_fmadd_ps(a, b, c);
     // Only a sum that may be an F16 tie needs the rest (as in `fma_for_f16_ymm`).
     let bits = _mm512_castps_si512(s);
     let abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fff_ffff));
@@ -866,6 +867,7 @@ pub(crate) fn fma_for_f16_zmm(
         return s;
     }
     // The sum's rounding error (TwoSum).
+    let p = _mm512_mul_ps(a, b);
     let pb = _mm512_sub_ps(s, p);
     let e = _mm512_add_ps(_mm512_sub_ps(p, _mm512_sub_ps(s, pb)), _mm512_sub_ps(c, pb));
     // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
