@@ -15,8 +15,9 @@ for isa in reference avx2 avxvnni; do
     SYNAPSE_ISA=$isa cargo test -p synapse-quant --locked
 done
 # The engine on the AVX2 tier, which has its own packed kernels and attention path: every
-# format's logits against llama.cpp's, G1 and D1, SmolLM2's greedy continuations.
+# format's logits against llama.cpp's, G1 and D1, SmolLM2's greedy continuations, and Gemma 3's
+# and Qwen's (heads of 256 and 128 values, ggml's F16 path, emulated there).
 echo "test.sh: synapse-engine forward tests with SYNAPSE_ISA=avx2"
-SYNAPSE_ISA=avx2 cargo test -p synapse-engine --test forward --locked
+SYNAPSE_ISA=avx2 cargo test -p synapse-engine --test forward --test gemma3 --test qwen --locked
 # The NEON kernels and the engine on aarch64, under qemu-user (installs what it needs).
 scripts/test-aarch64.sh

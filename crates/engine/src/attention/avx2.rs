@@ -17,7 +17,8 @@ use std::arch::x86_64::*;
 
 use super::avx512::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::{
-    fma_for_f16_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, Rows, F16_STEP, ROWS_AHEAD,
+    fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, Rows,
+    F16_STEP, ROWS_AHEAD,
 };
 
 /// `e^x` of four values in double precision, rounded to f32: [`super::avx512`]'s `exp8`, step
@@ -364,7 +365,7 @@ fn step<const CH: usize>(
     j: usize,
     x: &[__m256; CH],
 ) {
-    // Registers in the F16 path, a constant of the width.
+    // Registers in the F16 path, a constant of the width (0, 16 or 32).
     let f16_regs = 8 * CH / F16_STEP * F16_STEP / 8;
     let (e, e16) = (sc.ex[j], sc.ex16[j]);
     let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
@@ -383,8 +384,23 @@ fn step<const CH: usize>(
                 .for_each(|a| *a = round_f16_ymm(_mm256_mul_ps(*a, f32)));
         }
         let (b16, b32) = (_mm256_set1_ps(vs16), _mm256_set1_ps(vs));
-        for (a, &x) in acc16.iter_mut().zip(x16) {
-            *a = round_f16_ymm(fma_for_f16_ymm(x, b16, *a));
+        // Four registers' sums tested at once: they take the exact path only if one of their
+        // lanes may be an F16 tie (rarely).
+        for (a, x) in acc16.chunks_exact_mut(4).zip(x16.chunks_exact(4)) {
+            let mut s = [_mm256_setzero_ps(); 4];
+            let mut maybe = _mm256_setzero_si256();
+            for r in 0..4 {
+                s[r] = _mm256_fmadd_ps(x[r], b16, a[r]);
+                maybe = _mm256_or_si256(maybe, may_be_f16_tie_ymm(s[r]));
+            }
+            if _mm256_testz_si256(maybe, maybe) == 0 {
+                for r in 0..4 {
+                    s[r] = fma_for_f16_ymm(x[r], b16, a[r]);
+                }
+            }
+            for r in 0..4 {
+                a[r] = round_f16_ymm(s[r]);
+            }
         }
         for (a, &x) in acc32.iter_mut().zip(x32) {
             *a = round_f16_ymm(_mm256_fmadd_ps(x, b32, *a));

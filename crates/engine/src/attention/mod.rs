@@ -755,6 +755,28 @@ fn round_f16_ymm(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
 }
 
+/// Lanes of `s` that may lie halfway between two F16 values: the halfway pattern of an F16
+/// normal in the low thirteen bits, or a magnitude below the smallest F16 normal (2^-14), whose
+/// halfway bit is lower (zero among them). Few sums are: [`fma_for_f16_ymm`] and the AVX2
+/// value pass take the exact path only for registers with such a lane.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn may_be_f16_tie_ymm(s: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let bits = _mm256_castps_si256(s);
+    _mm256_or_si256(
+        _mm256_cmpeq_epi32(
+            _mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
+            _mm256_set1_epi32(0x1000),
+        ),
+        _mm256_cmpgt_epi32(
+            _mm256_set1_epi32(0x3880_0000),
+            _mm256_and_si256(bits, _mm256_set1_epi32(0x7f80_0000)),
+        ),
+    )
+}
+
 /// [`fma_for_f16`] lane by lane, eight lanes.
 #[cfg(target_arch = "x86_64")]
 #[inline]
@@ -767,21 +789,7 @@ fn fma_for_f16_ymm(
     use std::arch::x86_64::*;
     // `a * b` is exact in f32 (F16 operands): the fused multiply-add is the sum `p + c`.
     let s = _mm256_fmadd_ps(a, b, c);
-    // Only a sum that may be an F16 tie needs the rest: the halfway pattern of an F16 normal
-    // in its low thirteen bits, or a magnitude below the smallest F16 normal (2^-14), whose
-    // halfway bit is lower (zero is no tie). Few sums are: most registers stop here.
-    let bits = _mm256_castps_si256(s);
-    let abs = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fff_ffff));
-    let maybe = _mm256_or_si256(
-        _mm256_cmpeq_epi32(
-            _mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
-            _mm256_set1_epi32(0x1000),
-        ),
-        _mm256_andnot_si256(
-            _mm256_cmpeq_epi32(abs, _mm256_setzero_si256()),
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(0x3880_0000), abs),
-        ),
-    );
+    let maybe = may_be_f16_tie_ymm(s);
     if _mm256_testz_si256(maybe, maybe) != 0 {
         return s;
     }
@@ -855,14 +863,15 @@ pub(crate) fn fma_for_f16_zmm(
     use std::arch::x86_64::*;
     // `a * b` is exact in f32 (F16 operands): the fused multiply-add is the sum `p + c`.
     let s = _mm512_fmadd_ps(a, b, c);
-    // Only a sum that may be an F16 tie needs the rest (as in `fma_for_f16_ymm`).
+    // Only a sum that may be an F16 tie needs the rest (the lanes `may_be_f16_tie_ymm` picks).
     let bits = _mm512_castps_si512(s);
-    let abs = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fff_ffff));
     let maybe = _mm512_cmpeq_epi32_mask(
         _mm512_and_si512(bits, _mm512_set1_epi32(0x1fff)),
         _mm512_set1_epi32(0x1000),
-    ) | (_mm512_cmplt_epi32_mask(abs, _mm512_set1_epi32(0x3880_0000))
-        & _mm512_cmpneq_epi32_mask(abs, _mm512_setzero_si512()));
+    ) | _mm512_cmplt_epi32_mask(
+        _mm512_and_si512(bits, _mm512_set1_epi32(0x7f80_0000)),
+        _mm512_set1_epi32(0x3880_0000),
+    );
     if maybe == 0 {
         return s;
     }
@@ -1493,7 +1502,14 @@ mod tests {
             (64, 8, 2, 203, false, true),
             (128, 6, 1, 150, false, true),
             (256, 3, 1, 61, false, true),
+            // `ties`: values far from zero and scores that fall from the first position on, so
+            // the accumulator outgrows each step's product and is never rescaled: many f32
+            // sums are inexact, some of those are F16 ties (ggml's F16 path rounds them by
+            // the exact sum, not to even), and a tie rounded the wrong way stays in the output.
+            (128, 4, 1, 300, false, false),
+            (256, 2, 1, 200, false, true),
         ] {
+            let ties = n_pos >= 200 && hd >= 128;
             let s = AttnShape {
                 n_head,
                 n_head_kv,
@@ -1508,9 +1524,27 @@ mod tests {
                     })
                     .collect()
             };
-            let keys = f16s(&mut rng, n_pos * kv_dim, 2.0);
-            let values = f16s(&mut rng, n_pos * kv_dim, 4.0);
-            let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
+            let (keys, values, q): (Vec<half::f16>, Vec<half::f16>, Vec<f32>) = if ties {
+                let n = n_pos * kv_dim;
+                let keys = (0..n)
+                    .map(|i| {
+                        let fall = 1.0 - (i / kv_dim) as f32 / n_pos as f32;
+                        half::f16::from_f32(2.0 * fall + rng.gen_range(-0.01..0.01))
+                    })
+                    .collect();
+                let values = (0..n)
+                    .map(|_| half::f16::from_f32(rng.gen_range(200.0..260.0)))
+                    .collect();
+                let q = (0..n_head * hd).map(|_| rng.gen_range(0.4..0.6)).collect();
+                (keys, values, q)
+            } else {
+                let q = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
+                (
+                    f16s(&mut rng, n_pos * kv_dim, 2.0),
+                    f16s(&mut rng, n_pos * kv_dim, 4.0),
+                    q,
+                )
+            };
             // Head h sees positions first(h)..last(h): starts off a block boundary (past the
             // first block for some, as a sliding window does), uneven ends. Staged from `base`.
             let uneven = n_pos > 40 && !one && !ends;
