@@ -1,7 +1,8 @@
 //! Times every tiled kernel this CPU runs for one format on a hot matrix:
 //! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`
 //! (first the row kernel, `gemv` once per token, which the engine runs where there is no tile;
-//! then the packed matrix, where the CPU has one).
+//! then the packed matrix, where the CPU has one). Each is timed `TILEBENCH_REPS` times (20
+//! unless set; more for a profile), the best reported.
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -12,6 +13,7 @@ fn main() {
     let cols: usize = args[3].parse().unwrap();
     let n_tok: usize = args[4].parse().unwrap();
     let repacked = args.get(5).is_some_and(|a| a == "repacked");
+    let reps: usize = std::env::var("TILEBENCH_REPS").map_or(20, |r| r.parse().unwrap());
     let act = synapse_quant::vec_dot_type(ty).unwrap();
     let mut seed = 1u64;
     let mut rnd = || {
@@ -48,7 +50,7 @@ fn main() {
     let row = synapse_quant::matrix_kernel(ty, repacked).unwrap();
     let act_bytes = a.len() / n_tok;
     let mut best = f64::MAX;
-    for _ in 0..20 {
+    for _ in 0..reps {
         let t = Instant::now();
         for (at, o) in a.chunks_exact(act_bytes).zip(out.chunks_exact_mut(rows)) {
             (row.gemv)(&w, row_bytes, at, o).unwrap();
@@ -65,7 +67,7 @@ fn main() {
     if let Some(p) = synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap() {
         let mut out = vec![0f32; p.rows() * n_tok];
         let mut best = f64::MAX;
-        for _ in 0..20 {
+        for _ in 0..reps {
             let t = Instant::now();
             p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
             best = best.min(t.elapsed().as_secs_f64());
@@ -79,7 +81,7 @@ fn main() {
     }
     for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
         let mut best = f64::MAX;
-        for _ in 0..20 {
+        for _ in 0..reps {
             let t = Instant::now();
             k(&w, row_bytes, &a, n_tok, &mut out).unwrap();
             best = best.min(t.elapsed().as_secs_f64());
