@@ -1082,10 +1082,14 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 
 // ---------------------------------------------------------------------------------------------
 // IQ4_XS in `vec_dot` order: the eight lanes of the K-quants, each value its level times its
-// 32-value sub-block's scale less 32, fused by `d_x * d_y`. The levels are signed and reach
-// 113 + 128 as unsigned bytes, past what `vpmaddubsw` can pair without saturating, so the
-// values are widened: each level times its scale as an i16 (|w| <= 32 * 127), against the
-// token's values as i16 pairs with `vpdpwssd`.
+// 32-value sub-block's scale less 32, fused by `d_x * d_y`. The levels are signed, and the
+// integer sums are the same however they are formed. For batches the values are widened: each
+// level times its scale as an i16 (|w| <= 32 * 127), against the token's values as i16 pairs
+// with `vpdpwssd`, the widening shared by sixteen tokens. For a few tokens `vpmaddubsw` pairs
+// each level's magnitude (at most 127) with the token's value negated where the level is
+// negative (levels 0..8 of the table are the negative ones: bit 3 of the index clear), as
+// ggml's AVX2 kernel does with `vpsignb`: Q8_K values lie in -127..=127, so the negation is
+// exact and so is every pair's i16 sum (at most 2 * 127 * 127).
 
 /// One IQ4_XS block of sixteen rows (2176 bytes, sixteen blocks' worth).
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -1213,6 +1217,104 @@ fn iq4_xs_tokens<const T: usize>(
     }
 }
 
+/// [`iq4_xs_tokens`] for a few tokens (one, in decode): each level's magnitude with
+/// `vpmaddubsw` against the token's values, negated where the level is negative, then
+/// `vpdpwssd` by the scale. The same integers as widening the levels, with less work on each
+/// weight register and more on each token: the kernel of passes of one to three tokens.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn iq4_xs_few<const T: usize>(
+    g: &[IQ4XSPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let mut magnitudes = [0u8; 16];
+    for (m, &k) in magnitudes.iter_mut().zip(&KVALUES_IQ4NL) {
+        *m = k.unsigned_abs();
+    }
+    debug_assert!(KVALUES_IQ4NL
+        .iter()
+        .enumerate()
+        .all(|(i, &k)| (k < 0) == (i < 8)));
+    // SAFETY: 16 readable bytes; this function's features.
+    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(magnitudes.as_ptr().cast())) };
+    let (m0f, m03) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x03));
+    let (nib, bit3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x08));
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: rows of `scales_l`, `scales_h` and `d`.
+        let (sl, sh, dx) = unsafe {
+            (
+                ld(&g.scales_l),
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256(g.scales_h.as_ptr().cast())),
+                ld_f16(&g.d),
+            )
+        };
+        // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
+        let scale: [__m512i; 8] = std::array::from_fn(|j| {
+            let low = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m0f);
+            let high =
+                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m03);
+            let ls = _mm512_sub_epi32(
+                _mm512_or_si512(low, _mm512_slli_epi32::<4>(high)),
+                _mm512_set1_epi32(32),
+            );
+            _mm512_or_si512(
+                _mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(ls),
+            )
+        });
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        for k in 0..8 {
+            prefetch_part(g, k, 8);
+            // Two chains a token (even and odd sub-blocks, added at the end): one chain of
+            // eight dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
+            let mut lane = [_mm512_setzero_si512(); T];
+            let mut lane1 = [_mm512_setzero_si512(); T];
+            for j in 0..8 {
+                // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k (k < 4)
+                // or the high nibbles of word 4j + k - 4.
+                // SAFETY: a row of `qs`.
+                let raw = unsafe { ld(&g.qs[4 * j + k % 4]) };
+                let idx = if k < 4 {
+                    raw
+                } else {
+                    _mm512_srli_epi32::<4>(raw)
+                };
+                let idx = _mm512_and_si512(idx, nib);
+                let mag = _mm512_shuffle_epi8(table, idx);
+                let negative = _mm512_testn_epi8_mask(idx, bit3);
+                let m = 8 * j + k;
+                for t in 0..T {
+                    let chain = if j % 2 == 0 {
+                        &mut lane[t]
+                    } else {
+                        &mut lane1[t]
+                    };
+                    // SAFETY: values 4m..4m + 4 of the token's 256; this function's features.
+                    *chain = unsafe {
+                        let a = bcast4(y[t].add(4 * m));
+                        let a = _mm512_mask_sub_epi8(a, negative, zero, a);
+                        dpwssd(*chain, _mm512_maddubs_epi16(mag, a), scale[j])
+                    };
+                }
+            }
+            for t in 0..T {
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: this function's features.
+        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
+    }
+}
+
 thread_local! {
     static Y16: RefCell<Vec<[u32; 128]>> = const { RefCell::new(Vec::new()) };
 }
@@ -1223,6 +1325,10 @@ thread_local! {
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    if a.len() < 4 * per_row {
+        group_passes!(p, per_row, a, out, iq4_xs_few, 4, [1 2 3], ());
+        return;
+    }
     Y16.with_borrow_mut(|y16| {
         y16.clear();
         y16.extend(a.iter().map(|y| {
