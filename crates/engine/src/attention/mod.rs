@@ -312,6 +312,15 @@ impl Heads<'_> {
         }
     }
 
+    /// The jobs of `pieces`, for the fast paths.
+    #[cfg(target_arch = "x86_64")]
+    fn jobs<'o>(&'o self, pieces: &'o mut [(usize, &mut [f32])]) -> Vec<HeadJob<'o>> {
+        pieces
+            .iter_mut()
+            .map(|(u, out)| self.job(*u, out))
+            .collect()
+    }
+
     /// [`Heads::some`] compiled for x86-64-v3, with [`V3`]'s F16 conversions and F16
     /// multiply-adds (the fused multiply-adds become instructions instead of calls to libm's
     /// `fmaf`, the same correctly rounded result), or the AVX2 fast path (`avx2::heads`) for
@@ -329,16 +338,12 @@ impl Heads<'_> {
         if self.fast != Fast::Avx2 {
             return self.some::<V3>(pieces, scratch);
         }
-        let mut jobs: Vec<HeadJob> = pieces
-            .iter_mut()
-            .map(|(u, out)| self.job(*u, out))
-            .collect();
         let staged = match &self.staged {
             Some(Staged::Avx2(st)) => Some(st),
             _ => None,
         };
         // SAFETY: this function's features.
-        unsafe { avx2::heads(self.s, &mut jobs, scratch, staged) }
+        unsafe { avx2::heads(self.s, &mut self.jobs(pieces), scratch, staged) }
     }
 
     /// [`Heads::some`] with [`V4`]'s AVX-512 passes. Same bits.
@@ -355,16 +360,12 @@ impl Heads<'_> {
         if self.fast != Fast::Avx512 {
             return self.some::<V4>(pieces, scratch);
         }
-        let mut jobs: Vec<HeadJob> = pieces
-            .iter_mut()
-            .map(|(u, out)| self.job(*u, out))
-            .collect();
         let staged = match &self.staged {
             Some(Staged::Avx512(st)) => Some(st),
             _ => None,
         };
         // SAFETY: this function's features.
-        unsafe { avx512::heads(self.s, &mut jobs, scratch, staged) }
+        unsafe { avx512::heads(self.s, &mut self.jobs(pieces), scratch, staged) }
     }
 }
 

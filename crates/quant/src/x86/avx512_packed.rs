@@ -1122,6 +1122,55 @@ impl Pack for IQ4XSPacked {
     }
 }
 
+/// The level indices of values `32j + 4k..+4` of a group's sixteen rows, one byte a value: the
+/// low nibbles of word `4j + k` (`k < 4`) or the high nibbles of word `4j + k - 4`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW.
+#[inline(always)]
+unsafe fn iq4_xs_index(g: &IQ4XSPacked, j: usize, k: usize) -> __m512i {
+    // SAFETY: the caller's features; a row of `qs`.
+    unsafe {
+        let raw = ld(&g.qs[4 * j + k % 4]);
+        let idx = if k < 4 {
+            raw
+        } else {
+            _mm512_srli_epi32::<4>(raw)
+        };
+        _mm512_and_si512(idx, _mm512_set1_epi8(0x0F))
+    }
+}
+
+/// A group's sub-block scales less 32, `(scale, scale)` as i16 pairs one register a sub-block,
+/// and its rows' `d`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW, AVX2 and F16C.
+#[inline(always)]
+unsafe fn iq4_xs_scales(g: &IQ4XSPacked) -> ([__m512i; 8], __m512) {
+    // SAFETY: the caller's features; rows of `scales_l`, `scales_h` and `d`.
+    unsafe {
+        let sl = ld(&g.scales_l);
+        let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(g.scales_h.as_ptr().cast()));
+        let (m0f, m03) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x03));
+        let mut scale = [_mm512_setzero_si512(); 8];
+        for (j, scale) in scale.iter_mut().enumerate() {
+            let low = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m0f);
+            let high =
+                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m03);
+            let ls = _mm512_sub_epi32(
+                _mm512_or_si512(low, _mm512_slli_epi32::<4>(high)),
+                _mm512_set1_epi32(32),
+            );
+            *scale = _mm512_or_si512(
+                _mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(ls),
+            );
+        }
+        (scale, ld_f16(&g.d))
+    }
+}
+
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`; `y16[t][b]`: the token's block as
 /// i16 pairs, word `2m` holding values `4m` and `4m + 2`, word `2m + 1` values `4m + 1` and
 /// `4m + 3`), into `out[(t0 + t) * stride + r0..][..16]`.
@@ -1141,31 +1190,10 @@ fn iq4_xs_tokens<const T: usize>(
     }
     // SAFETY: 16 readable bytes; this function's features.
     let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(levels.as_ptr().cast())) };
-    let (m0f, m03) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x03));
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
-        // SAFETY: rows of `scales_l`, `scales_h` and `d`.
-        let (sl, sh, dx) = unsafe {
-            (
-                ld(&g.scales_l),
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256(g.scales_h.as_ptr().cast())),
-                ld_f16(&g.d),
-            )
-        };
-        // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
-        let scale: [__m512i; 8] = std::array::from_fn(|j| {
-            let low = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m0f);
-            let high =
-                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m03);
-            let ls = _mm512_sub_epi32(
-                _mm512_or_si512(low, _mm512_slli_epi32::<4>(high)),
-                _mm512_set1_epi32(32),
-            );
-            _mm512_or_si512(
-                _mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
-                _mm512_slli_epi32::<16>(ls),
-            )
-        });
+        // SAFETY: this function's features.
+        let (scale, dx) = unsafe { iq4_xs_scales(g) };
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
         let y: [*const u32; T] = std::array::from_fn(|t| y16[t][b].as_ptr());
         for k in 0..8 {
@@ -1178,16 +1206,8 @@ fn iq4_xs_tokens<const T: usize>(
             let mut lane = [_mm512_setzero_si512(); T];
             let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
-                // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k (k < 4)
-                // or the high nibbles of word 4j + k - 4.
-                // SAFETY: a row of `qs`.
-                let raw = unsafe { ld(&g.qs[4 * j + k % 4]) };
-                let idx = if k < 4 {
-                    raw
-                } else {
-                    _mm512_srli_epi32::<4>(raw)
-                };
-                let kv = _mm512_shuffle_epi8(table, _mm512_and_si512(idx, _mm512_set1_epi8(0x0F)));
+                // SAFETY: this function's features.
+                let kv = _mm512_shuffle_epi8(table, unsafe { iq4_xs_index(g, j, k) });
                 // Levels 0, 2 and 1, 3 of each word as i16, times the scale.
                 let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(kv));
                 let odd = _mm512_srai_epi16::<8>(kv);
@@ -1240,33 +1260,12 @@ fn iq4_xs_few<const T: usize>(
         .all(|(i, &k)| (k < 0) == (i < 8)));
     // SAFETY: 16 readable bytes; this function's features.
     let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(magnitudes.as_ptr().cast())) };
-    let (m0f, m03) = (_mm512_set1_epi32(0x0F), _mm512_set1_epi32(0x03));
-    let (nib, bit3) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x08));
+    let bit3 = _mm512_set1_epi8(0x08);
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
-        // SAFETY: rows of `scales_l`, `scales_h` and `d`.
-        let (sl, sh, dx) = unsafe {
-            (
-                ld(&g.scales_l),
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256(g.scales_h.as_ptr().cast())),
-                ld_f16(&g.d),
-            )
-        };
-        // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
-        let scale: [__m512i; 8] = std::array::from_fn(|j| {
-            let low = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * j as i32)), m0f);
-            let high =
-                _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * j as i32)), m03);
-            let ls = _mm512_sub_epi32(
-                _mm512_or_si512(low, _mm512_slli_epi32::<4>(high)),
-                _mm512_set1_epi32(32),
-            );
-            _mm512_or_si512(
-                _mm512_and_si512(ls, _mm512_set1_epi32(0xFFFF)),
-                _mm512_slli_epi32::<16>(ls),
-            )
-        });
+        // SAFETY: this function's features.
+        let (scale, dx) = unsafe { iq4_xs_scales(g) };
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
@@ -1276,16 +1275,8 @@ fn iq4_xs_few<const T: usize>(
             let mut lane = [_mm512_setzero_si512(); T];
             let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
-                // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k (k < 4)
-                // or the high nibbles of word 4j + k - 4.
-                // SAFETY: a row of `qs`.
-                let raw = unsafe { ld(&g.qs[4 * j + k % 4]) };
-                let idx = if k < 4 {
-                    raw
-                } else {
-                    _mm512_srli_epi32::<4>(raw)
-                };
-                let idx = _mm512_and_si512(idx, nib);
+                // SAFETY: this function's features.
+                let idx = unsafe { iq4_xs_index(g, j, k) };
                 let mag = _mm512_shuffle_epi8(table, idx);
                 let negative = _mm512_testn_epi8_mask(idx, bit3);
                 let m = 8 * j + k;
