@@ -602,7 +602,11 @@ unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // ---------------------------------------------------------------------------------------------
 // Q6_K in `vec_dot` order: lane `l` takes values whose index mod 32 is in `4l..4l + 4`, with q
 // unsigned (0..64), each times its 16-value group's scale, less `32 * (bsum[2l] * scale[2l] +
-// bsum[2l + 1] * scale[2l + 1])`.
+// bsum[2l + 1] * scale[2l + 1])`. The four values of a lane's word share a group: their sum
+// q . y by `vpdpbusd` fits an i16 (|sum| <= 4 * 63 * 127), so two groups' sums go into one
+// word's halves and one `vpdpwssd` multiplies both by their scales (`vec_dot` pairs values
+// with `vpmaddubsw` and multiplies each pair sum by its scale: the same integers, with three
+// multiplies for 128 products instead of four).
 
 /// One Q6_K block of sixteen rows (3360 bytes, sixteen blocks' worth).
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -651,12 +655,16 @@ fn q6_k_tokens<const T: usize>(
 ) {
     let m30 = _mm512_set1_epi32(0x3030_3030);
     let z = 0x80;
-    // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+    // Scale bytes `i` and `i + 2` of a word, sign-extended into the two i16 halves (via `<< 8`,
+    // then `>> 8`).
     // SAFETY: this function's features.
-    let dup: [__m512i; 4] =
-        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
+    let (pair02, pair13) = unsafe { (word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])) };
     // SAFETY: as above.
     let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
+    // The low i16 half of each word moved to the high half.
+    // SAFETY: as above.
+    let to_high = unsafe { word_shuffle([z, z, 0, 1]) };
+    let low16 = _mm512_set1_epi32(0xFFFF);
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
         // SAFETY: rows of `sc` and `d`.
@@ -666,9 +674,10 @@ fn q6_k_tokens<const T: usize>(
                 ld_f16(&g.d),
             )
         };
-        // (scale[group], scale[group]) as i16 pairs, for the sixteen groups.
-        let scale: [__m512i; 16] = std::array::from_fn(|group| {
-            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]))
+        // (scale[group], scale[group + 2]) as i16 pairs, for groups 8h + 4p + i (i = 0, 1): the
+        // groups of values 128h + 32w + 4k..+4 for w = 2p and 2p + 1, k / 4 = i.
+        let scale: [[__m512i; 2]; 4] = std::array::from_fn(|q| {
+            [pair02, pair13].map(|c| _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[q], c)))
         });
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
@@ -690,9 +699,9 @@ fn q6_k_tokens<const T: usize>(
                 };
                 _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off))
             });
-            // With one token, two chains (h = 0 and 1), added at the end: one chain of
-            // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
-            // waiting. (Several tokens have chains enough.)
+            // With one token, two chains (h = 0 and 1), added at the end: one chain of nine
+            // dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
+            // (Several tokens have chains enough.)
             let mut lane1 = [_mm512_setzero_si512(); T];
             for h in 0..2 {
                 // SAFETY: rows of `ql`, `qh`.
@@ -716,18 +725,36 @@ fn q6_k_tokens<const T: usize>(
                     ]
                 };
                 // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                for (w, v) in v.into_iter().enumerate() {
-                    let s = scale[8 * h + 2 * w + k / 4];
+                for p in 0..2 {
+                    let s = scale[2 * h + p][k / 4];
+                    let (va, vb) = (v[2 * p], v[2 * p + 1]);
                     for t in 0..T {
                         let chain = if T > 1 || h == 0 {
                             &mut lane[t]
                         } else {
                             &mut lane1[t]
                         };
-                        // SAFETY: four values of the token's 256; this function's features.
+                        // SAFETY: four values of the token's 256 each; this function's
+                        // features.
                         *chain = unsafe {
-                            let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
-                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), s)
+                            let at = 128 * h + 64 * p + 4 * k;
+                            let sa = _mm512_dpbusd_epi32(
+                                _mm512_setzero_si512(),
+                                va,
+                                bcast4(y[t].add(at)),
+                            );
+                            let sb = _mm512_dpbusd_epi32(
+                                _mm512_setzero_si512(),
+                                vb,
+                                bcast4(y[t].add(at + 32)),
+                            );
+                            // (sa, sb) as the halves of each word: (a & low16) | b.
+                            let both = _mm512_ternarylogic_epi32::<0xEA>(
+                                sa,
+                                low16,
+                                _mm512_shuffle_epi8(sb, to_high),
+                            );
+                            dpwssd(*chain, both, s)
                         };
                     }
                 }
