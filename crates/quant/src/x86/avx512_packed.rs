@@ -602,11 +602,10 @@ unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // ---------------------------------------------------------------------------------------------
 // Q6_K in `vec_dot` order: lane `l` takes values whose index mod 32 is in `4l..4l + 4`, with q
 // unsigned (0..64), each times its 16-value group's scale, less `32 * (bsum[2l] * scale[2l] +
-// bsum[2l + 1] * scale[2l + 1])`. The four values of a lane's word share a group: their sum
-// q . y by `vpdpbusd` fits an i16 (|sum| <= 4 * 63 * 127), so two groups' sums go into one
-// word's halves and one `vpdpwssd` multiplies both by their scales (`vec_dot` pairs values
-// with `vpmaddubsw` and multiplies each pair sum by its scale: the same integers, with three
-// multiplies for 128 products instead of four).
+// bsum[2l + 1] * scale[2l + 1])`. The integer lane sums are the same however they are formed:
+// `vec_dot`'s way (`vpmaddubsw` pairs, each pair sum times its scale by `vpdpwssd`) for
+// batches, and for one token the four values of a lane's word (one group) summed by
+// `vpdpbusd`, which fits an i16 (|sum| <= 4 * 63 * 127), two groups a `vpdpwssd`.
 
 /// One Q6_K block of sixteen rows (3360 bytes, sixteen blocks' worth).
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -648,6 +647,115 @@ impl Pack for Q6KPacked {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
 fn q6_k_tokens<const T: usize>(
+    g: &[Q6KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let m30 = _mm512_set1_epi32(0x3030_3030);
+    let z = 0x80;
+    // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+    // SAFETY: this function's features.
+    let dup: [__m512i; 4] =
+        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
+    // SAFETY: as above.
+    let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
+    let mut acc = [[_mm512_setzero_ps(); 8]; T];
+    for (b, g) in g.iter().enumerate() {
+        // SAFETY: rows of `sc` and `d`.
+        let (sc, dx) = unsafe {
+            (
+                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
+                ld_f16(&g.d),
+            )
+        };
+        // (scale[group], scale[group]) as i16 pairs, for the sixteen groups.
+        let scale: [__m512i; 16] = std::array::from_fn(|group| {
+            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]))
+        });
+        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        for k in 0..8 {
+            prefetch_part(g, k, 8);
+            // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]), times -32.
+            let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(
+                sc[k / 2],
+                if k % 2 == 0 { pair01 } else { pair23 },
+            ));
+            let mut lane: [__m512i; T] = std::array::from_fn(|t| {
+                // SAFETY: i16 elements 2k, 2k + 1 of the bsums; this function's features.
+                let off = unsafe {
+                    dpwssd(
+                        _mm512_setzero_si512(),
+                        pair,
+                        bcast4(ys[t][b].bsums.as_ptr().add(2 * k)),
+                    )
+                };
+                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off))
+            });
+            // With one token, two chains (h = 0 and 1), added at the end: one chain of
+            // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
+            // waiting. (Several tokens have chains enough.)
+            let mut lane1 = [_mm512_setzero_si512(); T];
+            for h in 0..2 {
+                // SAFETY: rows of `ql`, `qh`.
+                let (ql0, ql1, qh) = unsafe {
+                    (
+                        ld(&g.ql[16 * h + k]),
+                        ld(&g.ql[16 * h + 8 + k]),
+                        ld(&g.qh[8 * h + k]),
+                    )
+                };
+                // SAFETY: this function's features.
+                let v = unsafe {
+                    [
+                        nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
+                        nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
+                        nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
+                        nibble_or(
+                            _mm512_srli_epi32::<4>(ql1),
+                            _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
+                        ),
+                    ]
+                };
+                // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
+                for (w, v) in v.into_iter().enumerate() {
+                    let s = scale[8 * h + 2 * w + k / 4];
+                    for t in 0..T {
+                        let chain = if T > 1 || h == 0 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
+                        // SAFETY: four values of the token's 256; this function's features.
+                        *chain = unsafe {
+                            let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
+                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), s)
+                        };
+                    }
+                }
+            }
+            for t in 0..T {
+                let lane = _mm512_add_epi32(lane[t], lane1[t]);
+                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
+            }
+        }
+    }
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: this function's features.
+        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
+    }
+}
+
+/// [`q6_k_tokens`] for one token (decode): each four values' sum by `vpdpbusd`, two groups'
+/// sums as the halves of a word, one `vpdpwssd` by both scales. Three multiplies for 128
+/// products instead of four, but more operations a token: tilebench Q6_K 512 2048, one token
+/// 38.0 -> 43.1 GMAC/s, two and three equal, eight 103.8 -> 96.3 and 64 103-119 -> 95.7 had
+/// it run every pass.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn q6_k_few<const T: usize>(
     g: &[Q6KPacked],
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
@@ -777,7 +885,11 @@ fn q6_k_tokens<const T: usize>(
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+    if a.len() == per_row {
+        group_passes!(p, per_row, a, out, q6_k_few, 1, [], ());
+    } else {
+        group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
