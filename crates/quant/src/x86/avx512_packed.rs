@@ -641,6 +641,65 @@ impl Pack for Q6KPacked {
     }
 }
 
+/// The values `128h + 32w + 4k..+4` of a group's sixteen rows (`w = 0..4`, one byte a value,
+/// q unsigned 0..64): the low or high nibbles of `ql` words `16h + k` and `16h + 8 + k`, with
+/// their two high bits from `qh` word `8h + k`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn q6_k_values(g: &Q6KPacked, h: usize, k: usize) -> [__m512i; 4] {
+    // SAFETY: the caller's features; rows of `ql`, `qh`.
+    unsafe {
+        let m30 = _mm512_set1_epi32(0x3030_3030);
+        let (ql0, ql1, qh) = (
+            ld(&g.ql[16 * h + k]),
+            ld(&g.ql[16 * h + 8 + k]),
+            ld(&g.qh[8 * h + k]),
+        );
+        [
+            nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
+            nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
+            nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
+            nibble_or(
+                _mm512_srli_epi32::<4>(ql1),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
+            ),
+        ]
+    }
+}
+
+/// Each token's lane `k` started at its offset: `-32 * (scale[2k] * bsum[2k] + scale[2k + 1] *
+/// bsum[2k + 1])` (`sc`: the group's scale words; `pairs`: [`word_shuffle`]s of bytes 0, 1 and
+/// 2, 3 into the high bytes of a word's halves).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW, and VNNI.
+#[inline(always)]
+unsafe fn q6_k_offsets<const T: usize>(
+    sc: &[__m512i; 4],
+    pairs: &[__m512i; 2],
+    k: usize,
+    ys: [&BlockQ8K; T],
+) -> [__m512i; T] {
+    // SAFETY: the caller's features; i16 elements 2k, 2k + 1 of each token's bsums.
+    unsafe {
+        let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[k / 2], pairs[k % 2]));
+        // A loop, not `map`: a closure would not share the callers' features, and the
+        // intrinsics would stay calls.
+        let mut lanes = [_mm512_setzero_si512(); T];
+        for (lane, y) in lanes.iter_mut().zip(ys) {
+            let off = dpwssd(
+                _mm512_setzero_si512(),
+                pair,
+                bcast4(y.bsums.as_ptr().add(2 * k)),
+            );
+            *lane = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off));
+        }
+        lanes
+    }
+}
+
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
 /// r0..][..16]`.
 #[inline]
@@ -652,14 +711,14 @@ fn q6_k_tokens<const T: usize>(
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let m30 = _mm512_set1_epi32(0x3030_3030);
     let z = 0x80;
+    // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
+    // SAFETY: this function's features.
+    let pairs = unsafe { [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])] };
     // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
     // SAFETY: this function's features.
     let dup: [__m512i; 4] =
         std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
-    // SAFETY: as above.
-    let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
         // SAFETY: rows of `sc` and `d`.
@@ -677,47 +736,15 @@ fn q6_k_tokens<const T: usize>(
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
             prefetch_part(g, k, 8);
-            // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]), times -32.
-            let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(
-                sc[k / 2],
-                if k % 2 == 0 { pair01 } else { pair23 },
-            ));
-            let mut lane: [__m512i; T] = std::array::from_fn(|t| {
-                // SAFETY: i16 elements 2k, 2k + 1 of the bsums; this function's features.
-                let off = unsafe {
-                    dpwssd(
-                        _mm512_setzero_si512(),
-                        pair,
-                        bcast4(ys[t][b].bsums.as_ptr().add(2 * k)),
-                    )
-                };
-                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off))
-            });
+            // SAFETY: this function's features.
+            let mut lane: [__m512i; T] = unsafe { q6_k_offsets(&sc, &pairs, k, ys.map(|y| &y[b])) };
             // With one token, two chains (h = 0 and 1), added at the end: one chain of
             // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
             // waiting. (Several tokens have chains enough.)
             let mut lane1 = [_mm512_setzero_si512(); T];
             for h in 0..2 {
-                // SAFETY: rows of `ql`, `qh`.
-                let (ql0, ql1, qh) = unsafe {
-                    (
-                        ld(&g.ql[16 * h + k]),
-                        ld(&g.ql[16 * h + 8 + k]),
-                        ld(&g.qh[8 * h + k]),
-                    )
-                };
                 // SAFETY: this function's features.
-                let v = unsafe {
-                    [
-                        nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
-                        nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
-                        nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
-                        nibble_or(
-                            _mm512_srli_epi32::<4>(ql1),
-                            _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
-                        ),
-                    ]
-                };
+                let v = unsafe { q6_k_values(g, h, k) };
                 // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
                 for (w, v) in v.into_iter().enumerate() {
                     let s = scale[8 * h + 2 * w + k / 4];
@@ -761,14 +788,14 @@ fn q6_k_few<const T: usize>(
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let m30 = _mm512_set1_epi32(0x3030_3030);
     let z = 0x80;
+    // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
+    // SAFETY: this function's features.
+    let pairs = unsafe { [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])] };
     // Scale bytes `i` and `i + 2` of a word, sign-extended into the two i16 halves (via `<< 8`,
     // then `>> 8`).
     // SAFETY: this function's features.
     let (pair02, pair13) = unsafe { (word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])) };
-    // SAFETY: as above.
-    let (pair01, pair23) = unsafe { (word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])) };
     // The low i16 half of each word moved to the high half.
     // SAFETY: as above.
     let to_high = unsafe { word_shuffle([z, z, 0, 1]) };
@@ -791,47 +818,15 @@ fn q6_k_few<const T: usize>(
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
             prefetch_part(g, k, 8);
-            // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]), times -32.
-            let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(
-                sc[k / 2],
-                if k % 2 == 0 { pair01 } else { pair23 },
-            ));
-            let mut lane: [__m512i; T] = std::array::from_fn(|t| {
-                // SAFETY: i16 elements 2k, 2k + 1 of the bsums; this function's features.
-                let off = unsafe {
-                    dpwssd(
-                        _mm512_setzero_si512(),
-                        pair,
-                        bcast4(ys[t][b].bsums.as_ptr().add(2 * k)),
-                    )
-                };
-                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off))
-            });
+            // SAFETY: this function's features.
+            let mut lane: [__m512i; T] = unsafe { q6_k_offsets(&sc, &pairs, k, ys.map(|y| &y[b])) };
             // With one token, two chains (h = 0 and 1), added at the end: one chain of nine
             // dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
             // (Several tokens have chains enough.)
             let mut lane1 = [_mm512_setzero_si512(); T];
             for h in 0..2 {
-                // SAFETY: rows of `ql`, `qh`.
-                let (ql0, ql1, qh) = unsafe {
-                    (
-                        ld(&g.ql[16 * h + k]),
-                        ld(&g.ql[16 * h + 8 + k]),
-                        ld(&g.qh[8 * h + k]),
-                    )
-                };
                 // SAFETY: this function's features.
-                let v = unsafe {
-                    [
-                        nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
-                        nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
-                        nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
-                        nibble_or(
-                            _mm512_srli_epi32::<4>(ql1),
-                            _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
-                        ),
-                    ]
-                };
+                let v = unsafe { q6_k_values(g, h, k) };
                 // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
                 for p in 0..2 {
                     let s = scale[2 * h + p][k / 4];
