@@ -1231,12 +1231,12 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 pub(crate) struct IQ4XSPacked {
     /// Word `m` of each row's 128 bytes of level indices (`m = 4j + k`: values `32j + 4k..+4`
     /// in the low nibbles, `32j + 16 + 4k..+4` in the high).
-    qs: [[u32; ROWS]; 32],
+    pub(super) qs: [[u32; ROWS]; 32],
     /// Each row's four bytes of the scales' low four bits.
-    scales_l: [u32; ROWS],
+    pub(super) scales_l: [u32; ROWS],
     /// Each row's two high bits of the eight scales.
-    scales_h: [u16; ROWS],
-    d: [u16; ROWS],
+    pub(super) scales_h: [u16; ROWS],
+    pub(super) d: [u16; ROWS],
 }
 const _: () = assert!(size_of::<IQ4XSPacked>() == ROWS * size_of::<BlockIQ4XS>());
 
