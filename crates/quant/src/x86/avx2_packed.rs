@@ -286,9 +286,7 @@ macro_rules! q4_k_tokens {
                     }
                 }
                 for t in 0..T {
-                    let o = &mut out[(t0 + t) * stride + r0 + 8 * h..][..8];
-                    // SAFETY: 8 writable floats.
-                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_sub_ps(main[t], mins[t])) };
+                    store_rows8(out, (stride, r0, t0), t, h, _mm256_sub_ps(main[t], mins[t]));
                 }
             }
         }
@@ -338,6 +336,21 @@ unsafe fn q4_k_vnni(
 // token's group sums), each fused into its own float by `d_y * d_x`, the eight added at the
 // end as `avx2::hsum` adds ggml's lanes: [`super::avx512_packed`]'s Q6_K, eight rows a
 // register.
+
+/// Eight rows' results `v` (rows `8h..8h + 8` of the group) for token `t0 + t` into
+/// `out[(t0 + t) * stride + r0 + 8h..][..8]` (the `(stride, r0, t0)` of a pass).
+#[inline(always)]
+fn store_rows8(
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+    t: usize,
+    h: usize,
+    v: __m256,
+) {
+    let o = &mut out[(t0 + t) * stride + r0 + 8 * h..][..8];
+    // SAFETY: 8 writable floats; AVX (the callers' features).
+    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+}
 
 /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
 #[inline(always)]
@@ -433,9 +446,8 @@ fn q6_k_tokens<const T: usize>(
             }
         }
         for (t, a) in acc.iter().enumerate() {
-            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
-            // SAFETY: 8 writable floats; this function's features.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+            // SAFETY: this function's features.
+            store_rows8(out, (stride, r0, t0), t, hr, unsafe { hsum8(a) });
         }
     }
 }
@@ -539,9 +551,8 @@ fn iq4_xs_tokens<const T: usize>(
             }
         }
         for (t, a) in acc.iter().enumerate() {
-            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
-            // SAFETY: 8 writable floats; this function's features.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), hsum8(a)) };
+            // SAFETY: this function's features.
+            store_rows8(out, (stride, r0, t0), t, hr, unsafe { hsum8(a) });
         }
     }
 }
@@ -654,9 +665,9 @@ fn q5_k_tokens<const T: usize>(
             }
         }
         for (t, a) in acc.iter().enumerate() {
-            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
-            // SAFETY: 8 writable floats; this function's features.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), _mm256_add_ps(hsum8(a), mins[t])) };
+            // SAFETY: this function's features.
+            let v = _mm256_add_ps(unsafe { hsum8(a) }, mins[t]);
+            store_rows8(out, (stride, r0, t0), t, hr, v);
         }
     }
 }
@@ -775,9 +786,7 @@ fn tokens32<P: Pack32, const T: usize>(
             if P::MIN {
                 v = _mm256_add_ps(v, mins[t]);
             }
-            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
-            // SAFETY: 8 writable floats.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+            store_rows8(out, (stride, r0, t0), t, hr, v);
         }
     }
 }
@@ -834,9 +843,7 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
             }
         }
         for (t, &a) in acc.iter().enumerate() {
-            let o = &mut out[(t0 + t) * stride + r0 + 8 * hr..][..8];
-            // SAFETY: 8 writable floats.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+            store_rows8(out, (stride, r0, t0), t, hr, a);
         }
     }
 }
