@@ -1490,27 +1490,26 @@ mod tests {
         // same first position but different numbers of them, as the tokens of a batch do
         // (they then share their rows where they overlap; the first of them is not the one
         // that sees the most, as in a batch, where it is the earliest token).
-        for (hd, n_head, n_head_kv, n_pos, one, ends) in [
-            (64, 9, 3, 300, false, false),
-            (64, 7, 7, 17, false, false),
-            (128, 4, 2, 129, false, false),
-            (128, 3, 1, 70, false, false),
-            (256, 4, 1, 97, false, false),
-            (64, 4, 1, 1, false, false),
-            (64, 8, 2, 300, true, false),
-            (64, 9, 3, 77, true, false),
-            (128, 4, 1, 129, true, false),
-            (64, 8, 2, 203, false, true),
-            (128, 6, 1, 150, false, true),
-            (256, 3, 1, 61, false, true),
+        for (hd, n_head, n_head_kv, n_pos, one, ends, ties) in [
+            (64, 9, 3, 300, false, false, false),
+            (64, 7, 7, 17, false, false, false),
+            (128, 4, 2, 129, false, false, false),
+            (128, 3, 1, 70, false, false, false),
+            (256, 4, 1, 97, false, false, false),
+            (64, 4, 1, 1, false, false, false),
+            (64, 8, 2, 300, true, false, false),
+            (64, 9, 3, 77, true, false, false),
+            (128, 4, 1, 129, true, false, false),
+            (64, 8, 2, 203, false, true, false),
+            (128, 6, 1, 150, false, true, false),
+            (256, 3, 1, 61, false, true, false),
             // `ties`: values far from zero and scores that fall from the first position on, so
             // the accumulator outgrows each step's product and is never rescaled: many f32
             // sums are inexact, some of those are F16 ties (ggml's F16 path rounds them by
             // the exact sum, not to even), and a tie rounded the wrong way stays in the output.
-            (128, 4, 1, 300, false, false),
-            (256, 2, 1, 200, false, true),
+            (128, 4, 1, 300, false, false, true),
+            (256, 2, 1, 200, false, true, true),
         ] {
-            let ties = n_pos >= 200 && hd >= 128;
             let s = AttnShape {
                 n_head,
                 n_head_kv,

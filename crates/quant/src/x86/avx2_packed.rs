@@ -480,12 +480,9 @@ fn iq4_xs_tokens<const T: usize>(
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let mut levels = [0u8; 16];
-    for (l, &k) in levels.iter_mut().zip(&KVALUES_IQ4NL) {
-        *l = k as u8;
-    }
-    // SAFETY: 16 readable bytes; AVX2 (this function's features).
-    let table = unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(levels.as_ptr().cast())) };
+    // SAFETY: the 16 levels' bytes; AVX2 (this function's features).
+    let table =
+        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast())) };
     let (m0f, m03, nib) = (
         _mm256_set1_epi32(0x0F),
         _mm256_set1_epi32(0x03),

@@ -1318,12 +1318,8 @@ fn iq4_xs_tokens<const T: usize>(
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let mut levels = [0u8; 16];
-    for (l, &k) in levels.iter_mut().zip(&KVALUES_IQ4NL) {
-        *l = k as u8;
-    }
-    // SAFETY: 16 readable bytes; this function's features.
-    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(levels.as_ptr().cast())) };
+    // SAFETY: the 16 levels' bytes; this function's features.
+    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast())) };
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     for (b, g) in g.iter().enumerate() {
         // SAFETY: this function's features.
@@ -1384,16 +1380,12 @@ fn iq4_xs_few<const T: usize>(
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let mut magnitudes = [0u8; 16];
-    for (m, &k) in magnitudes.iter_mut().zip(&KVALUES_IQ4NL) {
-        *m = k.unsigned_abs();
-    }
-    debug_assert!(KVALUES_IQ4NL
-        .iter()
-        .enumerate()
-        .all(|(i, &k)| (k < 0) == (i < 8)));
-    // SAFETY: 16 readable bytes; this function's features.
-    let table = unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(magnitudes.as_ptr().cast())) };
+    // The levels' magnitudes. SAFETY: the 16 levels' bytes; this function's features.
+    let table = unsafe {
+        _mm512_abs_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(
+            KVALUES_IQ4NL.as_ptr().cast(),
+        )))
+    };
     let bit3 = _mm512_set1_epi8(0x08);
     let zero = _mm512_setzero_si512();
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
@@ -1749,32 +1741,45 @@ impl Pack for IQ4NLPacked {
     }
 }
 
+/// The IQ4_NL levels plus 128, as unsigned bytes (looked up sixteen at a time by `vpshufb`).
+const IQ4NL_PLUS_128: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+// The IQ4_XS kernels take a level's sign from bit 3 of its index: levels 0..8 are the negative
+// ones.
+const _: () = {
+    let mut i = 0;
+    while i < 16 {
+        assert!((KVALUES_IQ4NL[i] < 0) == (i < 8));
+        i += 1;
+    }
+};
+
 impl Pack32 for IQ4NLPacked {
     type A = BlockQ8_0;
     const OFFSET: i32 = 128;
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
-        // The levels plus 128, as unsigned bytes, looked up sixteen at a time.
-        let mut table = [0u8; 16];
-        for (t, &k) in table.iter_mut().zip(&KVALUES_IQ4NL) {
-            *t = (k as i16 + 128) as u8;
-        }
         // SAFETY: 16 readable bytes; the caller's features.
         unsafe {
-            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr().cast()));
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_PLUS_128.as_ptr().cast()));
             _mm512_shuffle_epi8(table, nibble_lane(&self.qs, None, l))
         }
     }
     #[inline(always)]
     unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
-        let mut table = [0u8; 16];
-        for (t, &k) in table.iter_mut().zip(&KVALUES_IQ4NL) {
-            *t = (k as i16 + 128) as u8;
-        }
         // SAFETY: 16 readable bytes; the caller's features.
         unsafe {
-            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(table.as_ptr().cast()));
+            let table =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_PLUS_128.as_ptr().cast()));
             _mm256_shuffle_epi8(table, nibble_lane8(&self.qs, None, l, h))
         }
     }
