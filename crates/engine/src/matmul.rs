@@ -225,30 +225,121 @@ pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
 /// [`matmul`] for several matrices that take the same input (Q, K and V; gate and up) in one
 /// hand-off to the threads: each thread takes its share of every matrix.
 pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads: &Threads) {
-    const MAX: usize = 4;
-    assert!(ws.len() == outs.len() && ws.len() <= MAX);
+    assert!(ws.len() == outs.len() && ws.len() <= MAX_MANY);
     let n = acts.n;
-    let mut shared = [SharedOut(std::ptr::null_mut(), 0); MAX];
+    let mut shared = [SharedOut(std::ptr::null_mut(), 0); MAX_MANY];
     for ((w, out), sh) in ws.iter().zip(outs.iter_mut()).zip(&mut shared) {
         assert_eq!(acts.ty, w.act, "activations quantized for another type");
         assert!(out.len() >= n * w.rows);
         *sh = SharedOut(out.as_mut_ptr(), out.len());
     }
-    // Each matrix is split over the threads on its own, so that the shares stay equal when
-    // the matrices' formats cost differently per row (Q4_K_M's V is often Q6_K); a share is a
-    // whole number of row groups, which keeps the kernels off their row-tail paths and is
-    // what packed matrices are multiplied in.
-    const GROUP: usize = synapse_quant::PACK_GROUP_ROWS;
     let t = threads.n();
-    threads.pool.run(&|i| {
+    if t == 1 {
         for (w, out) in ws.iter().zip(&shared) {
-            let chunk = w.rows.div_ceil(t).next_multiple_of(GROUP);
-            let (lo, hi) = ((i * chunk).min(w.rows), ((i + 1) * chunk).min(w.rows));
-            if lo < hi {
-                matmul_rows(w, acts, out, lo..hi);
+            matmul_rows(w, acts, out, 0..w.rows);
+        }
+        return;
+    }
+    let bytes: usize = ws.iter().map(|w| w.rows * w.row_bytes).sum();
+    if n == 1 && bytes < t * STATIC_BELOW {
+        // Equal shares of each matrix, a whole number of groups each.
+        threads.pool.run(&|i| {
+            for (w, out) in ws.iter().zip(&shared) {
+                let chunk = w.rows.div_ceil(t).next_multiple_of(GROUP);
+                let (lo, hi) = ((i * chunk).min(w.rows), ((i + 1) * chunk).min(w.rows));
+                if lo < hi {
+                    matmul_rows(w, acts, out, lo..hi);
+                }
             }
+        });
+        return;
+    }
+    let work = Claims::new(ws, n, t);
+    threads.pool.run(&|_| {
+        while let Some((m, rows)) = work.claim() {
+            matmul_rows(ws[m], acts, &shared[m], rows);
         }
     });
+}
+
+/// Below this many weight bytes a thread, a one-token product is split into equal shares
+/// instead of [`Claims`]: it takes a few microseconds, and the claims' hand-offs cost more
+/// than the imbalance they remove (SmolLM2's decode at two threads, 1.5 MB a layer: 315 ->
+/// 283 tok/s with claims).
+const STATIC_BELOW: usize = 1 << 20;
+
+/// The rows of a [`matmul_many`] call, handed to the threads in pieces as they ask
+/// (guided self-scheduling): each claim takes a share of what is left of its matrix, large
+/// at first (a long run of rows, which the prefetchers stream best) and smaller towards the
+/// end, down to a floor. A thread slowed by the machine (an interrupt, a neighbour on the
+/// memory bus) takes fewer pieces instead of leaving the others waiting at the end: a static
+/// split of equal shares left two threads waiting for each other for about a tenth of a
+/// decode step. Which thread computes a row changes nothing in its bits (D1): each row is one
+/// dot product per token whatever range it falls in, and every piece starts on a whole group
+/// of [`GROUP`] rows, as the packed matrices and the kernels' row tiles want.
+struct Claims<'w> {
+    ws: &'w [&'w Matrix<'w>],
+    /// The next unclaimed group, counted through the matrices in order.
+    next: std::sync::atomic::AtomicUsize,
+    /// Where each matrix's groups start in that count, and (at `ws.len()`) where the last ends.
+    starts: [usize; MAX_MANY + 1],
+    /// The smallest claim of each matrix, in groups.
+    floor: [usize; MAX_MANY],
+    threads: usize,
+}
+
+const MAX_MANY: usize = 4;
+const GROUP: usize = synapse_quant::PACK_GROUP_ROWS;
+
+/// The least weight bytes a claim covers at one token, so that each piece is a stream the
+/// prefetchers reach full speed on (about sixteen rows of an 8192-column Q4_K matrix).
+const MIN_CLAIM_BYTES: usize = 64 << 10;
+
+impl<'w> Claims<'w> {
+    fn new(ws: &'w [&'w Matrix<'w>], n_tokens: usize, threads: usize) -> Claims<'w> {
+        let mut starts = [0; MAX_MANY + 1];
+        let mut floor = [1; MAX_MANY];
+        for (m, w) in ws.iter().enumerate() {
+            let groups = w.rows.div_ceil(GROUP);
+            starts[m + 1] = starts[m] + groups;
+            let least = if n_tokens == 1 {
+                MIN_CLAIM_BYTES.div_ceil(GROUP * w.row_bytes.max(1))
+            } else {
+                ROW_TILE / GROUP
+            };
+            // A small matrix still ends in pieces that the threads share evenly.
+            floor[m] = least.min(groups.div_ceil(2 * threads)).max(1);
+        }
+        Claims {
+            ws,
+            next: std::sync::atomic::AtomicUsize::new(0),
+            starts,
+            floor,
+            threads,
+        }
+    }
+
+    /// The next piece: a matrix and a range of its rows; `None` once every row is taken.
+    fn claim(&self) -> Option<(usize, Range<usize>)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut cur = self.next.load(Relaxed);
+        loop {
+            let m = (0..self.ws.len()).find(|&m| cur < self.starts[m + 1])?;
+            let left = self.starts[m + 1] - cur;
+            let take = (left / (2 * self.threads)).max(self.floor[m]).min(left);
+            match self
+                .next
+                .compare_exchange_weak(cur, cur + take, Relaxed, Relaxed)
+            {
+                Ok(_) => {
+                    let first = (cur - self.starts[m]) * GROUP;
+                    let end = ((cur + take - self.starts[m]) * GROUP).min(self.ws[m].rows);
+                    return Some((m, first..end));
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
 }
 
 /// Rows dotted with a chunk of tokens while they are hot in cache (prefill reads each weight
@@ -441,4 +532,130 @@ pub fn parallel_chunks_mut(
         };
         f(pieces.start, run);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use synapse_gguf::TensorInfo;
+
+    /// Values in -1..1 from a fixed sequence (a 64-bit LCG's top bits).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    /// `n` values' worth of random blocks of `ty` whose f16 scales are finite and moderate
+    /// (random bits would make some NaN).
+    fn random_blocks(ty: GgmlType, n: usize, seed: u64) -> Vec<u8> {
+        let scales: &[usize] = match ty {
+            GgmlType::Q4_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            GgmlType::Q8_0 => &[0],
+            _ => unreachable!("{ty}"),
+        };
+        let bytes = ty.bytes_for(n as u64).unwrap() as usize;
+        let mut s = seed;
+        let mut w: Vec<u8> = (0..bytes)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 56) as u8
+            })
+            .collect();
+        for (i, b) in w.chunks_exact_mut(ty.block_bytes()).enumerate() {
+            for &at in scales {
+                // Exponents 10..14: magnitudes 2^-5 to 2^-1.
+                let bits = (((10 + i % 5) << 10) | ((i * 37) % 1024)) as u16;
+                b[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    /// `out` for `n` tokens of `x` through [`matmul_many`] on `threads` threads.
+    fn product(ws: &[&Matrix], x: &[f32], n: usize, threads: usize) -> Vec<Vec<f32>> {
+        let cols = ws[0].cols;
+        let mut acts = Acts::with_capacity(n, cols);
+        let threads = Threads::new(threads);
+        acts.quantize(ws[0].act_type(), &x[..n * cols], cols, &threads);
+        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0; n * w.rows]).collect();
+        let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        matmul_many(ws, &acts, &mut views, &threads);
+        outs
+    }
+
+    /// D1 and G1 through the thread hand-out: one token and batches give every row the same
+    /// bits on 1 to 4 threads, whether the rows are claimed in pieces (a matrix large enough,
+    /// a row count that is not a whole number of groups) or split in equal shares (a small
+    /// matrix in the same call).
+    #[test]
+    fn every_thread_count_and_batch_gives_the_same_bits() {
+        let cols = 1024;
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+            let shapes = [(16 * 600 + 5, 1), (16 * 3 + 7, 2)];
+            let data: Vec<Vec<u8>> = shapes
+                .iter()
+                .map(|&(rows, seed)| random_blocks(ty, rows * cols / 256 * 256, seed))
+                .collect();
+            let infos: Vec<TensorInfo> = shapes
+                .iter()
+                .zip(&data)
+                .map(|(&(rows, _), d)| TensorInfo {
+                    name: "w".into(),
+                    ggml_type: ty,
+                    shape: vec![cols as u64, rows as u64],
+                    offset: 0,
+                    size: d.len() as u64,
+                })
+                .collect();
+            let big_bytes = data[0].len();
+            let matrices: Vec<Matrix> = infos
+                .iter()
+                .zip(&data)
+                .map(|(info, d)| {
+                    let view = TensorView { info, data: d };
+                    Matrix::new(view, cols, None)
+                        .unwrap()
+                        .pack("w", &|_| {})
+                        .unwrap()
+                })
+                .collect();
+            // The large matrix is claimed in pieces at one token on every thread count.
+            assert!(big_bytes + data[1].len() >= 4 * STATIC_BELOW);
+            let ws: Vec<&Matrix> = matrices.iter().collect();
+            let x = values(70 * cols, 3);
+            let one: Vec<Vec<f32>> = (0..70)
+                .map(|t| product(&ws, &x[t * cols..], 1, 1).concat())
+                .collect();
+            for threads in 1..=4 {
+                for t in [0, 69] {
+                    let got = product(&ws, &x[t * cols..], 1, threads).concat();
+                    assert!(got == one[t], "{ty:?}: token {t}, {threads} threads");
+                }
+                for n in [7, 70] {
+                    let got = product(&ws, &x, n, threads);
+                    for (t, want) in one.iter().take(n).enumerate() {
+                        let row: Vec<f32> = got
+                            .iter()
+                            .zip(&ws)
+                            .flat_map(|(o, w)| o[t * w.rows..(t + 1) * w.rows].to_vec())
+                            .collect();
+                        assert!(
+                            row == *want,
+                            "{ty:?}: batch {n}, token {t}, {threads} threads"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
