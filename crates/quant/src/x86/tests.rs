@@ -139,7 +139,7 @@ fn float_kernels<E: f16::Elem>(
     for n in [
         1, 7, 8, 15, 16, 23, 24, 63, 64, 65, 88, 127, 128, 200, 256, 1000, 4100,
     ] {
-        for n_rows in [1, 3, 4, 5, 9] {
+        for n_rows in [1, 3, 4, 5, 9, 37] {
             let wf: Vec<f32> = (0..n * n_rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
             let wb = crate::quantize(ty, &wf).unwrap();
             let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
