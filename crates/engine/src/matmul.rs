@@ -108,6 +108,16 @@ impl<'a> Matrix<'a> {
     pub fn act_type(&self) -> GgmlType {
         self.act
     }
+
+    /// Rows a call of the batch kernel takes. The float formats' kernels widen the batch's
+    /// tokens to f32 once a call and block the rows themselves: at 64 rows a call, widening
+    /// the tokens was a tenth of an F16 file's prefill.
+    fn tile_rows(&self) -> usize {
+        match self.ty {
+            GgmlType::F16 | GgmlType::F32 => 8 * ROW_TILE,
+            _ => ROW_TILE,
+        }
+    }
 }
 
 /// Activations of a batch of tokens, quantized for one activation type.
@@ -305,7 +315,7 @@ impl<'w> Claims<'w> {
             let least = if n_tokens == 1 {
                 MIN_CLAIM_BYTES.div_ceil(GROUP * w.row_bytes.max(1))
             } else {
-                ROW_TILE / GROUP
+                w.tile_rows() / GROUP
             };
             // A small matrix still ends in pieces that the threads share evenly.
             floor[m] = least.min(groups.div_ceil(2 * threads)).max(1);
@@ -385,9 +395,14 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
             }
             .expect("sizes agree by construction");
         }
-        Some(gemm) => in_tiles(acts, &out_slice, w.rows, rows, |r0, r1, a, nt, tile| {
-            gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile)
-        }),
+        Some(gemm) => in_tiles(
+            acts,
+            &out_slice,
+            w.rows,
+            rows,
+            w.tile_rows(),
+            |r0, r1, a, nt, tile| gemm(w_rows(r0, r1), w.row_bytes, a, nt, tile),
+        ),
         None => {
             for r0 in rows.clone().step_by(ROW_TILE) {
                 let r1 = (r0 + ROW_TILE).min(rows.end);
@@ -416,35 +431,46 @@ fn matmul_packed<'o>(
             .expect("sizes agree by construction");
         return;
     }
-    in_tiles(acts, out_slice, n_rows, rows, |r0, r1, a, nt, tile| {
-        p.gemm(r0..r1, a, nt, tile)
-    });
+    in_tiles(
+        acts,
+        out_slice,
+        n_rows,
+        rows,
+        ROW_TILE,
+        |r0, r1, a, nt, tile| p.gemm(r0..r1, a, nt, tile),
+    );
 }
 
 /// Rows `rows` (of `n_rows`) times every token, tile by tile: `gemm(r0, r1, tokens' activation
-/// rows, their count, tile)` fills a `(tokens, r1 - r0)` tile of at most [`ROW_TILE`] rows by
+/// rows, their count, tile)` fills a `(tokens, r1 - r0)` tile of at most `tile_rows` rows by
 /// [`TOKEN_CHUNK`] tokens, copied into `out_slice`.
 fn in_tiles<'o>(
     acts: &Acts,
     out_slice: &impl Fn(usize, usize) -> &'o mut [f32],
     n_rows: usize,
     rows: Range<usize>,
+    tile_rows: usize,
     gemm: impl Fn(usize, usize, &[u8], usize, &mut [f32]) -> Result<(), synapse_quant::QuantError>,
 ) {
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     let n = acts.n;
-    let mut buf = [0.0f32; ROW_TILE * TOKEN_CHUNK];
-    for t0 in (0..n).step_by(TOKEN_CHUNK) {
-        let nt = TOKEN_CHUNK.min(n - t0);
-        let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
-        for r0 in rows.clone().step_by(ROW_TILE) {
-            let r1 = (r0 + ROW_TILE).min(rows.end);
-            let tile = &mut buf[..nt * (r1 - r0)];
-            gemm(r0, r1, a, nt, tile).expect("sizes agree by construction");
-            for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
-                out_slice((t0 + t) * n_rows + r0, r1 - r0).copy_from_slice(o);
+    BUF.with_borrow_mut(|buf| {
+        buf.resize(buf.len().max(tile_rows * TOKEN_CHUNK), 0.0);
+        for t0 in (0..n).step_by(TOKEN_CHUNK) {
+            let nt = TOKEN_CHUNK.min(n - t0);
+            let a = &acts.buf[t0 * acts.row_bytes..(t0 + nt) * acts.row_bytes];
+            for r0 in rows.clone().step_by(tile_rows) {
+                let r1 = (r0 + tile_rows).min(rows.end);
+                let tile = &mut buf[..nt * (r1 - r0)];
+                gemm(r0, r1, a, nt, tile).expect("sizes agree by construction");
+                for (t, o) in tile.chunks_exact(r1 - r0).enumerate() {
+                    out_slice((t0 + t) * n_rows + r0, r1 - r0).copy_from_slice(o);
+                }
             }
         }
-    }
+    });
 }
 
 /// Split `0..n` over threads: for per-head attention and other independent rows.
