@@ -330,6 +330,8 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::IQ4_XS, _) => Some(tile::iq4_xs),
                 (GgmlType::IQ4_NL, false) => Some(tile::iq4_nl),
                 (GgmlType::IQ4_NL, true) => Some(tile::iq4_nl_rows8),
+                (GgmlType::F16, _) => Some(crate::x86::f16::gemm_avx2::<f16>),
+                (GgmlType::F32, _) => Some(crate::x86::f16::gemm_avx2::<f32>),
                 _ => None,
             };
             kernels.extend(k.map(|k| ("avx2", k)));

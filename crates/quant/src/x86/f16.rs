@@ -11,8 +11,9 @@
 //!
 //! - [`dot_512`]: AVX-512, `R` rows at once (one token), each with its own four accumulators.
 //! - [`dot_avx2`]: AVX2, each 16-lane accumulator held as two 8-lane halves.
-//! - [`gemm_512`]: AVX-512 tiles for batches, rows x tokens, one chain of the four at a time,
-//!   the tokens and the rows widened to f32 once per call.
+//! - [`gemm_512`], [`gemm_avx2`]: tiles for batches, rows x tokens, one register of an
+//!   output's accumulators at a time (a quarter of them in 512-bit registers, an eighth in
+//!   256-bit ones), the tokens and the rows widened to f32 once per call ([`gemm_by`]).
 
 use std::arch::x86_64::*;
 
@@ -156,68 +157,169 @@ pub fn dot_avx2<E: Elem>(x: &[E], y: &[E]) -> f32 {
     E::tail(hsum(_mm256_add_ps(lo, hi)), x, y, np)
 }
 
-thread_local! {
-    /// The tokens of a [`gemm_512`] call as f32.
-    static TOKENS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+/// A register of f32 lanes for the batch kernels, and how the reference's 64 scalar chains
+/// (the lanes of its four 16-lane accumulators) lie over registers of it: `CHAINS` registers an
+/// output, register `c` taking values `LANES c..LANES (c + 1)` of every 64-value step.
+///
+/// The methods are `inline(always)` and take no features of their own: they are inlined into
+/// the entries' `target_feature` functions, whose features they need.
+trait Lanes: Copy {
+    const LANES: usize;
+    const CHAINS: usize;
+    /// # Safety
+    /// The CPU must have this width's features.
+    unsafe fn zero() -> Self;
+    /// # Safety
+    /// `p..p + LANES` must be readable; the CPU must have this width's features.
+    unsafe fn load(p: *const f32) -> Self;
+    /// `LANES` values of `E` from `p`, as f32.
+    ///
+    /// # Safety
+    /// As [`Lanes::load`].
+    unsafe fn widen<E: Elem>(p: *const E) -> Self;
+    /// # Safety
+    /// `p..p + LANES` must be writable; the CPU must have this width's features.
+    unsafe fn store(p: *mut f32, v: Self);
+    /// # Safety
+    /// The CPU must have this width's features.
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self;
+    /// One output's `CHAINS` registers summed in the reference's order.
+    ///
+    /// # Safety
+    /// `acc` holds `CHAINS` registers; the CPU must have this width's features.
+    unsafe fn reduce(acc: &[Self]) -> f32;
 }
 
-/// The accumulators of one output: the reference's four 16-lane sums.
-type Acc = [__m512; 4];
+impl Lanes for __m512 {
+    const LANES: usize = 16;
+    const CHAINS: usize = 4;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY: the caller's CPU.
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller's.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn widen<E: Elem>(p: *const E) -> Self {
+        // SAFETY: the caller's.
+        unsafe { E::load16(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: the caller's.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller's CPU.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn reduce(acc: &[Self]) -> f32 {
+        // SAFETY: the caller's.
+        unsafe { reduce4([acc[0], acc[1], acc[2], acc[3]]) }
+    }
+}
 
-/// Accumulator `j` of rows `r0..r0 + R` of `w` (f32, `k` values each) times tokens
-/// `t0..t0 + T` of `a` (f32, `k` each) over the 64-value steps of `ks` (values
-/// `ks.start..ks.end`, both multiples of 64), carried in `acc[r * T + t][j]` from the steps
-/// before to the next. The reference's four accumulators are four separate chains (each over
-/// values `16 j..16 j + 16` of every step), so one pass per chain holds one register per
-/// output: a tile of four rows by six tokens, ten loads for 24 multiply-adds.
+impl Lanes for __m256 {
+    const LANES: usize = 8;
+    const CHAINS: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        // SAFETY: the caller's CPU.
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        // SAFETY: the caller's.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn widen<E: Elem>(p: *const E) -> Self {
+        // SAFETY: the caller's.
+        unsafe { E::load8(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self) {
+        // SAFETY: the caller's.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self, b: Self, c: Self) -> Self {
+        // SAFETY: the caller's CPU.
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn reduce(acc: &[Self]) -> f32 {
+        // Register 2j is lanes 0..8 of the reference's accumulator j, 2j + 1 its lanes 8..16:
+        // `dot_avx2`'s sum.
+        // SAFETY: the caller's CPU.
+        unsafe {
+            let lo = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
+            let hi = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
+            hsum(_mm256_add_ps(lo, hi))
+        }
+    }
+}
+
+/// Chain `c` of rows `r0..r0 + R` of `w` times tokens `t0..t0 + T` of `a` (both f32 copies
+/// laid out by chain, [`widen_by_chain`], a row or token every `kp` values) over the 64-value
+/// steps of `ks` (values `ks.start..ks.end`, both multiples of 64), carried in
+/// `acc[(r * T + t) * W::CHAINS + c]` from the steps before to the next. The reference's chains
+/// are separate sums, so a pass takes one register an output: four rows by six tokens (ten
+/// loads for 24 multiply-adds) in 512-bit registers, three by four in 256-bit ones.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, AVX2, FMA and F16C; the rows and tokens must exist, and
-/// `ks.end <= k`.
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+/// The CPU must have `W`'s features; the rows and tokens must exist, and `ks.end <= kp - 16`.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `r` and `t` index every accumulator of the tile
-unsafe fn tile<const R: usize, const T: usize>(
+unsafe fn tile<W: Lanes, const R: usize, const T: usize>(
     w: &[f32],
     a: &[f32],
-    k: usize,
+    kp: usize,
     (r0, t0): (usize, usize),
-    (ks, j): (std::ops::Range<usize>, usize),
-    acc: &mut [Acc],
+    (ks, c): (std::ops::Range<usize>, usize),
+    acc: &mut [W],
 ) {
-    // Row and token copies hold the values of chain `j` together (`widen_by_chain`), so
-    // that a pass reads each row as one stream.
-    let np = k - 16;
+    let np = kp - 16;
+    // Chain `c` of a copy: its `np / CHAINS` values, step by step.
+    let at = c * np / W::CHAINS;
     let mut x = [w.as_ptr(); R];
     for r in 0..R {
-        x[r] = w[(r0 + r) * k..][..np].as_ptr().wrapping_add(j * np / 4);
+        x[r] = w[(r0 + r) * kp..][..np].as_ptr().wrapping_add(at);
     }
     let mut y = [a.as_ptr(); T];
     for t in 0..T {
-        y[t] = a[(t0 + t) * k..][..np].as_ptr().wrapping_add(j * np / 4);
+        y[t] = a[(t0 + t) * kp..][..np].as_ptr().wrapping_add(at);
     }
-    let acc = &mut acc[..R * T];
-    let mut v = [[_mm512_setzero_ps(); T]; R];
+    let acc = &mut acc[..R * T * W::CHAINS];
+    // SAFETY: the caller's CPU.
+    let mut v = [[unsafe { W::zero() }; T]; R];
     if ks.start > 0 {
         for r in 0..R {
             for t in 0..T {
-                v[r][t] = acc[r * T + t][j];
+                v[r][t] = acc[(r * T + t) * W::CHAINS + c];
             }
         }
     }
     let mut i = ks.start;
     while i < ks.end {
-        // SAFETY: j np / 4 + i / 4 + 16 <= np (i + 64 <= ks.end <= np), inside every row
-        // and token (sliced above).
+        let off = i / 64 * W::LANES;
+        // SAFETY: the caller's CPU; step i / 64 of the chain, LANES values: at + off + LANES
+        // <= np (i + 64 <= ks.end <= np), inside every row and token (sliced above).
         unsafe {
-            let mut xv = [_mm512_setzero_ps(); R];
+            let mut xv = [W::zero(); R];
             for r in 0..R {
-                xv[r] = _mm512_loadu_ps(x[r].add(i / 4));
+                xv[r] = W::load(x[r].add(off));
             }
             for t in 0..T {
-                let yv = _mm512_loadu_ps(y[t].add(i / 4));
+                let yv = W::load(y[t].add(off));
                 for r in 0..R {
-                    v[r][t] = _mm512_fmadd_ps(xv[r], yv, v[r][t]);
+                    v[r][t] = W::fma(xv[r], yv, v[r][t]);
                 }
             }
         }
@@ -225,24 +327,24 @@ unsafe fn tile<const R: usize, const T: usize>(
     }
     for r in 0..R {
         for t in 0..T {
-            acc[r * T + t][j] = v[r][t];
+            acc[(r * T + t) * W::CHAINS + c] = v[r][t];
         }
     }
 }
 
 /// Rows `rs` by tokens `t0..t0 + T`: `R` rows a tile, then one at a time; the steps of `k` in
-/// chunks that keep the tokens' part in the first-level cache, every output's accumulators
-/// carried from chunk to chunk in order (so each sums exactly as the row kernel does); then the
-/// reduction and the tail of each output into `out` (`(n_tok, rows)`). The tiles read the
-/// rows from `wf`, the block `rs` widened by chain (row `r` at `(r - rs.start) * kp`), and the
-/// tokens from `a`, widened alike (token `t` at `t * kp`); the tails from `w` and `y16`.
+/// chunks, each chain of a chunk over every row tile while the tokens' part of it stays in the
+/// first-level cache, every output's accumulators carried from chunk to chunk in order (so each
+/// sums exactly as the row kernel does); then the reduction and the tail of each output into
+/// `out` (`(n_tok, rows)`). The tiles read the rows from `wf`, the block `rs` widened by chain
+/// (row `r` at `(r - rs.start) * kp`), and the tokens from `a`, widened alike (token `t` at `t *
+/// kp`); the tails from `w` and `y16`.
 ///
 /// # Safety
 /// As for [`tile`].
-#[inline]
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn rows_by<E: Elem, const R: usize, const T: usize>(
+unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
     w: &[E],
     wf: &[f32],
     a: &[f32],
@@ -250,36 +352,37 @@ unsafe fn rows_by<E: Elem, const R: usize, const T: usize>(
     (k, kp): (usize, usize),
     t0: usize,
     rs: std::ops::Range<usize>,
-    accs: &mut Vec<Acc>,
+    accs: &mut Vec<W>,
     out: &mut [f32],
 ) {
-    /// Values per chunk: a chain's part of six tokens is 12 KiB of f32.
-    const CHUNK: usize = 2048;
+    // Values per chunk: a chain's part of six tokens is 12 KiB of f32 in 512-bit registers
+    // (four chains), of four tokens 8 KiB in 256-bit ones (eight chains).
+    let chunk = 512 * W::CHAINS;
     let rows = w.len() / k;
     let np = k & !63;
+    let per = T * W::CHAINS;
     // Every accumulator is written by its first chunk's pass before it is read (rows shorter
     // than a step have none: their sums are zero).
-    if accs.len() < rs.len() * T || np == 0 {
+    if accs.len() < rs.len() * per || np == 0 {
         accs.clear();
-        accs.resize(rs.len() * T, [_mm512_setzero_ps(); 4]);
+        // SAFETY: the caller's CPU.
+        accs.resize(rs.len() * per, unsafe { W::zero() });
     }
-    for k0 in (0..np).step_by(CHUNK) {
-        let ks = k0..(k0 + CHUNK).min(np);
-        // SAFETY: the caller's CPU; every tile's rows are in `rs` (below `rows`), its tokens
-        // exist, `ks.end <= np <= k`, and its accumulators lie in `accs`.
-        unsafe {
-            // Chain by chain, so that the tokens' part of it stays in the first-level cache
-            // while every row tile goes by.
-            for j in 0..4 {
-                let mut r0 = rs.start;
+    for k0 in (0..np).step_by(chunk) {
+        let ks = k0..(k0 + chunk).min(np);
+        for c in 0..W::CHAINS {
+            let mut r0 = rs.start;
+            // SAFETY: the caller's CPU; every tile's rows are in `rs` (below `rows`), its tokens
+            // exist, `ks.end <= np = kp - 16`, and its accumulators lie in `accs`.
+            unsafe {
                 while rs.end - r0 >= R {
-                    let (i, at) = (r0 - rs.start, (r0 - rs.start) * T);
-                    tile::<R, T>(wf, a, kp, (i, t0), (ks.clone(), j), &mut accs[at..]);
+                    let i = r0 - rs.start;
+                    tile::<W, R, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += R;
                 }
                 while r0 < rs.end {
-                    let (i, at) = (r0 - rs.start, (r0 - rs.start) * T);
-                    tile::<1, T>(wf, a, kp, (i, t0), (ks.clone(), j), &mut accs[at..]);
+                    let i = r0 - rs.start;
+                    tile::<W, 1, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += 1;
                 }
             }
@@ -289,113 +392,138 @@ unsafe fn rows_by<E: Elem, const R: usize, const T: usize>(
         let xr = &w[r * k..][..k];
         for t in 0..T {
             let yt = &y16[(t0 + t) * k..][..k];
-            let acc = accs[(r - rs.start) * T + t];
-            out[(t0 + t) * rows + r] = E::tail(reduce4(acc), xr, yt, np);
+            let at = (r - rs.start) * per + t * W::CHAINS;
+            // SAFETY: the caller's CPU; CHAINS registers from `at`.
+            let sum = unsafe { W::reduce(&accs[at..at + W::CHAINS]) };
+            out[(t0 + t) * rows + r] = E::tail(sum, xr, yt, np);
         }
     }
 }
 
-/// Every row of `w` (`k` values each) times every token of `y` (`k` F16 values each), into `out`
-/// (`(n_tok, rows)`). The tokens are widened to f32 (exactly) once per call, and each block of
-/// 32 rows once, into copies laid out by chain ([`widen_by_chain`]); then, for six tokens at a
-/// time, chunk by chunk of the values and chain by chain, passes of four rows by six tokens
-/// ([`tile`]) while that chain's part of the six tokens stays in the first-level cache. The
-/// loop order only: every output sums its four chains in the reference's order.
+/// Every row of `w` (`k` values each) times every token of `y` (`k` values each), into `out`
+/// (`(n_tok, rows)`). The tokens are widened to f32 (exactly) once per call into `a`, and each
+/// block of 32 rows once into `wf`, laid out by chain ([`widen_by_chain`]); then, for `T`
+/// tokens at a time, chunk by chunk of the values and chain by chain, passes of `R` rows by
+/// `T` tokens ([`tile`]). The loop order only: every output sums its chains in the reference's
+/// order.
 ///
-/// tilebench, 2048 x 2048 by 64 tokens: 29.8 GMAC/s with tiles of two rows by three tokens
-/// that held all four chains (five loads and two widenings for six multiply-adds) -> 36.
-/// A pass from the first-level cache runs at about 3.5 G multiply-adds a second, from the
-/// second-level cache at about 2: the blocking is what keeps it in the first.
+/// tilebench, AVX-512, 2048 x 2048 by 64 tokens: 29.8 GMAC/s with tiles of two rows by three
+/// tokens that held all four of an output's accumulators (five loads and two widenings for six
+/// multiply-adds) -> 36. A pass from the first-level cache runs at about 3.5 G multiply-adds a
+/// second, from the second-level cache at about 2: the blocking is what keeps it in the first.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, AVX2, FMA and F16C; `w.len()` and `y.len()` must be
-/// multiples of `k > 0` and `out` `(y.len() / k) * (w.len() / k)` long.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn gemm_512_unchecked<E: Elem>(w: &[E], y: &[E], k: usize, out: &mut [f32]) {
+/// The CPU must have `W`'s features; `w.len()` and `y.len()` must be multiples of `k > 0` and
+/// `out` `(y.len() / k) * (w.len() / k)` long.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
+    w: &[E],
+    y: &[E],
+    k: usize,
+    out: &mut [f32],
+    a: &mut Vec<f32>,
+    wf: &mut Vec<f32>,
+) {
     let rows = w.len() / k;
     let n_tok = y.len() / k;
     // 32 rows: 256 KiB of f32 at 2048 values a row (16 and 64 measured no better).
     let block = 32;
     let np = k & !63;
     // Rows of f32 copies a line longer than the 64-value steps they hold: rows of 2048 or
-    // 8192 values would otherwise all start on the same first-level cache set, and a tile's
-    // ten rows and tokens evict each other between its passes.
+    // 8192 values would otherwise all start on the same first-level cache set.
     let kp = np + 16;
-    TOKENS.with_borrow_mut(|a| {
-        a.resize(n_tok * kp, 0.0);
-        for (t, at) in a.chunks_exact_mut(kp).enumerate() {
+    a.resize(n_tok * kp, 0.0);
+    for (t, at) in a.chunks_exact_mut(kp).enumerate() {
+        // SAFETY: the caller's CPU.
+        unsafe { widen_by_chain::<W, E>(&y[t * k..][..np], &mut at[..np]) };
+    }
+    let a = &*a;
+    let mut accs = Vec::new();
+    for r0 in (0..rows).step_by(block) {
+        let rs = r0..(r0 + block).min(rows);
+        // The block's weights widened once, for every token (F16 to f32 is exact).
+        wf.resize(rs.len() * kp, 0.0);
+        for (r, at) in rs.clone().zip(wf.chunks_exact_mut(kp)) {
             // SAFETY: the caller's CPU.
-            unsafe { widen_by_chain(&y[t * k..][..np], &mut at[..np]) };
+            unsafe { widen_by_chain::<W, E>(&w[r * k..][..np], &mut at[..np]) };
         }
-        let a = &*a;
-        let mut accs = Vec::new();
-        WEIGHTS.with_borrow_mut(|wf| {
-            for r0 in (0..rows).step_by(block) {
-                let rs = r0..(r0 + block).min(rows);
-                // The block's weights widened once, for every token (F16 to f32 is exact).
-                wf.resize(rs.len() * kp, 0.0);
-                for (r, at) in rs.clone().zip(wf.chunks_exact_mut(kp)) {
-                    // SAFETY: the caller's CPU.
-                    unsafe { widen_by_chain(&w[r * k..][..np], &mut at[..np]) };
-                }
-                let wf = &wf[..];
-                let mut t0 = 0;
-                // SAFETY: the caller's CPU; tokens t0..t0 + T exist (loop conditions).
-                unsafe {
-                    while n_tok - t0 >= 6 {
-                        rows_by::<E, 4, 6>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out);
-                        t0 += 6;
-                    }
-                    match n_tok - t0 {
-                        5 => {
-                            rows_by::<E, 4, 5>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
-                        }
-                        4 => {
-                            rows_by::<E, 4, 4>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
-                        }
-                        3 => {
-                            rows_by::<E, 4, 3>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
-                        }
-                        2 => {
-                            rows_by::<E, 4, 2>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
-                        }
-                        1 => {
-                            rows_by::<E, 4, 1>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
-                        }
-                        _ => {}
-                    }
-                }
+        let wf = &wf[..];
+        let mut t0 = 0;
+        macro_rules! pass {
+            ($t:expr) => {
+                rows_by::<W, E, R, { $t }>(w, wf, a, y, (k, kp), t0, rs.clone(), &mut accs, out)
+            };
+        }
+        // SAFETY: the caller's CPU; tokens t0..t0 + T exist (loop conditions).
+        unsafe {
+            while n_tok - t0 >= T {
+                pass!(T);
+                t0 += T;
             }
-        });
-    });
-}
-
-thread_local! {
-    /// A block of a [`gemm_512`] call's F16 rows, widened to f32.
-    static WEIGHTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The 64-value steps of `x` as f32 into `out` (as long, a multiple of 64), by chain: the
-/// values `16 j..16 j + 16` of every step (those the reference's accumulator `j` takes) one
-/// after another, step by step, at `j * out.len() / 4`.
-///
-/// # Safety
-/// The CPU must have AVX-512 F, AVX2, FMA and F16C.
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn widen_by_chain<E: Elem>(x: &[E], out: &mut [f32]) {
-    let n = x.len().min(out.len()) & !63;
-    for s in 0..n / 64 {
-        for j in 0..4 {
-            // SAFETY: 64 s + 16 j + 16 <= n, and j n / 4 + 16 s + 16 <= n.
-            unsafe {
-                let v = E::load16(x.as_ptr().add(64 * s + 16 * j));
-                _mm512_storeu_ps(out.as_mut_ptr().add(j * n / 4 + 16 * s), v);
+            match n_tok - t0 {
+                5 => pass!(5),
+                4 => pass!(4),
+                3 => pass!(3),
+                2 => pass!(2),
+                1 => pass!(1),
+                _ => {}
             }
         }
     }
 }
 
-/// The AVX-512 F16 tile entry ([`crate::GemmFn`]).
+thread_local! {
+    /// The tokens of a batch kernel's call, and a block of its rows, as f32.
+    static COPIES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The 64-value steps of `x` as f32 into `out` (as long, a multiple of 64), by chain: the
+/// values `LANES c..LANES (c + 1)` of every step (those the reference's chain `c` takes) one
+/// after another, step by step, at `c * out.len() / CHAINS`.
+///
+/// # Safety
+/// The CPU must have `W`'s features.
+#[inline(always)]
+unsafe fn widen_by_chain<W: Lanes, E: Elem>(x: &[E], out: &mut [f32]) {
+    let n = x.len().min(out.len()) & !63;
+    for s in 0..n / 64 {
+        for c in 0..W::CHAINS {
+            // SAFETY: 64 s + LANES c + LANES <= n, and c n / CHAINS + LANES s + LANES <= n.
+            unsafe {
+                let v = W::widen(x.as_ptr().add(64 * s + W::LANES * c));
+                W::store(out.as_mut_ptr().add(c * n / W::CHAINS + W::LANES * s), v);
+            }
+        }
+    }
+}
+
+/// [`gemm_by`] in 512-bit registers.
+///
+/// # Safety
+/// As [`gemm_by`], with AVX-512 F, AVX2, FMA and F16C.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gemm_512_unchecked<E: Elem>(w: &[E], y: &[E], k: usize, out: &mut [f32]) {
+    COPIES.with_borrow_mut(|(a, wf)| {
+        // SAFETY: the caller's.
+        unsafe { gemm_by::<__m512, E, 4, 6>(w, y, k, out, a, wf) }
+    });
+}
+
+/// [`gemm_by`] in 256-bit registers (sixteen of them: three rows by four tokens).
+///
+/// # Safety
+/// As [`gemm_by`], with AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemm_avx2_unchecked<E: Elem>(w: &[E], y: &[E], k: usize, out: &mut [f32]) {
+    COPIES.with_borrow_mut(|(a, wf)| {
+        // SAFETY: the caller's.
+        unsafe { gemm_by::<__m256, E, 3, 4>(w, y, k, out, a, wf) }
+    });
+}
+
+/// The AVX-512 F16/F32 tile entry ([`crate::GemmFn`]).
 pub fn gemm_512<E: Elem>(
     w: &[u8],
     row_bytes: usize,
@@ -407,6 +535,21 @@ pub fn gemm_512<E: Elem>(
     // SAFETY: `gemm_kernels` hands this entry out only after `has_avx512` found the features;
     // the operands' sizes agree (checked above).
     unsafe { gemm_512_unchecked(x, y, per_row, out) };
+    Ok(())
+}
+
+/// The AVX2 F16/F32 tile entry ([`crate::GemmFn`]).
+pub fn gemm_avx2<E: Elem>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = crate::codec::gemm_operands::<E>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: `gemm_kernels` hands this entry out only after `has_v3` found AVX2, FMA and
+    // F16C; the operands' sizes agree (checked above).
+    unsafe { gemm_avx2_unchecked(x, y, per_row, out) };
     Ok(())
 }
 

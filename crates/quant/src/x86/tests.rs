@@ -137,7 +137,7 @@ fn float_kernels<E: f16::Elem>(
     let reference = reference(ty);
     let mut rng = StdRng::seed_from_u64(16);
     for n in [
-        1, 7, 8, 15, 16, 23, 24, 63, 64, 65, 88, 127, 128, 200, 256, 1000, 4100,
+        1, 7, 8, 15, 16, 23, 24, 63, 64, 65, 88, 127, 128, 200, 256, 1000, 4100, 8200,
     ] {
         for n_rows in [1, 3, 4, 5, 9, 37] {
             let wf: Vec<f32> = (0..n * n_rows).map(|_| rng.gen_range(-1.0..1.0)).collect();
@@ -148,8 +148,12 @@ fn float_kernels<E: f16::Elem>(
             assert_eq!(a, crate::quantize(ty, &x).unwrap(), "{ty} rounding, n {n}");
             let row_bytes = size * n;
             let mut kernels: Vec<(DotFn, GemvFn)> = vec![avx2];
+            let mut gemms: Vec<crate::GemmFn> = vec![f16::gemm_avx2::<E>];
             if f16::has_avx512() {
                 kernels.push(avx512);
+                gemms.push(f16::gemm_512::<E>);
+            }
+            for gemm in gemms {
                 for n_tok in [1, 2, 3, 4, 5, 8, 11] {
                     let xs: Vec<f32> = (0..n * n_tok)
                         .map(|_| rng.gen_range(-3.0f32..3.0))
@@ -157,7 +161,7 @@ fn float_kernels<E: f16::Elem>(
                     let mut at = vec![0u8; size * n * n_tok];
                     crate::quantize_act_row(ty, &xs, &mut at).unwrap();
                     let mut out = vec![f32::NAN; n_rows * n_tok];
-                    f16::gemm_512::<E>(&wb, row_bytes, &at, n_tok, &mut out).unwrap();
+                    gemm(&wb, row_bytes, &at, n_tok, &mut out).unwrap();
                     for t in 0..n_tok {
                         for (r, wr) in wb.chunks_exact(row_bytes).enumerate() {
                             let want = reference(wr, &at[t * size * n..][..size * n]).unwrap();
