@@ -273,6 +273,39 @@ unsafe fn hsum8(a: &[__m512; 8]) -> __m512 {
     }
 }
 
+/// Each token's lane `k` of a block: its two integer chains added, converted and fused into its
+/// float lane by `d[t]` (`vec_dot`'s `acc = fma(d, float(sum), acc)`, a lane at a time).
+#[inline(always)]
+fn fuse_lanes<const T: usize>(
+    acc: &mut [[__m512; 8]; T],
+    k: usize,
+    d: &[__m512; T],
+    lane: &[__m512i; T],
+    lane1: &[__m512i; T],
+) {
+    for t in 0..T {
+        // SAFETY: AVX-512 F (the callers' features); registers only.
+        acc[t][k] = unsafe {
+            let sum = _mm512_add_epi32(lane[t], lane1[t]);
+            _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(sum), acc[t][k])
+        };
+    }
+}
+
+/// Each token's eight float lanes added as ggml adds them ([`hsum8`]), into its sixteen rows
+/// of `out` ([`store_rows`]).
+#[inline(always)]
+fn store_tokens<const T: usize>(
+    out: &mut [f32],
+    at: (usize, usize, usize),
+    acc: &[[__m512; 8]; T],
+) {
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: AVX-512 F (the callers' features).
+        store_rows(out, at, t, unsafe { hsum8(a) });
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Q4_K in the repacked order.
 
@@ -762,16 +795,10 @@ fn q6_k_tokens<const T: usize>(
                     }
                 }
             }
-            for t in 0..T {
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
-            }
+            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
-    }
+    store_tokens(out, (stride, r0, t0), &acc);
 }
 
 /// [`q6_k_tokens`] for one token (decode): each four values' sum by `vpdpbusd`, two groups'
@@ -862,16 +889,10 @@ fn q6_k_few<const T: usize>(
                     }
                 }
             }
-            for t in 0..T {
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
-            }
+            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
-    }
+    store_tokens(out, (stride, r0, t0), &acc);
 }
 
 /// Packed Q6_K groups times every token, as [`q4_k`].
@@ -1173,16 +1194,10 @@ fn q3_k_tokens<const T: usize>(
                     }
                 }
             }
-            for t in 0..T {
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
-            }
+            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
-    }
+    store_tokens(out, (stride, r0, t0), &acc);
 }
 
 thread_local! {
@@ -1355,16 +1370,10 @@ fn iq4_xs_tokens<const T: usize>(
                     }
                 }
             }
-            for t in 0..T {
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
-            }
+            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
-    }
+    store_tokens(out, (stride, r0, t0), &acc);
 }
 
 /// [`iq4_xs_tokens`] for a few tokens (one, in decode): each level's magnitude with
@@ -1420,16 +1429,10 @@ fn iq4_xs_few<const T: usize>(
                     };
                 }
             }
-            for t in 0..T {
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][k]);
-            }
+            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
     }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        store_rows(out, (stride, r0, t0), t, unsafe { hsum8(a) });
-    }
+    store_tokens(out, (stride, r0, t0), &acc);
 }
 
 thread_local! {
