@@ -352,6 +352,21 @@ fn store_rows8(
     unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
 }
 
+/// Each token's eight float lanes added as ggml adds them ([`hsum8`]), into rows `8h..8h + 8`
+/// of its group in `out` ([`store_rows8`]).
+#[inline(always)]
+fn store_tokens8<const T: usize>(
+    out: &mut [f32],
+    at: (usize, usize, usize),
+    h: usize,
+    acc: &[[__m256; 8]; T],
+) {
+    for (t, a) in acc.iter().enumerate() {
+        // SAFETY: AVX (the callers' features).
+        store_rows8(out, at, t, h, unsafe { hsum8(a) });
+    }
+}
+
 /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
 #[inline(always)]
 unsafe fn hsum8(a: &[__m256; 8]) -> __m256 {
@@ -445,10 +460,7 @@ fn q6_k_tokens<const T: usize>(
                 }
             }
         }
-        for (t, a) in acc.iter().enumerate() {
-            // SAFETY: this function's features.
-            store_rows8(out, (stride, r0, t0), t, hr, unsafe { hsum8(a) });
-        }
+        store_tokens8(out, (stride, r0, t0), hr, &acc);
     }
 }
 
@@ -547,10 +559,7 @@ fn iq4_xs_tokens<const T: usize>(
                 }
             }
         }
-        for (t, a) in acc.iter().enumerate() {
-            // SAFETY: this function's features.
-            store_rows8(out, (stride, r0, t0), t, hr, unsafe { hsum8(a) });
-        }
+        store_tokens8(out, (stride, r0, t0), hr, &acc);
     }
 }
 
