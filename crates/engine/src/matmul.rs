@@ -245,15 +245,10 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
         *sh = SharedOut(out.as_mut_ptr(), out.len());
     }
     let t = threads.n();
-    if t == 1 {
-        for (w, out) in ws.iter().zip(&shared) {
-            matmul_rows(w, acts, out, 0..w.rows);
-        }
-        return;
-    }
     let bytes: usize = ws.iter().map(|w| w.rows * w.row_bytes).sum();
-    if n == 1 && bytes < t * STATIC_BELOW {
-        // Equal shares of each matrix, a whole number of groups each.
+    if t == 1 || (n == 1 && bytes < t * STATIC_BELOW) {
+        // Equal shares of each matrix, a whole number of groups each (one thread: all of it,
+        // on the caller).
         threads.pool.run(&|i| {
             for (w, out) in ws.iter().zip(&shared) {
                 let chunk = w.rows.div_ceil(t).next_multiple_of(GROUP);
@@ -566,16 +561,20 @@ mod tests {
     use super::*;
     use synapse_gguf::TensorInfo;
 
-    /// Values in -1..1 from a fixed sequence (a 64-bit LCG's top bits).
+    /// `n` states of a 64-bit LCG after `seed` (its top bits are the random ones).
+    fn lcg(n: usize, seed: u64) -> impl Iterator<Item = u64> {
+        (0..n).scan(seed, |s, _| {
+            *s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            Some(*s)
+        })
+    }
+
+    /// Values in -1..1 from a fixed sequence.
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
+        lcg(n, seed)
+            .map(|s| (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
             .collect()
     }
 
@@ -589,15 +588,7 @@ mod tests {
             _ => unreachable!("{ty}"),
         };
         let bytes = ty.bytes_for(n as u64).unwrap() as usize;
-        let mut s = seed;
-        let mut w: Vec<u8> = (0..bytes)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (s >> 56) as u8
-            })
-            .collect();
+        let mut w: Vec<u8> = lcg(bytes, seed).map(|s| (s >> 56) as u8).collect();
         for (i, b) in w.chunks_exact_mut(ty.block_bytes()).enumerate() {
             for &at in scales {
                 // Exponents 10..14: magnitudes 2^-5 to 2^-1.
