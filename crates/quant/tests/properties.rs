@@ -541,6 +541,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
                 (16, 13, 1),
                 (17, 64, 1),
                 (16, 93, 1),
+                (32, 21, 3),
                 (5, 3, 1),
             ] {
                 let n = n_blocks * 256 + if ty.block_len() == 32 { 32 } else { 0 };

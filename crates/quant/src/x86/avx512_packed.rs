@@ -965,84 +965,156 @@ unsafe fn bit_to_4(v: __m512i, b: u32) -> __m512i {
     }
 }
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 +
-/// t) * stride + r0..][..16]`.
+/// A Q5_K block's sixteen rows' values `v[8k + 2p + h]` = values `64p + 32h + 4k..+4` (one byte
+/// a value, 0..32): the nibbles with their fifth bits, ready for `vpmaddubsw`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn q5_k_values(g: &Q5KPacked, k: usize, p: usize) -> [__m512i; 2] {
+    // SAFETY: the caller's features; rows of `qs` and `qh`.
+    unsafe {
+        let (qs, qh) = (ld(&g.qs[8 * p + k]), ld(&g.qh[k]));
+        [
+            nibble_or(qs, bit_to_4(qh, 2 * p as u32)),
+            nibble_or(_mm512_srli_epi32::<4>(qs), bit_to_4(qh, 2 * p as u32 + 1)),
+        ]
+    }
+}
+
+/// Every block of a group unpacked by [`q5_k_values`] into `vb`, once for all of a batch's
+/// token passes (which otherwise each unpacked it again: a third of their operations).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m512i; 64]>) {
+    vb.clear();
+    for g in g {
+        let mut v = [_mm512_setzero_si512(); 64];
+        for k in 0..8 {
+            for p in 0..4 {
+                // SAFETY: this function's features.
+                let [lo, hi] = unsafe { q5_k_values(g, k, p) };
+                v[8 * k + 2 * p] = lo;
+                v[8 * k + 2 * p + 1] = hi;
+            }
+        }
+        vb.push(v);
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` its values already unpacked in `vb`, one entry a
+/// block) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`. The same operations on the same integers either way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q5_k_tokens<const T: usize>(
-    g: &[Q5KPacked],
+unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q5KPacked], &[[__m512i; 64]]),
     ys: [&[BlockQ8K]; T],
     pair_sums: [&[[i16; 8]]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let mut acc = [[_mm512_setzero_ps(); 8]; T];
-    let mut mins = [_mm512_setzero_ps(); T];
-    for (b, g) in g.iter().enumerate() {
-        // SAFETY: this function's features; rows of `d` and `dmin`.
-        let ((sc, mn), dx, dminx) = unsafe { (k_scales(&g.sc), ld_f16(&g.d), ld_f16(&g.dmin)) };
-        // (scale, scale) as i16 pairs, one register a sub-block.
-        let scale: [__m512i; 8] =
-            std::array::from_fn(|j| _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j])));
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        for t in 0..T {
-            let ps = &pair_sums[t][b];
-            let mut m = _mm512_setzero_si512();
-            for (j, &mn) in mn.iter().enumerate() {
-                // SAFETY: i16 elements 2j, 2j + 1 of `ps`; this function's features.
-                m = unsafe { dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j))) };
+    // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
+    // group's arrays, four values of a token's 256, i16 elements of its sums (the whole body).
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        let mut mins = [_mm512_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            let ((sc, mn), dx, dminx) = (k_scales(&g.sc), ld_f16(&g.d), ld_f16(&g.dmin));
+            // (scale, scale) as i16 pairs, one register a sub-block. A loop, not `from_fn`: a
+            // closure would not share the caller's features.
+            let mut scale = [_mm512_setzero_si512(); 8];
+            for j in 0..8 {
+                scale[j] = _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j]));
             }
-            let a = _mm512_mul_ps(_mm512_set1_ps(-ys[t][b].d), dminx);
-            mins[t] = _mm512_fmadd_ps(a, _mm512_cvtepi32_ps(m), mins[t]);
-        }
-        for k in 0..8 {
-            prefetch_part(g, k, 8);
-            // SAFETY: a row of `qh`.
-            let qh = unsafe { ld(&g.qh[k]) };
-            let mut lane = [_mm512_setzero_si512(); T];
-            let mut lane1 = [_mm512_setzero_si512(); T];
-            for p in 0..4 {
-                // SAFETY: a row of `qs`; this function's features.
-                let v = unsafe {
-                    let qs = ld(&g.qs[8 * p + k]);
-                    [
-                        nibble_or(qs, bit_to_4(qh, 2 * p as u32)),
-                        nibble_or(_mm512_srli_epi32::<4>(qs), bit_to_4(qh, 2 * p as u32 + 1)),
-                    ]
-                };
-                // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
-                for (h, v) in v.into_iter().enumerate() {
-                    let j = 2 * p + h;
-                    for t in 0..T {
-                        let chain = if T > 1 || p < 2 {
-                            &mut lane[t]
-                        } else {
-                            &mut lane1[t]
-                        };
-                        // SAFETY: four values of the token's 256; this function's features.
-                        *chain = unsafe {
+            let mut y = [std::ptr::null::<i8>(); T];
+            let mut d = [_mm512_setzero_ps(); T];
+            for t in 0..T {
+                y[t] = ys[t][b].qs.as_ptr();
+                d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
+                let ps = &pair_sums[t][b];
+                let mut m = _mm512_setzero_si512();
+                for (j, &mn) in mn.iter().enumerate() {
+                    m = dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j)));
+                }
+                let a = _mm512_mul_ps(_mm512_set1_ps(-ys[t][b].d), dminx);
+                mins[t] = _mm512_fmadd_ps(a, _mm512_cvtepi32_ps(m), mins[t]);
+            }
+            for k in 0..8 {
+                if !UNPACKED {
+                    prefetch_part(g, k, 8);
+                }
+                let mut lane = [_mm512_setzero_si512(); T];
+                let mut lane1 = [_mm512_setzero_si512(); T];
+                for p in 0..4 {
+                    let v = if UNPACKED {
+                        let at = &vb[b][8 * k + 2 * p..];
+                        [at[0], at[1]]
+                    } else {
+                        q5_k_values(g, k, p)
+                    };
+                    // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
+                    for (h, v) in v.into_iter().enumerate() {
+                        let j = 2 * p + h;
+                        for t in 0..T {
+                            let chain = if T > 1 || p < 2 {
+                                &mut lane[t]
+                            } else {
+                                &mut lane1[t]
+                            };
                             let a = bcast4(y[t].add(32 * j + 4 * k));
-                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), scale[j])
-                        };
+                            *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), scale[j]);
+                        }
                     }
                 }
-            }
-            for t in 0..T {
-                let d = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
-                let lane = _mm512_add_epi32(lane[t], lane1[t]);
-                acc[t][k] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[t][k]);
+                fuse_lanes(&mut acc, k, &d, &lane, &lane1);
             }
         }
-    }
-    for (t, a) in acc.iter().enumerate() {
-        // SAFETY: this function's features.
-        let v = _mm512_add_ps(unsafe { hsum8(a) }, mins[t]);
-        store_rows(out, (stride, r0, t0), t, v);
+        for (t, a) in acc.iter().enumerate() {
+            let v = _mm512_add_ps(hsum8(a), mins[t]);
+            store_rows(out, (stride, r0, t0), t, v);
+        }
     }
 }
 
-/// Packed Q5_K groups times every token, as [`q4_k`].
+/// [`q5_k_pass`] unpacking as it goes (few tokens: decode).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q5_k_tokens<const T: usize>(
+    g: &[Q5KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q5_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
+}
+
+/// [`q5_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q5_k_tokens_unpacked<const T: usize>(
+    g: (&[Q5KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q5_k_pass::<T, true>(g, ys, pair_sums, out, at) }
+}
+
+thread_local! {
+    /// Each thread's unpacked group of Q5_K blocks ([`q5_k_unpack`]), reused from call to call.
+    static Q5K_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Tokens a pass of [`q5_k_tokens_unpacked`].
+const Q5K_PASS: usize = 8;
+
+/// Packed Q5_K groups times every token, as [`q4_k`]. Up to a pass of tokens, each pass
+/// unpacks the values as it goes; more, and each group is unpacked once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].
@@ -1050,7 +1122,24 @@ fn q5_k_tokens<const T: usize>(
 unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
-        group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps))
+        let n_tok = a.len() / per_row;
+        if n_tok <= Q5K_PASS {
+            group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
+            return;
+        }
+        Q5K_VALUES.with_borrow_mut(|vb| {
+            let stride = p.len() / per_row * ROWS;
+            for (gi, g) in p.chunks_exact(per_row).enumerate() {
+                q5_k_unpack(g, vb);
+                macro_rules! pass {
+                    ($n:expr, $t0:expr) => {
+                        group_passes!(@pass $n, $t0, q5_k_tokens_unpacked, (g, &vb[..]), out,
+                            (stride, ROWS * gi), per_row, a, (ps))
+                    };
+                }
+                token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+            }
+        });
     });
 }
 
