@@ -461,6 +461,9 @@ fn q4_k_tokens<const T: usize>(
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
     pub(super) static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's group of blocks unpacked to one byte a value ([`q3_k_unpack`],
+    /// [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
+    static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Each token block's eight sub-block sums (what the mins of Q4_K and Q5_K multiply), into
@@ -733,72 +736,126 @@ unsafe fn q6_k_offsets<const T: usize>(
     }
 }
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
-/// r0..][..16]`.
+/// Every block of a group unpacked by [`q6_k_values`] into `vb` (entry `4(2k + h) + w`), once
+/// for all of a batch's token passes, which otherwise each unpacked it again.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m512i; 64]>) {
+    vb.clear();
+    for g in g {
+        let mut v = [_mm512_setzero_si512(); 64];
+        for k in 0..8 {
+            for h in 0..2 {
+                // SAFETY: this function's features.
+                let values = unsafe { q6_k_values(g, h, k) };
+                v[4 * (2 * k + h)..][..4].copy_from_slice(&values);
+            }
+        }
+        vb.push(v);
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
+/// block) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride + r0..][..16]`. The
+/// same operations on the same integers either way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q6_k_tokens<const T: usize>(
-    g: &[Q6KPacked],
+unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q6KPacked], &[[__m512i; 64]]),
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let z = 0x80;
-    // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
-    // SAFETY: this function's features.
-    let pairs = unsafe { [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])] };
-    // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
-    // SAFETY: this function's features.
-    let dup: [__m512i; 4] =
-        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, i as u8]) });
-    let mut acc = [[_mm512_setzero_ps(); 8]; T];
-    for (b, g) in g.iter().enumerate() {
-        // SAFETY: rows of `sc` and `d`.
-        let (sc, dx) = unsafe {
-            (
-                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
-                ld_f16(&g.d),
-            )
-        };
-        // (scale[group], scale[group]) as i16 pairs, for the sixteen groups.
-        let scale: [__m512i; 16] = std::array::from_fn(|group| {
-            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]))
-        });
-        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        for k in 0..8 {
-            prefetch_part(g, k, 8);
-            // SAFETY: this function's features.
-            let mut lane: [__m512i; T] = unsafe { q6_k_offsets(&sc, &pairs, k, ys.map(|y| &y[b])) };
-            // With one token, two chains (h = 0 and 1), added at the end: one chain of
-            // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
-            // waiting. (Several tokens have chains enough.)
-            let mut lane1 = [_mm512_setzero_si512(); T];
-            for h in 0..2 {
-                // SAFETY: this function's features.
-                let v = unsafe { q6_k_values(g, h, k) };
-                // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                for (w, v) in v.into_iter().enumerate() {
-                    let s = scale[8 * h + 2 * w + k / 4];
-                    for t in 0..T {
-                        let chain = if T > 1 || h == 0 {
-                            &mut lane[t]
-                        } else {
-                            &mut lane1[t]
-                        };
-                        // SAFETY: four values of the token's 256; this function's features.
-                        *chain = unsafe {
+    // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
+    // group's arrays, four values of a token's 256 (the whole body).
+    unsafe {
+        let z = 0x80;
+        // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
+        let pairs = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+        let mut dup = [_mm512_setzero_si512(); 4];
+        for (i, dup) in dup.iter_mut().enumerate() {
+            *dup = word_shuffle([z, i as u8, z, i as u8]);
+        }
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        for (b, g) in g.iter().enumerate() {
+            let sc = [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])];
+            let dx = ld_f16(&g.d);
+            // (scale[group], scale[group]) as i16 pairs, for the sixteen groups. Loops, not
+            // `from_fn`: a closure would not share the caller's features.
+            let mut scale = [_mm512_setzero_si512(); 16];
+            for (group, scale) in scale.iter_mut().enumerate() {
+                *scale = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]));
+            }
+            let mut d = [_mm512_setzero_ps(); T];
+            let mut y = [std::ptr::null::<i8>(); T];
+            let mut yb = [&ys[0][b]; T];
+            for t in 0..T {
+                d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
+                y[t] = ys[t][b].qs.as_ptr();
+                yb[t] = &ys[t][b];
+            }
+            for k in 0..8 {
+                if !UNPACKED {
+                    prefetch_part(g, k, 8);
+                }
+                let mut lane: [__m512i; T] = q6_k_offsets(&sc, &pairs, k, yb);
+                // With one token, two chains (h = 0 and 1), added at the end: one chain of
+                // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
+                // waiting. (Several tokens have chains enough.)
+                let mut lane1 = [_mm512_setzero_si512(); T];
+                for h in 0..2 {
+                    let v = if UNPACKED {
+                        let at = &vb[b][4 * (2 * k + h)..];
+                        [at[0], at[1], at[2], at[3]]
+                    } else {
+                        q6_k_values(g, h, k)
+                    };
+                    // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
+                    for (w, v) in v.into_iter().enumerate() {
+                        let s = scale[8 * h + 2 * w + k / 4];
+                        for t in 0..T {
+                            let chain = if T > 1 || h == 0 {
+                                &mut lane[t]
+                            } else {
+                                &mut lane1[t]
+                            };
                             let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
-                            dpwssd(*chain, _mm512_maddubs_epi16(v, a), s)
-                        };
+                            *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), s);
+                        }
                     }
                 }
+                fuse_lanes(&mut acc, k, &d, &lane, &lane1);
             }
-            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
+        store_tokens(out, (stride, r0, t0), &acc);
     }
-    store_tokens(out, (stride, r0, t0), &acc);
+}
+
+/// [`q6_k_pass`] unpacking as it goes (up to a pass of tokens).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q6_k_tokens<const T: usize>(
+    g: &[Q6KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q6_k_pass::<T, false>((g, &[]), ys, out, at) }
+}
+
+/// [`q6_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q6_k_tokens_unpacked<const T: usize>(
+    g: (&[Q6KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q6_k_pass::<T, true>(g, ys, out, at) }
 }
 
 /// [`q6_k_tokens`] for one token (decode): each four values' sum by `vpdpbusd`, two groups'
@@ -901,10 +958,25 @@ fn q6_k_few<const T: usize>(
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    if a.len() == per_row {
+    let n_tok = a.len() / per_row;
+    if n_tok == 1 {
         group_passes!(p, per_row, a, out, q6_k_few, 1, [], ());
-    } else {
+    } else if n_tok <= 8 {
         group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+    } else {
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            let stride = p.len() / per_row * ROWS;
+            for (gi, g) in p.chunks_exact(per_row).enumerate() {
+                q6_k_unpack(g, vb);
+                macro_rules! pass {
+                    ($n:expr, $t0:expr) => {
+                        group_passes!(@pass $n, $t0, q6_k_tokens_unpacked, (g, &vb[..]), out,
+                            (stride, ROWS * gi), per_row, a, ())
+                    };
+                }
+                token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+            }
+        });
     }
 }
 
@@ -1105,11 +1177,6 @@ fn q5_k_tokens_unpacked<const T: usize>(
     unsafe { q5_k_pass::<T, true>(g, ys, pair_sums, out, at) }
 }
 
-thread_local! {
-    /// Each thread's unpacked group of Q5_K blocks ([`q5_k_unpack`]), reused from call to call.
-    static Q5K_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
-}
-
 /// Tokens a pass of [`q5_k_tokens_unpacked`].
 const Q5K_PASS: usize = 8;
 
@@ -1127,7 +1194,7 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
             return;
         }
-        Q5K_VALUES.with_borrow_mut(|vb| {
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
             let stride = p.len() / per_row * ROWS;
             for (gi, g) in p.chunks_exact(per_row).enumerate() {
                 q5_k_unpack(g, vb);
@@ -1183,110 +1250,186 @@ impl Pack for Q3KPacked {
     }
 }
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: each 4-value word of
-/// the token's block as the i32 `-4 * (y0 + y1 + y2 + y3)`), into `out[(t0 + t) * stride +
-/// r0..][..16]`.
+/// A Q3_K block's sixteen rows' values `128h + 32sh + 4k..+4` (one byte a value, `q` = the two
+/// low bits and the high bit, 0..8), from its `hmask` word `k` (`hm`).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW.
+#[inline(always)]
+unsafe fn q3_k_values(g: &Q3KPacked, hm: __m512i, h: usize, k: usize, sh: usize) -> __m512i {
+    // SAFETY: the caller's features; a row of `qs`.
+    unsafe {
+        let qs = ld(&g.qs[8 * h + k]);
+        let low = _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32));
+        let bit = (4 * h + sh) as i32;
+        let high = _mm512_and_si512(
+            if bit <= 2 {
+                _mm512_sllv_epi32(hm, _mm512_set1_epi32(2 - bit))
+            } else {
+                _mm512_srlv_epi32(hm, _mm512_set1_epi32(bit - 2))
+            },
+            _mm512_set1_epi8(0x04),
+        );
+        // (low & 3) | high.
+        _mm512_ternarylogic_epi32::<0xEC>(low, high, _mm512_set1_epi8(0x03))
+    }
+}
+
+/// Every block of a group unpacked by [`q3_k_values`] into `vb` (entry `4(2k + h) + sh`), once
+/// for all of a batch's token passes, which otherwise each unpacked it again.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<[__m512i; 64]>) {
+    vb.clear();
+    for g in g {
+        let mut v = [_mm512_setzero_si512(); 64];
+        for k in 0..8 {
+            // SAFETY: a row of `hmask`.
+            let hm = unsafe { ld(&g.hmask[k]) };
+            for h in 0..2 {
+                for sh in 0..4 {
+                    // SAFETY: this function's features.
+                    v[4 * (2 * k + h) + sh] = unsafe { q3_k_values(g, hm, h, k, sh) };
+                }
+            }
+        }
+        vb.push(v);
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
+/// block) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: each 4-value word of the token's
+/// block as the i32 `-4 * (y0 + y1 + y2 + y3)`), into `out[(t0 + t) * stride + r0..][..16]`.
+/// The same operations on the same integers either way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q3_k_tokens<const T: usize>(
-    g: &[Q3KPacked],
+unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q3KPacked], &[[__m512i; 64]]),
     ys: [&[BlockQ8K]; T],
     fours: [&[[i32; 64]]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let z = 0x80;
-    // SAFETY: this function's features.
-    let low_half: [__m512i; 4] =
-        std::array::from_fn(|i| unsafe { word_shuffle([z, i as u8, z, z]) });
-    let (m03, m0f, m20) = (
-        _mm512_set1_epi8(0x03),
-        _mm512_set1_epi8(0x0F),
-        _mm512_set1_epi8(0x20),
-    );
-    let mut acc = [[_mm512_setzero_ps(); 8]; T];
-    for (b, g) in g.iter().enumerate() {
-        // SAFETY: rows of `sc` and `d`.
-        let (s0, s1, s2, dx) = unsafe { (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld_f16(&g.d)) };
-        // Byte i of `by[q]`: the scale of group 4q + i, less 32 (ggml's `q3k_scale` four at a
-        // time: low four bits from bytes 0..8, high two from bytes 8..12).
-        let low = [
-            _mm512_and_si512(s0, m0f),
-            _mm512_and_si512(s1, m0f),
-            _mm512_and_si512(_mm512_srli_epi32::<4>(s0), m0f),
-            _mm512_and_si512(_mm512_srli_epi32::<4>(s1), m0f),
-        ];
-        let high = [
-            s2,
-            _mm512_srli_epi32::<2>(s2),
-            _mm512_srli_epi32::<4>(s2),
-            _mm512_srli_epi32::<6>(s2),
-        ];
-        let by: [__m512i; 4] = std::array::from_fn(|q| {
-            let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
-            _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20)
-        });
-        // (scale, 0) as i16 pairs, for the sixteen groups.
-        let scale: [__m512i; 16] = std::array::from_fn(|group| {
-            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]))
-        });
-        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        let f: [*const i32; T] = std::array::from_fn(|t| fours[t][b].as_ptr());
-        for k in 0..8 {
-            prefetch_part(g, k, 8);
-            // SAFETY: a row of `hmask`.
-            let hm = unsafe { ld(&g.hmask[k]) };
-            let mut lane = [_mm512_setzero_si512(); T];
-            let mut lane1 = [_mm512_setzero_si512(); T];
-            for h in 0..2 {
-                // SAFETY: a row of `qs`.
-                let qs = unsafe { ld(&g.qs[8 * h + k]) };
-                for sh in 0..4 {
-                    // Values 128h + 32sh + 4k..+4 (chunk 4h + sh), group 8h + 2sh + k / 4.
-                    let v = {
-                        let low = _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32));
-                        let bit = (4 * h + sh) as i32;
-                        let high = _mm512_and_si512(
-                            if bit <= 2 {
-                                _mm512_sllv_epi32(hm, _mm512_set1_epi32(2 - bit))
-                            } else {
-                                _mm512_srlv_epi32(hm, _mm512_set1_epi32(bit - 2))
-                            },
-                            _mm512_set1_epi8(0x04),
-                        );
-                        // (low & 3) | high.
-                        _mm512_ternarylogic_epi32::<0xEC>(low, high, m03)
-                    };
-                    let s = scale[8 * h + 2 * sh + k / 4];
-                    let at = 128 * h + 32 * sh + 4 * k;
-                    for t in 0..T {
-                        // Up to four tokens a pass, two chains a token (h = 0 and 1, added
-                        // at the end), so that the multipliers do not wait on one chain of
-                        // sixteen; from five, the tokens' chains are parallelism enough.
-                        let chain = if T > 4 || h == 0 {
-                            &mut lane[t]
+    // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
+    // group's arrays, four values of a token's 256 and their word of `fours` (the whole body).
+    unsafe {
+        let z = 0x80;
+        let mut low_half = [_mm512_setzero_si512(); 4];
+        for (i, l) in low_half.iter_mut().enumerate() {
+            *l = word_shuffle([z, i as u8, z, z]);
+        }
+        let (m03, m0f, m20) = (
+            _mm512_set1_epi8(0x03),
+            _mm512_set1_epi8(0x0F),
+            _mm512_set1_epi8(0x20),
+        );
+        let mut acc = [[_mm512_setzero_ps(); 8]; T];
+        for (b, g) in g.iter().enumerate() {
+            let (s0, s1, s2, dx) = (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld_f16(&g.d));
+            // Byte i of `by[q]`: the scale of group 4q + i, less 32 (ggml's `q3k_scale` four at
+            // a time: low four bits from bytes 0..8, high two from bytes 8..12).
+            let low = [
+                _mm512_and_si512(s0, m0f),
+                _mm512_and_si512(s1, m0f),
+                _mm512_and_si512(_mm512_srli_epi32::<4>(s0), m0f),
+                _mm512_and_si512(_mm512_srli_epi32::<4>(s1), m0f),
+            ];
+            let high = [
+                s2,
+                _mm512_srli_epi32::<2>(s2),
+                _mm512_srli_epi32::<4>(s2),
+                _mm512_srli_epi32::<6>(s2),
+            ];
+            // Loops, not `from_fn`: a closure would not share the caller's features.
+            let mut by = [_mm512_setzero_si512(); 4];
+            for q in 0..4 {
+                let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
+                by[q] = _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20);
+            }
+            // (scale, 0) as i16 pairs, for the sixteen groups.
+            let mut scale = [_mm512_setzero_si512(); 16];
+            for (group, scale) in scale.iter_mut().enumerate() {
+                *scale =
+                    _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]));
+            }
+            let mut d = [_mm512_setzero_ps(); T];
+            let mut y = [std::ptr::null::<i8>(); T];
+            let mut f = [std::ptr::null::<i32>(); T];
+            for t in 0..T {
+                d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
+                y[t] = ys[t][b].qs.as_ptr();
+                f[t] = fours[t][b].as_ptr();
+            }
+            for k in 0..8 {
+                let hm = if UNPACKED {
+                    _mm512_setzero_si512()
+                } else {
+                    prefetch_part(g, k, 8);
+                    ld(&g.hmask[k])
+                };
+                let mut lane = [_mm512_setzero_si512(); T];
+                let mut lane1 = [_mm512_setzero_si512(); T];
+                for h in 0..2 {
+                    for sh in 0..4 {
+                        // Values 128h + 32sh + 4k..+4 (chunk 4h + sh), group 8h + 2sh + k / 4.
+                        let v = if UNPACKED {
+                            vb[b][4 * (2 * k + h) + sh]
                         } else {
-                            &mut lane1[t]
+                            q3_k_values(g, hm, h, k, sh)
                         };
-                        // Σ (q - 4) y over the four values as an i32 (`fours` starts it at
-                        // -4 Σ y), which fits the low i16 half (|Σ| <= 4 * 4 * 128), then
-                        // times the scale (whose high half is 0).
-                        // SAFETY: four values of the token's 256 and their word of `fours`;
-                        // this function's features.
-                        *chain = unsafe {
+                        let s = scale[8 * h + 2 * sh + k / 4];
+                        let at = 128 * h + 32 * sh + 4 * k;
+                        for t in 0..T {
+                            // Up to four tokens a pass, two chains a token (h = 0 and 1, added
+                            // at the end), so that the multipliers do not wait on one chain of
+                            // sixteen; from five, the tokens' chains are parallelism enough.
+                            let chain = if T > 4 || h == 0 {
+                                &mut lane[t]
+                            } else {
+                                &mut lane1[t]
+                            };
+                            // Σ (q - 4) y over the four values as an i32 (`fours` starts it at
+                            // -4 Σ y), which fits the low i16 half (|Σ| <= 4 * 4 * 128), then
+                            // times the scale (whose high half is 0).
                             let y4 = bcast4(y[t].add(at));
                             let p = _mm512_dpbusd_epi32(bcast4(f[t].add(at / 4)), v, y4);
-                            dpwssd(*chain, p, s)
-                        };
+                            *chain = dpwssd(*chain, p, s);
+                        }
                     }
                 }
+                fuse_lanes(&mut acc, k, &d, &lane, &lane1);
             }
-            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
         }
+        store_tokens(out, (stride, r0, t0), &acc);
     }
-    store_tokens(out, (stride, r0, t0), &acc);
+}
+
+/// [`q3_k_pass`] unpacking as it goes (up to a pass of tokens).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q3_k_tokens<const T: usize>(
+    g: &[Q3KPacked],
+    ys: [&[BlockQ8K]; T],
+    fours: [&[[i32; 64]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q3_k_pass::<T, false>((g, &[]), ys, fours, out, at) }
+}
+
+/// [`q3_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q3_k_tokens_unpacked<const T: usize>(
+    g: (&[Q3KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    fours: [&[[i32; 64]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q3_k_pass::<T, true>(g, ys, fours, out, at) }
 }
 
 thread_local! {
@@ -1314,7 +1457,24 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             }
             f
         }));
-        group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours))
+        let n_tok = a.len() / per_row;
+        if n_tok <= 8 {
+            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
+            return;
+        }
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            let stride = p.len() / per_row * ROWS;
+            for (gi, g) in p.chunks_exact(per_row).enumerate() {
+                q3_k_unpack(g, vb);
+                macro_rules! pass {
+                    ($n:expr, $t0:expr) => {
+                        group_passes!(@pass $n, $t0, q3_k_tokens_unpacked, (g, &vb[..]), out,
+                            (stride, ROWS * gi), per_row, a, (fours))
+                    };
+                }
+                token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+            }
+        });
     });
 }
 
