@@ -26,6 +26,7 @@
 //! against 37 for the AVX2 tiles this replaces).
 
 use std::arch::x86_64::*;
+use std::cell::RefCell;
 
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, token_passes, word_shuffle_bytes, Act32, IQ4NLPacked,
@@ -378,101 +379,200 @@ unsafe fn hsum8(a: &[__m256; 8]) -> __m256 {
     }
 }
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
-/// r0..][..16]`, eight rows at a time.
+/// Rows `8hr..8hr + 8` of a Q6_K block's values `v[w]` = values `128h + 32w + 4k..+4` (one byte
+/// a value, q unsigned 0..64): the low or high nibbles of `ql` words `16h + k` and `16h + 8 +
+/// k`, with their two high bits from `qh` word `8h + k`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q6_k_values(g: &Q6KPacked, hr: usize, h: usize, k: usize) -> [__m256i; 4] {
+    // SAFETY: the caller's features; rows of `ql`, `qh`.
+    unsafe {
+        let (m30, m0f) = (_mm256_set1_epi32(0x3030_3030), _mm256_set1_epi8(0x0F));
+        let (ql0, ql1, qh) = (
+            ld8(&g.ql[16 * h + k], hr),
+            ld8(&g.ql[16 * h + 8 + k], hr),
+            ld8(&g.qh[8 * h + k], hr),
+        );
+        // (lo & 0x0F) | (hi & 0x30) a byte, for each (lo, hi). A loop, not a closure: a closure
+        // would not share the caller's features.
+        let parts = [
+            (ql0, _mm256_slli_epi32::<4>(qh)),
+            (ql1, _mm256_slli_epi32::<2>(qh)),
+            (_mm256_srli_epi32::<4>(ql0), qh),
+            (_mm256_srli_epi32::<4>(ql1), _mm256_srli_epi32::<2>(qh)),
+        ];
+        let mut v = [_mm256_setzero_si256(); 4];
+        for (v, (lo, hi)) in v.iter_mut().zip(parts) {
+            *v = _mm256_or_si256(_mm256_and_si256(lo, m0f), _mm256_and_si256(hi, m30));
+        }
+        v
+    }
+}
+
+/// Every block of a group unpacked by [`q6_k_values`] into `vb` (entry `hr * blocks + b`,
+/// register `4(2k + h) + w`), once for all of a batch's token passes, which otherwise each
+/// unpacked it again.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m256i; 64]>) {
+    vb.clear();
+    for hr in 0..2 {
+        for g in g {
+            let mut v = [_mm256_setzero_si256(); 64];
+            for k in 0..8 {
+                for h in 0..2 {
+                    // SAFETY: this function's features.
+                    let values = unsafe { q6_k_values(g, hr, h, k) };
+                    v[4 * (2 * k + h)..][..4].copy_from_slice(&values);
+                }
+            }
+            vb.push(v);
+        }
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
+/// [`q6_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q6_k_tokens<const T: usize>(
-    g: &[Q6KPacked],
+unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q6KPacked], &[[__m256i; 64]]),
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let (m30, m0f) = (_mm256_set1_epi32(0x3030_3030), _mm256_set1_epi8(0x0F));
-    let z = 0x80;
-    // SAFETY: AVX2 (this function's features).
-    let (dup, pair) = unsafe {
-        (
-            // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then
-            // `>> 8`).
-            [0u8, 1, 2, 3].map(|i| word_shuffle([z, i, z, i])),
-            // Scale bytes 0, 1 (2, 3) of a word as the low and high i16, the same way.
-            [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])],
-        )
-    };
-    for hr in 0..2 {
-        let mut acc = [[_mm256_setzero_ps(); 8]; T];
-        for (b, g) in g.iter().enumerate() {
-            // SAFETY: rows of `sc` and `d`.
-            let (sc, dx) = unsafe { ([0, 1, 2, 3].map(|m| ld8(&g.sc[m], hr)), ld8_f16(&g.d, hr)) };
-            // (scale[group], scale[group]) as i16 pairs, for the sixteen groups.
-            let scale: [__m256i; 16] = std::array::from_fn(|group| {
-                _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[group / 4], dup[group % 4]))
-            });
-            let d: [__m256; T] =
-                std::array::from_fn(|t| _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx));
-            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-            for k in 0..8 {
-                if hr == 0 {
-                    prefetch_part(g, k, 8);
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
+    // of a token's 256, i16 elements 2k, 2k + 1 of its bsums (the whole body).
+    unsafe {
+        let z = 0x80;
+        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+        let mut dup = [_mm256_setzero_si256(); 4];
+        for (i, dup) in dup.iter_mut().enumerate() {
+            *dup = word_shuffle([z, i as u8, z, i as u8]);
+        }
+        // Scale bytes 0, 1 (2, 3) of a word as the low and high i16, the same way.
+        let pair = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        let blocks = g.len();
+        for hr in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; T];
+            for (b, g) in g.iter().enumerate() {
+                let sc = [
+                    ld8(&g.sc[0], hr),
+                    ld8(&g.sc[1], hr),
+                    ld8(&g.sc[2], hr),
+                    ld8(&g.sc[3], hr),
+                ];
+                let dx = ld8_f16(&g.d, hr);
+                // (scale[group], scale[group]) as i16 pairs, for the sixteen groups. Loops, not
+                // `from_fn`: a closure would not share the caller's features.
+                let mut scale = [_mm256_setzero_si256(); 16];
+                for (group, scale) in scale.iter_mut().enumerate() {
+                    *scale =
+                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[group / 4], dup[group % 4]));
                 }
-                // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]),
-                // times -32.
-                let pairs = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[k / 2], pair[k % 2]));
-                let mut lane: [__m256i; T] = std::array::from_fn(|t| {
-                    // SAFETY: i16 elements 2k, 2k + 1 of the bsums.
-                    let bs = unsafe { bcast4(ys[t][b].bsums.as_ptr().add(2 * k)) };
-                    let off = _mm256_madd_epi16(pairs, bs);
-                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off))
-                });
-                for h in 0..2 {
-                    // SAFETY: rows of `ql`, `qh`.
-                    let (ql0, ql1, qh) = unsafe {
-                        (
-                            ld8(&g.ql[16 * h + k], hr),
-                            ld8(&g.ql[16 * h + 8 + k], hr),
-                            ld8(&g.qh[8 * h + k], hr),
-                        )
-                    };
-                    let six = |lo: __m256i, hi: __m256i| {
-                        _mm256_or_si256(_mm256_and_si256(lo, m0f), _mm256_and_si256(hi, m30))
-                    };
-                    let v = [
-                        six(ql0, _mm256_slli_epi32::<4>(qh)),
-                        six(ql1, _mm256_slli_epi32::<2>(qh)),
-                        six(_mm256_srli_epi32::<4>(ql0), qh),
-                        six(_mm256_srli_epi32::<4>(ql1), _mm256_srli_epi32::<2>(qh)),
-                    ];
-                    // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                    for (w, v) in v.into_iter().enumerate() {
-                        let s = scale[8 * h + 2 * w + k / 4];
-                        for t in 0..T {
-                            // SAFETY: four values of the token's 256.
-                            let a = unsafe { bcast4(y[t].add(128 * h + 32 * w + 4 * k)) };
-                            let p = _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), s);
-                            lane[t] = _mm256_add_epi32(lane[t], p);
+                let mut d = [_mm256_setzero_ps(); T];
+                let mut y = [std::ptr::null::<i8>(); T];
+                for t in 0..T {
+                    d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+                    y[t] = ys[t][b].qs.as_ptr();
+                }
+                for k in 0..8 {
+                    if hr == 0 && !UNPACKED {
+                        prefetch_part(g, k, 8);
+                    }
+                    // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]),
+                    // times -32.
+                    let pairs = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[k / 2], pair[k % 2]));
+                    let mut lane = [_mm256_setzero_si256(); T];
+                    for t in 0..T {
+                        let bs = bcast4(ys[t][b].bsums.as_ptr().add(2 * k));
+                        let off = _mm256_madd_epi16(pairs, bs);
+                        lane[t] =
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off));
+                    }
+                    for h in 0..2 {
+                        let v = if UNPACKED {
+                            let at = &vb[hr * blocks + b][4 * (2 * k + h)..];
+                            [at[0], at[1], at[2], at[3]]
+                        } else {
+                            q6_k_values(g, hr, h, k)
+                        };
+                        // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
+                        for (w, v) in v.into_iter().enumerate() {
+                            let s = scale[8 * h + 2 * w + k / 4];
+                            for t in 0..T {
+                                let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
+                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), s);
+                                lane[t] = _mm256_add_epi32(lane[t], p);
+                            }
                         }
                     }
-                }
-                for t in 0..T {
-                    acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                    for t in 0..T {
+                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                    }
                 }
             }
+            store_tokens8(out, (stride, r0, t0), hr, &acc);
         }
-        store_tokens8(out, (stride, r0, t0), hr, &acc);
     }
+}
+
+/// [`q6_k_pass`] unpacking as it goes (up to a pass of tokens).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_tokens<const T: usize>(
+    g: &[Q6KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q6_k_pass::<T, false>((g, &[]), ys, out, at) }
+}
+
+/// [`q6_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_tokens_unpacked<const T: usize>(
+    g: (&[Q6KPacked], &[[__m256i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q6_k_pass::<T, true>(g, ys, out, at) }
 }
 
 /// Packed Q6_K groups times every token, as [`q4_k`], eight tokens a pass (tilebench, `Q6_K
 /// 512 2048 64` at `SYNAPSE_ISA=avx2`, best of five: 39, 45, 49, 51, 57 and 55 GMAC/s at 2, 3,
-/// 4, 6, 8 and 12 tokens a pass, against 35 for the AVX2 tiles this replaces).
+/// 4, 6, 8 and 12 tokens a pass, against 35 for the AVX2 tiles this replaces). More than a pass
+/// of tokens, and each group is unpacked once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+    let n_tok = a.len() / per_row;
+    if n_tok <= 8 {
+        group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+        return;
+    }
+    UNPACKED_VALUES.with_borrow_mut(|vb| {
+        let stride = p.len() / per_row * ROWS;
+        for (gi, g) in p.chunks_exact(per_row).enumerate() {
+            q6_k_unpack(g, vb);
+            macro_rules! pass {
+                ($n:expr, $t0:expr) => {
+                    group_passes!(@pass $n, $t0, q6_k_tokens_unpacked, (g, &vb[..]), out,
+                        (stride, ROWS * gi), per_row, a, ())
+                };
+            }
+            token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -594,93 +694,166 @@ unsafe fn bit_to_4(v: __m256i, b: u32) -> __m256i {
     }
 }
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 +
-/// t) * stride + r0..][..16]`, eight rows at a time.
+/// Rows `8hr..8hr + 8` of a Q5_K block's values `v[h]` = values `64p + 32h + 4k..+4` (one byte a
+/// value, 0..32): the nibbles with their fifth bits, ready for `vpmaddubsw`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q5_k_values(g: &Q5KPacked, hr: usize, k: usize, p: usize) -> [__m256i; 2] {
+    // SAFETY: the caller's features; rows of `qs` and `qh`.
+    unsafe {
+        let m0f = _mm256_set1_epi8(0x0F);
+        let (qs, qh) = (ld8(&g.qs[8 * p + k], hr), ld8(&g.qh[k], hr));
+        [
+            _mm256_or_si256(_mm256_and_si256(qs, m0f), bit_to_4(qh, 2 * p as u32)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(qs), m0f),
+                bit_to_4(qh, 2 * p as u32 + 1),
+            ),
+        ]
+    }
+}
+
+/// Every block of a group unpacked by [`q5_k_values`] into `vb` (entry `hr * blocks + b`,
+/// register `8k + 2p + h`), once for all of a batch's token passes, which otherwise each
+/// unpacked it again.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m256i; 64]>) {
+    vb.clear();
+    for hr in 0..2 {
+        for g in g {
+            let mut v = [_mm256_setzero_si256(); 64];
+            for k in 0..8 {
+                for p in 0..4 {
+                    // SAFETY: this function's features.
+                    let [lo, hi] = unsafe { q5_k_values(g, hr, k, p) };
+                    v[8 * k + 2 * p] = lo;
+                    v[8 * k + 2 * p + 1] = hi;
+                }
+            }
+            vb.push(v);
+        }
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
+/// [`q5_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 + t) *
+/// stride + r0..][..16]`, eight rows at a time. The same operations on the same integers either
+/// way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q5_k_tokens<const T: usize>(
-    g: &[Q5KPacked],
+unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q5KPacked], &[[__m256i; 64]]),
     ys: [&[BlockQ8K]; T],
     pair_sums: [&[[i16; 8]]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    let m0f = _mm256_set1_epi8(0x0F);
-    // SAFETY: AVX2 (this function's features).
-    let (scale, pair) = unsafe { k_controls() };
-    for hr in 0..2 {
-        let mut acc = [[_mm256_setzero_ps(); 8]; T];
-        let mut mins = [_mm256_setzero_ps(); T];
-        for (b, g) in g.iter().enumerate() {
-            // SAFETY: this function's features; rows of `d` and `dmin`.
-            let ([sc_lo, mn_lo, sc_hi, mn_hi], dx, dminx) = unsafe {
-                (
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
+    // of a token's 256, its sub-block sums (the whole body).
+    unsafe {
+        let (scale, pair) = k_controls();
+        let blocks = g.len();
+        for hr in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; T];
+            let mut mins = [_mm256_setzero_ps(); T];
+            for (b, g) in g.iter().enumerate() {
+                let ([sc_lo, mn_lo, sc_hi, mn_hi], dx, dminx) = (
                     k_scale_bytes(&g.sc, hr),
                     ld8_f16(&g.d, hr),
                     ld8_f16(&g.dmin, hr),
-                )
-            };
-            // (scale, scale) as i16 pairs, one register a sub-block.
-            let scales: [__m256i; 8] = std::array::from_fn(|j| {
-                _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4])
-            });
-            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-            // SAFETY: this function's features.
-            let mn = unsafe { k_min_pairs(mn_lo, mn_hi, &pair) };
-            for t in 0..T {
-                // SAFETY: this function's features.
-                let m = unsafe { k_min_term(&mn, &pair_sums[t][b]) };
-                let a = _mm256_mul_ps(_mm256_set1_ps(-ys[t][b].d), dminx);
-                mins[t] = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(m), mins[t]);
-            }
-            for k in 0..8 {
-                if hr == 0 {
-                    prefetch_part(g, k, 8);
+                );
+                // (scale, scale) as i16 pairs, one register a sub-block. Loops, not `from_fn`:
+                // a closure would not share the caller's features.
+                let mut scales = [_mm256_setzero_si256(); 8];
+                for (j, s) in scales.iter_mut().enumerate() {
+                    *s = _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4]);
                 }
-                // SAFETY: a row of `qh`.
-                let qh = unsafe { ld8(&g.qh[k], hr) };
-                let mut lane = [_mm256_setzero_si256(); T];
-                for p in 0..4 {
-                    // SAFETY: a row of `qs`; this function's features.
-                    let v = unsafe {
-                        let qs = ld8(&g.qs[8 * p + k], hr);
-                        [
-                            _mm256_or_si256(_mm256_and_si256(qs, m0f), bit_to_4(qh, 2 * p as u32)),
-                            _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi32::<4>(qs), m0f),
-                                bit_to_4(qh, 2 * p as u32 + 1),
-                            ),
-                        ]
-                    };
-                    // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
-                    for (h, v) in v.into_iter().enumerate() {
-                        let j = 2 * p + h;
-                        for t in 0..T {
-                            // SAFETY: four values of the token's 256.
-                            let a = unsafe { bcast4(y[t].add(32 * j + 4 * k)) };
-                            let s = _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), scales[j]);
-                            lane[t] = _mm256_add_epi32(lane[t], s);
+                let mut y = [std::ptr::null::<i8>(); T];
+                let mut d = [_mm256_setzero_ps(); T];
+                let mn = k_min_pairs(mn_lo, mn_hi, &pair);
+                for t in 0..T {
+                    y[t] = ys[t][b].qs.as_ptr();
+                    d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+                    let m = k_min_term(&mn, &pair_sums[t][b]);
+                    let a = _mm256_mul_ps(_mm256_set1_ps(-ys[t][b].d), dminx);
+                    mins[t] = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(m), mins[t]);
+                }
+                for k in 0..8 {
+                    if hr == 0 && !UNPACKED {
+                        prefetch_part(g, k, 8);
+                    }
+                    let mut lane = [_mm256_setzero_si256(); T];
+                    for p in 0..4 {
+                        let v = if UNPACKED {
+                            let at = &vb[hr * blocks + b][8 * k + 2 * p..];
+                            [at[0], at[1]]
+                        } else {
+                            q5_k_values(g, hr, k, p)
+                        };
+                        // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
+                        for (h, v) in v.into_iter().enumerate() {
+                            let j = 2 * p + h;
+                            for t in 0..T {
+                                let a = bcast4(y[t].add(32 * j + 4 * k));
+                                let s = _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), scales[j]);
+                                lane[t] = _mm256_add_epi32(lane[t], s);
+                            }
                         }
                     }
-                }
-                for t in 0..T {
-                    let d = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
-                    acc[t][k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                    for t in 0..T {
+                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                    }
                 }
             }
-        }
-        for (t, a) in acc.iter().enumerate() {
-            // SAFETY: this function's features.
-            let v = _mm256_add_ps(unsafe { hsum8(a) }, mins[t]);
-            store_rows8(out, (stride, r0, t0), t, hr, v);
+            for (t, a) in acc.iter().enumerate() {
+                let v = _mm256_add_ps(hsum8(a), mins[t]);
+                store_rows8(out, (stride, r0, t0), t, hr, v);
+            }
         }
     }
 }
 
+/// [`q5_k_pass`] unpacking as it goes (up to a pass of tokens).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_tokens<const T: usize>(
+    g: &[Q5KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q5_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
+}
+
+/// [`q5_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_tokens_unpacked<const T: usize>(
+    g: (&[Q5KPacked], &[[__m256i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q5_k_pass::<T, true>(g, ys, pair_sums, out, at) }
+}
+
+thread_local! {
+    /// Each thread's group of blocks unpacked to one byte a value ([`q5_k_unpack`],
+    /// [`q6_k_unpack`]), reused from call to call.
+    static UNPACKED_VALUES: RefCell<Vec<[__m256i; 64]>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Packed Q5_K groups times every token, as [`q4_k`], four tokens a pass (tilebench, `Q5_K 512
 /// 2048 64` at `SYNAPSE_ISA=avx2`, best of five: 53.6 GMAC/s at four tokens a pass, 53.4 at
-/// eight, against 32 for the AVX2 tiles this replaces).
+/// eight, against 32 for the AVX2 tiles this replaces). More than a pass of tokens, and each
+/// group is unpacked once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].
@@ -688,7 +861,24 @@ fn q5_k_tokens<const T: usize>(
 unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
-        group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps))
+        let n_tok = a.len() / per_row;
+        if n_tok <= 4 {
+            group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
+            return;
+        }
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            let stride = p.len() / per_row * ROWS;
+            for (gi, g) in p.chunks_exact(per_row).enumerate() {
+                q5_k_unpack(g, vb);
+                macro_rules! pass {
+                    ($n:expr, $t0:expr) => {
+                        group_passes!(@pass $n, $t0, q5_k_tokens_unpacked, (g, &vb[..]), out,
+                            (stride, ROWS * gi), per_row, a, (ps))
+                    };
+                }
+                token_passes!(n_tok, pass, 4, [1 2 3]);
+            }
+        });
     });
 }
 
