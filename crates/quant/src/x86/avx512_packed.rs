@@ -387,8 +387,117 @@ unsafe fn k_scales(sc: &[[u32; ROWS]; 3]) -> ([__m512i; 8], [__m512i; 4]) {
     }
 }
 
-/// Sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token `t0 + t`'s
-/// blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * stride + r0..][..16]`.
+/// A Q4_K block's sixteen rows' values `64j + 4k..+4` and `64j + 32 + 4k..+4` (the low and
+/// high nibbles of word `8j + k`), one byte a value.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW.
+#[inline(always)]
+unsafe fn q4_k_values(g: &Q4KPacked, j: usize, k: usize) -> [__m512i; 2] {
+    // SAFETY: the caller's features; a row of `qs`.
+    unsafe {
+        let (raw, m4) = (ld(&g.qs[8 * j + k]), _mm512_set1_epi8(0x0F));
+        [
+            _mm512_and_si512(raw, m4),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4),
+        ]
+    }
+}
+
+/// Every block of a group unpacked by [`q4_k_values`] into `vb` (entry `2(8j + k) + i`), once
+/// for all of a batch's token passes, which otherwise each unpacked it again.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q4_k_unpack(g: &[Q4KPacked], vb: &mut Vec<[__m512i; 64]>) {
+    vb.clear();
+    for g in g {
+        let mut v = [_mm512_setzero_si512(); 64];
+        for j in 0..4 {
+            for k in 0..8 {
+                // SAFETY: this function's features.
+                let values = unsafe { q4_k_values(g, j, k) };
+                v[2 * (8 * j + k)..][..2].copy_from_slice(&values);
+            }
+        }
+        vb.push(v);
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
+/// block) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`. The same operations on the same integers either way.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+unsafe fn q4_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q4KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
+    // group's arrays, values of a token's 256, i16 elements of its sums (the whole body).
+    unsafe {
+        let mut main = [_mm512_setzero_ps(); T];
+        let mut mins = [_mm512_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            let mut y = [std::ptr::null::<i8>(); T];
+            for t in 0..T {
+                y[t] = ys[t][b].qs.as_ptr();
+            }
+            let (sc, mn) = k_scales(&g.sc);
+            let mut tot = [_mm512_setzero_si512(); T];
+            // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
+            // chains of `vpdpbusd` a token.
+            for j in 0..4 {
+                if !UNPACKED {
+                    prefetch_part(g, j, 4);
+                }
+                let mut lo = [_mm512_setzero_si512(); T];
+                let mut hi = [_mm512_setzero_si512(); T];
+                for k in 0..8 {
+                    let [wlo, whi] = if UNPACKED {
+                        let at = &vb[b][2 * (8 * j + k)..];
+                        [at[0], at[1]]
+                    } else {
+                        q4_k_values(g, j, k)
+                    };
+                    for t in 0..T {
+                        // Values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value block.
+                        let alo = bcast4(y[t].add(64 * j + 4 * k));
+                        let ahi = bcast4(y[t].add(64 * j + 32 + 4 * k));
+                        lo[t] = _mm512_dpbusd_epi32(lo[t], wlo, alo);
+                        hi[t] = _mm512_dpbusd_epi32(hi[t], whi, ahi);
+                    }
+                }
+                for t in 0..T {
+                    let both = _mm512_add_epi32(
+                        _mm512_mullo_epi32(lo[t], sc[2 * j]),
+                        _mm512_mullo_epi32(hi[t], sc[2 * j + 1]),
+                    );
+                    tot[t] = _mm512_add_epi32(tot[t], both);
+                }
+            }
+            let (dx, dminx) = (ld_f16(&g.d), ld_f16(&g.dmin));
+            for t in 0..T {
+                let ps = &pair_sums[t][b];
+                let mut m = _mm512_setzero_si512();
+                for (j, &mn) in mn.iter().enumerate() {
+                    m = dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j)));
+                }
+                let yd = _mm512_set1_ps(ys[t][b].d);
+                main[t] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
+                mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+            }
+        }
+        for t in 0..T {
+            store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
+        }
+    }
+}
+
+/// [`q4_k_pass`] unpacking as it goes (up to a pass of tokens).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q4_k_tokens<const T: usize>(
@@ -396,73 +505,31 @@ fn q4_k_tokens<const T: usize>(
     ys: [&[BlockQ8K]; T],
     pair_sums: [&[[i16; 8]]; T],
     out: &mut [f32],
-    (stride, r0, t0): (usize, usize, usize),
+    at: (usize, usize, usize),
 ) {
-    let m4 = _mm512_set1_epi8(0x0F);
-    let mut main = [_mm512_setzero_ps(); T];
-    let mut mins = [_mm512_setzero_ps(); T];
-    for (b, g) in g.iter().enumerate() {
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        // SAFETY: this function's features.
-        let (sc, mn) = unsafe { k_scales(&g.sc) };
-        let mut tot = [_mm512_setzero_si512(); T];
-        // Sub-blocks 2j and 2j + 1 side by side: one load of the nibbles for both, and two
-        // chains of `vpdpbusd` a token.
-        for j in 0..4 {
-            prefetch_part(g, j, 4);
-            let mut lo = [_mm512_setzero_si512(); T];
-            let mut hi = [_mm512_setzero_si512(); T];
-            for k in 0..8 {
-                // SAFETY: a row of `qs`.
-                let raw = unsafe { ld(&g.qs[8 * j + k]) };
-                let (wlo, whi) = (
-                    _mm512_and_si512(raw, m4),
-                    _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4),
-                );
-                for t in 0..T {
-                    // SAFETY: values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value block.
-                    let (alo, ahi) = unsafe {
-                        (
-                            bcast4(y[t].add(64 * j + 4 * k)),
-                            bcast4(y[t].add(64 * j + 32 + 4 * k)),
-                        )
-                    };
-                    lo[t] = _mm512_dpbusd_epi32(lo[t], wlo, alo);
-                    hi[t] = _mm512_dpbusd_epi32(hi[t], whi, ahi);
-                }
-            }
-            for t in 0..T {
-                let both = _mm512_add_epi32(
-                    _mm512_mullo_epi32(lo[t], sc[2 * j]),
-                    _mm512_mullo_epi32(hi[t], sc[2 * j + 1]),
-                );
-                tot[t] = _mm512_add_epi32(tot[t], both);
-            }
-        }
-        // SAFETY: rows of `d`, `dmin`.
-        let (dx, dminx) = unsafe { (ld_f16(&g.d), ld_f16(&g.dmin)) };
-        for t in 0..T {
-            let ps = &pair_sums[t][b];
-            let mut m = _mm512_setzero_si512();
-            for (j, &mn) in mn.iter().enumerate() {
-                // SAFETY: i16 elements 2j, 2j + 1 of `ps`; this function's features.
-                m = unsafe { dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j))) };
-            }
-            let yd = _mm512_set1_ps(ys[t][b].d);
-            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
-            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
-        }
-    }
-    for t in 0..T {
-        store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
-    }
+    // SAFETY: this function's features.
+    unsafe { q4_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
+}
+
+/// [`q4_k_pass`] from the group's unpacked values.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q4_k_tokens_unpacked<const T: usize>(
+    g: (&[Q4KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { q4_k_pass::<T, true>(g, ys, pair_sums, out, at) }
 }
 
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
     pub(super) static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
     /// Each thread's group of blocks unpacked to one byte a value ([`q3_k_unpack`],
-    /// [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
+    /// [`q4_k_unpack`], [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
     static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -490,7 +557,24 @@ pub(super) fn pair_sums(a: &[BlockQ8K], ps: &mut Vec<[i16; 8]>) {
 unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
-        group_passes!(p, per_row, a, out, q4_k_tokens, 8, [1 2 3 4 5 6 7], (ps))
+        let n_tok = a.len() / per_row;
+        if n_tok <= 8 {
+            group_passes!(p, per_row, a, out, q4_k_tokens, 8, [1 2 3 4 5 6 7], (ps));
+            return;
+        }
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            let stride = p.len() / per_row * ROWS;
+            for (gi, g) in p.chunks_exact(per_row).enumerate() {
+                q4_k_unpack(g, vb);
+                macro_rules! pass {
+                    ($n:expr, $t0:expr) => {
+                        group_passes!(@pass $n, $t0, q4_k_tokens_unpacked, (g, &vb[..]), out,
+                            (stride, ROWS * gi), per_row, a, (ps))
+                    };
+                }
+                token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
+            }
+        });
     });
 }
 
