@@ -111,10 +111,11 @@ impl<'a> Matrix<'a> {
 
     /// Rows a call of the batch kernel takes. The float formats' kernels widen the batch's
     /// tokens to f32 once a call and block the rows themselves: at 64 rows a call, widening
-    /// the tokens was a tenth of an F16 file's prefill.
+    /// the tokens was a tenth of an F16 file's prefill. A packed matrix says its own.
     fn tile_rows(&self) -> usize {
-        match self.ty {
-            GgmlType::F16 | GgmlType::F32 => 8 * ROW_TILE,
+        match (&self.packed, self.ty) {
+            (Some(p), _) => p.tile_rows(),
+            (None, GgmlType::F16 | GgmlType::F32) => 8 * ROW_TILE,
             _ => ROW_TILE,
         }
     }
@@ -432,7 +433,7 @@ fn matmul_packed<'o>(
         out_slice,
         n_rows,
         rows,
-        ROW_TILE,
+        p.tile_rows(),
         |r0, r1, a, nt, tile| p.gemm(r0..r1, a, nt, tile),
     );
 }

@@ -131,6 +131,20 @@ impl PackedMatrix {
         self.ty
     }
 
+    /// Rows a batch product should give [`Self::gemm`] a call: more where the kernel has work
+    /// on the tokens to do in every call.
+    pub fn tile_rows(&self) -> usize {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::x86::avx512_packed::TILE_ROWS;
+            let columns = self.per_row * self.ty.block_len();
+            let rows = self.format.tile_weights / columns.max(1) / PACK_GROUP_ROWS;
+            TILE_ROWS.max(rows * PACK_GROUP_ROWS)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        64
+    }
+
     /// Bytes the packed rows take (those of the file's rows, moved).
     pub fn bytes(&self) -> usize {
         #[cfg(target_arch = "x86_64")]

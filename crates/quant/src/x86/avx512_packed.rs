@@ -2422,7 +2422,14 @@ pub(crate) struct PackedFormat {
     pub pack: PackFn,
     pub kernel: PackedFn,
     pub block_bytes: usize,
+    /// Weights (rows times columns) a call of a batch product should cover at least, in
+    /// calls of at least [`TILE_ROWS`] rows: more than that only where the kernel has work on
+    /// the tokens to spread over more rows.
+    pub tile_weights: usize,
 }
+
+/// Rows a call of a batch product, for most formats: the kernels tile for the caches inside.
+pub(crate) const TILE_ROWS: usize = 64;
 
 /// Check and cast the operands of a packed kernel.
 pub(crate) fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
@@ -2456,6 +2463,11 @@ pub(crate) fn operands<'p, 'a, P: Pod, A: crate::codec::Block>(
 
 macro_rules! packed_format {
     ($name:ident: $p:ty, $act:ty, $ty:expr, $act_ty:expr => $driver:expr) => {
+        $crate::x86::avx512_packed::packed_format!(
+            $name: $p, $act, $ty, $act_ty => $driver, 0
+        );
+    };
+    ($name:ident: $p:ty, $act:ty, $ty:expr, $act_ty:expr => $driver:expr, $tile_weights:expr) => {
         pub(crate) static $name: $crate::x86::avx512_packed::PackedFormat =
             $crate::x86::avx512_packed::PackedFormat {
                 pack: |w, row_bytes, groups, release| {
@@ -2485,6 +2497,7 @@ macro_rules! packed_format {
                     Ok(())
                 },
                 block_bytes: size_of::<$p>(),
+                tile_weights: $tile_weights,
             };
     };
 }
@@ -2492,7 +2505,14 @@ macro_rules! packed_format {
 pub(super) use packed_format;
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
-packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
+// IQ4_XS widens every token's values to i16 once a call (`iq4_xs`): calls of 256 rows where a
+// row has 2048 columns spread that over more (tilebench IQ4_XS at 64 tokens by 2048 columns:
+// 82.5, 87.5, 90.3 and 91.9 GMAC/s at 64, 128, 256 and 512 rows; kbench, engine matmul, 2048x2048
+// 75 -> 87, 8192x2048 77 -> 86). With 8192 columns the widened tokens alone are 1 MiB, and 256
+// rows a call measured 5% slower there than 64: the same number of weights a call, not rows.
+packed_format!(
+    IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs, 256 * 2048
+);
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
