@@ -29,9 +29,9 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, token_passes, word_shuffle_bytes, Act32, IQ4NLPacked,
-    IQ4XSPacked, Pack32, PackedFormat, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
-    Q5_1Packed, Q6KPacked, Tok32, PAIR_SUMS, ROWS, TOKS32,
+    group_passes, packed_format, pair_sums, token_passes, unpacked_passes, word_shuffle_bytes,
+    Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q4KPacked, Q4_0Packed, Q4_1Packed,
+    Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32, PAIR_SUMS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -561,17 +561,7 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
         return;
     }
     UNPACKED_VALUES.with_borrow_mut(|vb| {
-        let stride = p.len() / per_row * ROWS;
-        for (gi, g) in p.chunks_exact(per_row).enumerate() {
-            q6_k_unpack(g, vb);
-            macro_rules! pass {
-                ($n:expr, $t0:expr) => {
-                    group_passes!(@pass $n, $t0, q6_k_tokens_unpacked, (g, &vb[..]), out,
-                        (stride, ROWS * gi), per_row, a, ())
-                };
-            }
-            token_passes!(n_tok, pass, 8, [1 2 3 4 5 6 7]);
-        }
+        unpacked_passes!(p, per_row, a, out, q6_k_unpack, vb, q6_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], ())
     });
 }
 
@@ -867,17 +857,7 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            let stride = p.len() / per_row * ROWS;
-            for (gi, g) in p.chunks_exact(per_row).enumerate() {
-                q5_k_unpack(g, vb);
-                macro_rules! pass {
-                    ($n:expr, $t0:expr) => {
-                        group_passes!(@pass $n, $t0, q5_k_tokens_unpacked, (g, &vb[..]), out,
-                            (stride, ROWS * gi), per_row, a, (ps))
-                    };
-                }
-                token_passes!(n_tok, pass, 4, [1 2 3]);
-            }
+            unpacked_passes!(p, per_row, a, out, q5_k_unpack, vb, q5_k_tokens_unpacked, 4, [1 2 3], (ps))
         });
     });
 }
