@@ -571,97 +571,175 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // both), paired by `vpmaddubsw` (each pair sum at most 2 * 127 * 127: Q8_K values lie in
 // -127..=127), then `vpmaddwd` by the sub-block's scale less 32; fused by `d_x * d_y`.
 
-/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
-/// r0..][..16]`, eight rows at a time.
+/// Rows `8hr..8hr + 8` of an IQ4_XS block's levels of values `32j + 4k..+4` (level indices in
+/// the low nibbles of word `4j + k` for `k < 4`, the high nibbles of word `4j + k - 4`
+/// otherwise): the levels and their magnitudes, one byte a value.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn iq4_xs_levels(g: &IQ4XSPacked, hr: usize, j: usize, k: usize) -> [__m256i; 2] {
+    // SAFETY: the caller's features; the 16 levels' bytes; a row of `qs`.
+    unsafe {
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        let raw = ld8(&g.qs[4 * j + k % 4], hr);
+        let idx = if k < 4 {
+            raw
+        } else {
+            _mm256_srli_epi32::<4>(raw)
+        };
+        let level = _mm256_shuffle_epi8(table, _mm256_and_si256(idx, _mm256_set1_epi8(0x0F)));
+        [level, _mm256_sign_epi8(level, level)]
+    }
+}
+
+/// Every block of a group's [`iq4_xs_levels`] into `vb` (entry `hr * blocks + b`, registers
+/// `2(8k + j)` and `2(8k + j) + 1`), once for all of a batch's token passes, which otherwise
+/// each looked them up again.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
+fn iq4_xs_unpack(g: &[IQ4XSPacked], vb: &mut Vec<[__m256i; 128]>) {
+    vb.clear();
+    for hr in 0..2 {
+        for g in g {
+            let mut v = [_mm256_setzero_si256(); 128];
+            for k in 0..8 {
+                for j in 0..8 {
+                    // SAFETY: this function's features.
+                    let levels = unsafe { iq4_xs_levels(g, hr, j, k) };
+                    v[2 * (8 * k + j)..][..2].copy_from_slice(&levels);
+                }
+            }
+            vb.push(v);
+        }
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their levels already looked up in `vb` by
+/// [`iq4_xs_unpack`]) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
+#[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn iq4_xs_tokens<const T: usize>(
-    g: &[IQ4XSPacked],
+unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[IQ4XSPacked], &[[__m256i; 128]]),
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    // SAFETY: the 16 levels' bytes; AVX2 (this function's features).
-    let table =
-        unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast())) };
-    let (m0f, m03, nib) = (
-        _mm256_set1_epi32(0x0F),
-        _mm256_set1_epi32(0x03),
-        _mm256_set1_epi8(0x0F),
-    );
-    for hr in 0..2 {
-        let mut acc = [[_mm256_setzero_ps(); 8]; T];
-        for (b, g) in g.iter().enumerate() {
-            // SAFETY: rows of `scales_l`, `scales_h` and `d`.
-            let (sl, sh, dx) = unsafe {
-                (
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
+    // of a token's 256 (the whole body).
+    unsafe {
+        let (m0f, m03) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x03));
+        let blocks = g.len();
+        for hr in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; T];
+            for (b, g) in g.iter().enumerate() {
+                let (sl, sh, dx) = (
                     ld8(&g.scales_l, hr),
                     _mm256_cvtepu16_epi32(_mm_loadu_si128(g.scales_h.as_ptr().add(8 * hr).cast())),
                     ld8_f16(&g.d, hr),
-                )
-            };
-            // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
-            let mut scale = [_mm256_setzero_si256(); 8];
-            for (j, scale) in scale.iter_mut().enumerate() {
-                let low =
-                    _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j as i32)), m0f);
-                let high =
-                    _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j as i32)), m03);
-                let ls = _mm256_sub_epi32(
-                    _mm256_or_si256(low, _mm256_slli_epi32::<4>(high)),
-                    _mm256_set1_epi32(32),
                 );
-                *scale = _mm256_or_si256(
-                    _mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
-                    _mm256_slli_epi32::<16>(ls),
-                );
-            }
-            let d: [__m256; T] =
-                std::array::from_fn(|t| _mm256_mul_ps(dx, _mm256_set1_ps(ys[t][b].d)));
-            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-            for k in 0..8 {
-                if hr == 0 {
-                    prefetch_part(g, k, 8);
+                // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
+                let mut scale = [_mm256_setzero_si256(); 8];
+                for (j, scale) in scale.iter_mut().enumerate() {
+                    let low = _mm256_and_si256(
+                        _mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j as i32)),
+                        m0f,
+                    );
+                    let high = _mm256_and_si256(
+                        _mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j as i32)),
+                        m03,
+                    );
+                    let ls = _mm256_sub_epi32(
+                        _mm256_or_si256(low, _mm256_slli_epi32::<4>(high)),
+                        _mm256_set1_epi32(32),
+                    );
+                    *scale = _mm256_or_si256(
+                        _mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
+                        _mm256_slli_epi32::<16>(ls),
+                    );
                 }
-                let mut lane = [_mm256_setzero_si256(); T];
-                for j in 0..8 {
-                    // Values 32j + 4k..+4: level indices in the low nibbles of word 4j + k
-                    // (k < 4) or the high nibbles of word 4j + k - 4.
-                    // SAFETY: a row of `qs`.
-                    let raw = unsafe { ld8(&g.qs[4 * j + k % 4], hr) };
-                    let idx = if k < 4 {
-                        raw
-                    } else {
-                        _mm256_srli_epi32::<4>(raw)
-                    };
-                    let level = _mm256_shuffle_epi8(table, _mm256_and_si256(idx, nib));
-                    let magnitude = _mm256_sign_epi8(level, level);
+                let mut d = [_mm256_setzero_ps(); T];
+                let mut y = [std::ptr::null::<i8>(); T];
+                for t in 0..T {
+                    d[t] = _mm256_mul_ps(dx, _mm256_set1_ps(ys[t][b].d));
+                    y[t] = ys[t][b].qs.as_ptr();
+                }
+                for k in 0..8 {
+                    if hr == 0 && !UNPACKED {
+                        prefetch_part(g, k, 8);
+                    }
+                    let mut lane = [_mm256_setzero_si256(); T];
+                    for j in 0..8 {
+                        let [level, magnitude] = if UNPACKED {
+                            let at = &vb[hr * blocks + b][2 * (8 * k + j)..];
+                            [at[0], at[1]]
+                        } else {
+                            iq4_xs_levels(g, hr, j, k)
+                        };
+                        for t in 0..T {
+                            let a = bcast4(y[t].add(32 * j + 4 * k));
+                            let p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, level));
+                            lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(p, scale[j]));
+                        }
+                    }
                     for t in 0..T {
-                        // SAFETY: four values of the token's 256.
-                        let a = unsafe { bcast4(y[t].add(32 * j + 4 * k)) };
-                        let p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, level));
-                        lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(p, scale[j]));
+                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
                     }
                 }
-                for t in 0..T {
-                    acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
-                }
             }
+            store_tokens8(out, (stride, r0, t0), hr, &acc);
         }
-        store_tokens8(out, (stride, r0, t0), hr, &acc);
     }
+}
+
+/// [`iq4_xs_pass`] looking the levels up as it goes (up to a pass of tokens).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4_xs_tokens<const T: usize>(
+    g: &[IQ4XSPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { iq4_xs_pass::<T, false>((g, &[]), ys, out, at) }
+}
+
+/// [`iq4_xs_pass`] from the group's levels.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4_xs_tokens_unpacked<const T: usize>(
+    g: (&[IQ4XSPacked], &[[__m256i; 128]]),
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    // SAFETY: this function's features.
+    unsafe { iq4_xs_pass::<T, true>(g, ys, out, at) }
+}
+
+thread_local! {
+    /// Each thread's group of IQ4_XS levels ([`iq4_xs_unpack`]), reused from call to call.
+    static IQ4XS_LEVELS: RefCell<Vec<[__m256i; 128]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Packed IQ4_XS groups times every token, as [`q4_k`], eight tokens a pass (tilebench, `IQ4_XS
 /// 512 2048 64` at `SYNAPSE_ISA=avx2`: 44.7, 49.9 and 51.0 GMAC/s at 4, 8 and 12 tokens a pass,
 /// against 32.4 for the AVX2 tiles this replaces; one token 26.8 against the row kernel's 17.9).
+/// More than a pass of tokens, and each group's levels are looked up once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    group_passes!(p, per_row, a, out, iq4_xs_tokens, 8, [1 2 3 4 5 6 7], ());
+    if a.len() <= 8 * per_row {
+        group_passes!(p, per_row, a, out, iq4_xs_tokens, 8, [1 2 3 4 5 6 7], ());
+        return;
+    }
+    IQ4XS_LEVELS.with_borrow_mut(|vb| {
+        unpacked_passes!(p, per_row, a, out, iq4_xs_unpack, vb, iq4_xs_tokens_unpacked, 8, [1 2 3 4 5 6 7], ())
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
