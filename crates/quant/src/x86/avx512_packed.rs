@@ -1127,8 +1127,8 @@ unsafe fn bit_to_4(v: __m512i, b: u32) -> __m512i {
     }
 }
 
-/// A Q5_K block's sixteen rows' values `v[8k + 2p + h]` = values `64p + 32h + 4k..+4` (one byte
-/// a value, 0..32): the nibbles with their fifth bits, ready for `vpmaddubsw`.
+/// A Q5_K block's sixteen rows' values `64p + 32h + 4k..+4`, `h` = 0 and 1 (one byte a value,
+/// 0..32): the nibbles with their fifth bits, ready for `vpmaddubsw`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
@@ -1144,8 +1144,9 @@ unsafe fn q5_k_values(g: &Q5KPacked, k: usize, p: usize) -> [__m512i; 2] {
     }
 }
 
-/// Every block of a group unpacked by [`q5_k_values`] into `vb`, once for all of a batch's
-/// token passes (which otherwise each unpacked it again: a third of their operations).
+/// Every block of a group unpacked by [`q5_k_values`] into `vb` (entry `8k + 2p + h`), once for
+/// all of a batch's token passes (which otherwise each unpacked it again: a third of their
+/// operations).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m512i; 64]>) {
@@ -1239,7 +1240,7 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q5_k_pass`] unpacking as it goes (few tokens: decode).
+/// [`q5_k_pass`] unpacking as it goes (up to eight tokens).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q5_k_tokens<const T: usize>(
