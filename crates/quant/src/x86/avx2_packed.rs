@@ -29,9 +29,10 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, token_passes, unpacked_passes, word_shuffle_bytes,
-    Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q4KPacked, Q4_0Packed, Q4_1Packed,
-    Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32, PAIR_SUMS, ROWS, TOKS32,
+    group_passes, packed_format, pair_sums, pass_entries, token_passes, unpacked_passes,
+    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q4KPacked,
+    Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32, PAIR_SUMS, ROWS,
+    TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -520,31 +521,11 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q6_k_pass`] unpacking as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_tokens<const T: usize>(
-    g: &[Q6KPacked],
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q6_k_pass::<T, false>((g, &[]), ys, out, at) }
-}
-
-/// [`q6_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_tokens_unpacked<const T: usize>(
-    g: (&[Q6KPacked], &[[__m256i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q6_k_pass::<T, true>(g, ys, out, at) }
-}
+pass_entries!(
+    "avx2,fma,f16c",
+    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m256i; 64],
+    (ys: [&[BlockQ8K]; T])
+);
 
 /// Packed Q6_K groups times every token, as [`q4_k`], eight tokens a pass (tilebench, `Q6_K
 /// 512 2048 64` at `SYNAPSE_ISA=avx2`, best of five: 39, 45, 49, 51, 57 and 55 GMAC/s at 2, 3,
@@ -561,7 +542,11 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
         return;
     }
     UNPACKED_VALUES.with_borrow_mut(|vb| {
-        unpacked_passes!(p, per_row, a, out, q6_k_unpack, vb, q6_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], ())
+        unpacked_passes!(
+            p, per_row, a, out,
+            q6_k_unpack, vb, q6_k_tokens_unpacked,
+            8, [1 2 3 4 5 6 7], ()
+        )
     });
 }
 
@@ -693,31 +678,11 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`iq4_xs_pass`] looking the levels up as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_xs_tokens<const T: usize>(
-    g: &[IQ4XSPacked],
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { iq4_xs_pass::<T, false>((g, &[]), ys, out, at) }
-}
-
-/// [`iq4_xs_pass`] from the group's levels.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn iq4_xs_tokens_unpacked<const T: usize>(
-    g: (&[IQ4XSPacked], &[[__m256i; 128]]),
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { iq4_xs_pass::<T, true>(g, ys, out, at) }
-}
+pass_entries!(
+    "avx2,fma,f16c",
+    iq4_xs_pass: iq4_xs_tokens, iq4_xs_tokens_unpacked, IQ4XSPacked, [__m256i; 128],
+    (ys: [&[BlockQ8K]; T])
+);
 
 thread_local! {
     /// Each thread's group of IQ4_XS levels ([`iq4_xs_unpack`]), reused from call to call.
@@ -738,7 +703,11 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
         return;
     }
     IQ4XS_LEVELS.with_borrow_mut(|vb| {
-        unpacked_passes!(p, per_row, a, out, iq4_xs_unpack, vb, iq4_xs_tokens_unpacked, 8, [1 2 3 4 5 6 7], ())
+        unpacked_passes!(
+            p, per_row, a, out,
+            iq4_xs_unpack, vb, iq4_xs_tokens_unpacked,
+            8, [1 2 3 4 5 6 7], ()
+        )
     });
 }
 
@@ -884,33 +853,11 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q5_k_pass`] unpacking as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5_k_tokens<const T: usize>(
-    g: &[Q5KPacked],
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q5_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
-}
-
-/// [`q5_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5_k_tokens_unpacked<const T: usize>(
-    g: (&[Q5KPacked], &[[__m256i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q5_k_pass::<T, true>(g, ys, pair_sums, out, at) }
-}
+pass_entries!(
+    "avx2,fma,f16c",
+    q5_k_pass: q5_k_tokens, q5_k_tokens_unpacked, Q5KPacked, [__m256i; 64],
+    (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
+);
 
 thread_local! {
     /// Each thread's group of blocks unpacked to one byte a value ([`q5_k_unpack`],
@@ -935,7 +882,11 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(p, per_row, a, out, q5_k_unpack, vb, q5_k_tokens_unpacked, 4, [1 2 3], (ps))
+            unpacked_passes!(
+                p, per_row, a, out,
+                q5_k_unpack, vb, q5_k_tokens_unpacked,
+                4, [1 2 3], (ps)
+            )
         });
     });
 }

@@ -277,6 +277,45 @@ macro_rules! unpacked_passes {
 
 pub(super) use unpacked_passes;
 
+/// The two entries of a pass body `$body::<T, UNPACKED>`: `$direct`, which unpacks as it goes
+/// (the shape [`group_passes`] calls), and `$unpacked`, which reads a group unpacked once into
+/// entries of type `$v` (the shape [`unpacked_passes`] calls); both with the CPU features
+/// `$features`, and the per-token arguments `$arg: $ty` between the group and `out`.
+macro_rules! pass_entries {
+    ($features:literal, $body:ident: $direct:ident, $unpacked:ident, $p:ty, $v:ty,
+     ($($arg:ident: $ty:ty),*)) => {
+        #[doc = concat!(
+            "[`", stringify!($body), "`] unpacking as it goes (up to a pass of tokens)."
+        )]
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $direct<const T: usize>(
+            g: &[$p],
+            $($arg: $ty,)*
+            out: &mut [f32],
+            at: (usize, usize, usize),
+        ) {
+            // SAFETY: this function's features.
+            unsafe { $body::<T, false>((g, &[]), $($arg,)* out, at) }
+        }
+
+        #[doc = concat!("[`", stringify!($body), "`] from the group unpacked once.")]
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $unpacked<const T: usize>(
+            g: (&[$p], &[$v]),
+            $($arg: $ty,)*
+            out: &mut [f32],
+            at: (usize, usize, usize),
+        ) {
+            // SAFETY: this function's features.
+            unsafe { $body::<T, true>(g, $($arg,)* out, at) }
+        }
+    };
+}
+
+pub(super) use pass_entries;
+
 /// Sixteen rows' results `v` for token `t0 + t` into `out[(t0 + t) * stride + r0..][..16]`
 /// (the `(stride, r0, t0)` of a pass).
 #[inline(always)]
@@ -521,33 +560,11 @@ unsafe fn q4_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q4_k_pass`] unpacking as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4_k_tokens<const T: usize>(
-    g: &[Q4KPacked],
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q4_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
-}
-
-/// [`q4_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4_k_tokens_unpacked<const T: usize>(
-    g: (&[Q4KPacked], &[[__m512i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q4_k_pass::<T, true>(g, ys, pair_sums, out, at) }
-}
+pass_entries!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    q4_k_pass: q4_k_tokens, q4_k_tokens_unpacked, Q4KPacked, [__m512i; 64],
+    (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
+);
 
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
@@ -588,7 +605,11 @@ unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(p, per_row, a, out, q4_k_unpack, vb, q4_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], (ps))
+            unpacked_passes!(
+                p, per_row, a, out,
+                q4_k_unpack, vb, q4_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], (ps)
+            )
         });
     });
 }
@@ -931,31 +952,11 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q6_k_pass`] unpacking as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q6_k_tokens<const T: usize>(
-    g: &[Q6KPacked],
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q6_k_pass::<T, false>((g, &[]), ys, out, at) }
-}
-
-/// [`q6_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q6_k_tokens_unpacked<const T: usize>(
-    g: (&[Q6KPacked], &[[__m512i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q6_k_pass::<T, true>(g, ys, out, at) }
-}
+pass_entries!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m512i; 64],
+    (ys: [&[BlockQ8K]; T])
+);
 
 /// [`q6_k_tokens`] for one token (decode): each four values' sum by `vpdpbusd`, two groups'
 /// sums as the halves of a word, one `vpdpwssd` by both scales. Three multiplies for 128
@@ -1065,7 +1066,11 @@ unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
         group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
     } else {
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(p, per_row, a, out, q6_k_unpack, vb, q6_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], ())
+            unpacked_passes!(
+                p, per_row, a, out,
+                q6_k_unpack, vb, q6_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], ()
+            )
         });
     }
 }
@@ -1240,33 +1245,11 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q5_k_pass`] unpacking as it goes (up to eight tokens).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q5_k_tokens<const T: usize>(
-    g: &[Q5KPacked],
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q5_k_pass::<T, false>((g, &[]), ys, pair_sums, out, at) }
-}
-
-/// [`q5_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q5_k_tokens_unpacked<const T: usize>(
-    g: (&[Q5KPacked], &[[__m512i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    pair_sums: [&[[i16; 8]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q5_k_pass::<T, true>(g, ys, pair_sums, out, at) }
-}
+pass_entries!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    q5_k_pass: q5_k_tokens, q5_k_tokens_unpacked, Q5KPacked, [__m512i; 64],
+    (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
+);
 
 /// Packed Q5_K groups times every token, as [`q4_k`]. Up to eight tokens, passes of four that
 /// unpack the values as they go; more, and each group is unpacked once and taken eight tokens a
@@ -1284,7 +1267,11 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(p, per_row, a, out, q5_k_unpack, vb, q5_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], (ps))
+            unpacked_passes!(
+                p, per_row, a, out,
+                q5_k_unpack, vb, q5_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], (ps)
+            )
         });
     });
 }
@@ -1483,33 +1470,11 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
-/// [`q3_k_pass`] unpacking as it goes (up to a pass of tokens).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q3_k_tokens<const T: usize>(
-    g: &[Q3KPacked],
-    ys: [&[BlockQ8K]; T],
-    fours: [&[[i32; 64]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q3_k_pass::<T, false>((g, &[]), ys, fours, out, at) }
-}
-
-/// [`q3_k_pass`] from the group's unpacked values.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q3_k_tokens_unpacked<const T: usize>(
-    g: (&[Q3KPacked], &[[__m512i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    fours: [&[[i32; 64]]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q3_k_pass::<T, true>(g, ys, fours, out, at) }
-}
+pass_entries!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, [__m512i; 64],
+    (ys: [&[BlockQ8K]; T], fours: [&[[i32; 64]]; T])
+);
 
 thread_local! {
     static FOURS: RefCell<Vec<[i32; 64]>> = const { RefCell::new(Vec::new()) };
@@ -1543,7 +1508,11 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(p, per_row, a, out, q3_k_unpack, vb, q3_k_tokens_unpacked, 8, [1 2 3 4 5 6 7], (fours))
+            unpacked_passes!(
+                p, per_row, a, out,
+                q3_k_unpack, vb, q3_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], (fours)
+            )
         });
     });
 }
