@@ -524,34 +524,14 @@ unsafe fn gemm_avx2_unchecked<E: Elem>(w: &[E], y: &[E], k: usize, out: &mut [f3
     });
 }
 
-/// The AVX-512 F16/F32 tile entry ([`crate::GemmFn`]).
-pub fn gemm_512<E: Elem>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = crate::codec::gemm_operands::<E>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernels` hands this entry out only after `has_avx512` found the features;
-    // the operands' sizes agree (checked above).
-    unsafe { gemm_512_unchecked(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// The AVX-512 F16/F32 tile entry ([`crate::GemmFn`]).
+    gemm_512<E: Elem>: E => gemm_512_unchecked::<E>
 }
 
-/// The AVX2 F16/F32 tile entry ([`crate::GemmFn`]).
-pub fn gemm_avx2<E: Elem>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    n_tok: usize,
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    let (x, y, per_row) = crate::codec::gemm_operands::<E>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernels` hands this entry out only after `has_v3` found AVX2, FMA and
-    // F16C; the operands' sizes agree (checked above).
-    unsafe { gemm_avx2_unchecked(x, y, per_row, out) };
-    Ok(())
+tiled_entry! {
+    /// The AVX2 F16/F32 tile entry ([`crate::GemmFn`]).
+    gemm_avx2<E: Elem>: E => gemm_avx2_unchecked::<E>
 }
 
 /// Whether this CPU has what [`dot_512`] and [`gemm_512`] use: AVX-512 F, AVX2, FMA,

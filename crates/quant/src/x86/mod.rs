@@ -3,11 +3,12 @@
 /// The safe entry point of a tiled kernel ([`crate::GemmFn`]): check the operands and cast
 /// them to `$block` weights and their activation blocks, then run `$driver(weights,
 /// activations, blocks per row, out)`, an `unsafe fn` whose CPU features `gemm_kernel` has
-/// detected before it hands the entry out.
+/// detected before it hands the entry out. An entry generic over its element (`name<E:
+/// Elem>: E => ...`) names the parameter and its bound.
 macro_rules! tiled_entry {
-    ($(#[$doc:meta])* $name:ident: $block:ty => $driver:expr) => {
+    ($(#[$doc:meta])* $name:ident $(<$g:ident: $bound:path>)?: $block:ty => $driver:expr) => {
         $(#[$doc])*
-        pub fn $name(
+        pub fn $name $(<$g: $bound>)? (
             w: &[u8],
             row_bytes: usize,
             a: &[u8],
