@@ -157,26 +157,86 @@ avx512_entry! {
 }
 
 /// How far ahead of the kernels their weights are asked for, in bytes: into the first-level
-/// cache from this far, into the second from four times as far. The hardware's prefetchers
-/// alone leave a core well under the bandwidth a streaming read reaches, and one distance
-/// alone is bounded by the first level's few line-fill buffers (kbench, one token: packed Q4_K
-/// 67-81% of the read bandwidth with one distance of 8 KiB, 78-105% with both). Asked for as
-/// the loop goes rather than in a burst before each row ([`crate::codec::prefetch_ahead`]),
+/// cache from `l1` bytes ahead, and into the second from `l2` (none where 0). The hardware's
+/// prefetchers alone leave a core well under the bandwidth a streaming read reaches. Asked for
+/// as the loop goes rather than in a burst before each row ([`crate::codec::prefetch_ahead`]),
 /// gemv-bench's row kernels read 15-25 points more of the bandwidth (F16 on AVX-512 67% ->
 /// 82-98%; on AVX2 Q4_K 53% -> 71-73%, Q8_0 55% -> 76%).
-const PREFETCH_AHEAD: usize = 4096;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Prefetch {
+    pub l1: usize,
+    pub l2: usize,
+}
 
-/// Ask the caches for the 64-byte lines `lines` of the bytes at `p`, `PREFETCH_AHEAD` bytes
-/// ahead into the first level and `4 * PREFETCH_AHEAD` into the second. A hint: it reads
-/// nothing and never faults, past the end of the weights too.
+/// Intel's cores (measured on a Xeon of the Sapphire Rapids generation): one distance alone is
+/// bounded by the first level's few line-fill buffers (kbench, one token: packed Q4_K 67-81% of
+/// the read bandwidth with one distance of 8 KiB, 78-105% with 4 and 16 KiB).
+const PREFETCH_BOTH: Prefetch = Prefetch {
+    l1: 4096,
+    l2: 16384,
+};
+
+/// AMD's (measured on a Zen 5 EPYC, 43 GB/s for one core): the second-level requests cost
+/// more than they bring, and the first level wants to be asked from further ahead. kbench, one
+/// token, one thread, the 8192 x 2048 matrix: packed Q4_K 33.6 -> 39.5 GB/s with 8 KiB alone,
+/// Q6_K 34.4 -> 38.5, Q4_0 33.7 -> 38.8, Q5_K 35.1 -> 41.0; any second-level distance (8 to
+/// 64 KiB) took Q4_K back to 31-34.
+const PREFETCH_AMD: Prefetch = Prefetch { l1: 8192, l2: 0 };
+
+/// The prefetch distances of this CPU: [`PREFETCH_AMD`] on AMD's, [`PREFETCH_BOTH`] on
+/// others; `SYNAPSE_PREFETCH=L1,L2` (bytes) sets them, to tune a CPU not measured here. Only
+/// the speed depends on them.
+pub(crate) fn prefetch_plan() -> Prefetch {
+    static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
+    *PLAN.get_or_init(|| {
+        if let Ok(v) = std::env::var("SYNAPSE_PREFETCH") {
+            match parse_prefetch(&v) {
+                Some(plan) => return plan,
+                None => eprintln!(
+                    "synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored"
+                ),
+            }
+        }
+        let id = std::arch::x86_64::__cpuid(0);
+        let vendor = [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat();
+        if vendor == b"AuthenticAMD" {
+            PREFETCH_AMD
+        } else {
+            PREFETCH_BOTH
+        }
+    })
+}
+
+/// `"L1,L2"`: two distances in bytes.
+fn parse_prefetch(v: &str) -> Option<Prefetch> {
+    let (l1, l2) = v.split_once(',')?;
+    Some(Prefetch {
+        l1: l1.trim().parse().ok()?,
+        l2: l2.trim().parse().ok()?,
+    })
+}
+
+/// Ask the caches for the 64-byte lines `lines` of the bytes at `p`, as far ahead as
+/// [`prefetch_plan`] says. A hint: it reads nothing and never faults, past the end of the
+/// weights too.
 #[inline(always)]
 fn prefetch_lines(p: *const u8, lines: std::ops::Range<usize>) {
+    prefetch_lines_by(p, lines, prefetch_plan());
+}
+
+/// [`prefetch_lines`] at the distances `plan`.
+#[inline(always)]
+fn prefetch_lines_by(p: *const u8, lines: std::ops::Range<usize>, plan: Prefetch) {
     for line in lines {
         let at = p.wrapping_add(64 * line);
         // SAFETY: a prefetch reads nothing into the program and never faults.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(PREFETCH_AHEAD).cast());
-            _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(4 * PREFETCH_AHEAD).cast());
+            if plan.l1 > 0 {
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(plan.l1).cast());
+            }
+            if plan.l2 > 0 {
+                _mm_prefetch::<_MM_HINT_T1>(at.wrapping_add(plan.l2).cast());
+            }
         }
     }
 }
