@@ -30,9 +30,9 @@ use std::cell::RefCell;
 
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, pass_entries, token_passes, unpacked_passes,
-    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q4KPacked,
-    Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32, PAIR_SUMS, ROWS,
-    TOKS32,
+    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q3KPacked,
+    Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32,
+    PAIR_SUMS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -712,6 +712,222 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
 }
 
 // ---------------------------------------------------------------------------------------------
+// Q3_K in `vec_dot` order: [`super::avx512_packed`]'s Q3_K eight rows a register. Each value
+// `q - 4` (q = the two low bits and the high bit, 0..8): `vpmaddubsw` of q with the token's
+// values in pairs (at most 2 * 7 * 128), plus the token's pairs times -4 (so each i16 is a
+// pair's Σ (q - 4) y), then `vpmaddwd` by the 16-value group's scale less 32 into the lane's
+// i32: the integers of ggml's AVX2 kernel, which subtracts the products with the missing
+// high bits' 4 instead.
+
+/// Rows `8hr..8hr + 8` of a Q3_K block's values `128h + 32sh + 4k..+4` (one byte a value, `q`
+/// = the two low bits and the high bit, 0..8), from its `hmask` word `k` (`hm`).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q3_k_values(
+    g: &Q3KPacked,
+    hm: __m256i,
+    (hr, h, k, sh): (usize, usize, usize, usize),
+) -> __m256i {
+    // SAFETY: the caller's features; a row of `qs`.
+    unsafe {
+        let qs = ld8(&g.qs[8 * h + k], hr);
+        let low = _mm256_srlv_epi32(qs, _mm256_set1_epi32(2 * sh as i32));
+        let bit = (4 * h + sh) as i32;
+        let high = if bit <= 2 {
+            _mm256_sllv_epi32(hm, _mm256_set1_epi32(2 - bit))
+        } else {
+            _mm256_srlv_epi32(hm, _mm256_set1_epi32(bit - 2))
+        };
+        _mm256_or_si256(
+            _mm256_and_si256(low, _mm256_set1_epi8(0x03)),
+            _mm256_and_si256(high, _mm256_set1_epi8(0x04)),
+        )
+    }
+}
+
+/// Every block of a group unpacked by [`q3_k_values`] into `vb` (entry `hr * blocks + b`,
+/// register `4(2k + h) + sh`), once for all of a batch's token passes, which otherwise each
+/// unpacked it again.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<[__m256i; 64]>) {
+    vb.clear();
+    for hr in 0..2 {
+        for g in g {
+            let mut v = [_mm256_setzero_si256(); 64];
+            for k in 0..8 {
+                // SAFETY: a row of `hmask`; this function's features.
+                let hm = unsafe { ld8(&g.hmask[k], hr) };
+                for h in 0..2 {
+                    for sh in 0..4 {
+                        // SAFETY: this function's features.
+                        v[4 * (2 * k + h) + sh] = unsafe { q3_k_values(g, hm, (hr, h, k, sh)) };
+                    }
+                }
+            }
+            vb.push(v);
+        }
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
+/// [`q3_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: the token's block's
+/// values in pairs, each pair's sum times -4 as an i16), into `out[(t0 + t) * stride +
+/// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q3KPacked], &[[__m256i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    fours: [&[[i16; 128]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
+    // of a token's 256 and their two pairs of `fours` (the whole body).
+    unsafe {
+        let z = 0x80;
+        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
+        let mut dup = [_mm256_setzero_si256(); 4];
+        for (i, dup) in dup.iter_mut().enumerate() {
+            *dup = word_shuffle([z, i as u8, z, i as u8]);
+        }
+        let (m03, m0f, m20) = (
+            _mm256_set1_epi8(0x03),
+            _mm256_set1_epi8(0x0F),
+            _mm256_set1_epi8(0x20),
+        );
+        let blocks = g.len();
+        for hr in 0..2 {
+            let mut acc = [[_mm256_setzero_ps(); 8]; T];
+            for (b, g) in g.iter().enumerate() {
+                let (s0, s1, s2, dx) = (
+                    ld8(&g.sc[0], hr),
+                    ld8(&g.sc[1], hr),
+                    ld8(&g.sc[2], hr),
+                    ld8_f16(&g.d, hr),
+                );
+                // Byte i of `by[q]`: the scale of group 4q + i, less 32 (low four bits from
+                // bytes 0..8, high two from bytes 8..12).
+                let low = [
+                    _mm256_and_si256(s0, m0f),
+                    _mm256_and_si256(s1, m0f),
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(s0), m0f),
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(s1), m0f),
+                ];
+                let high = [
+                    s2,
+                    _mm256_srli_epi32::<2>(s2),
+                    _mm256_srli_epi32::<4>(s2),
+                    _mm256_srli_epi32::<6>(s2),
+                ];
+                // Loops, not `from_fn`: a closure would not share the caller's features.
+                let mut by = [_mm256_setzero_si256(); 4];
+                for q in 0..4 {
+                    let hi = _mm256_slli_epi32::<4>(_mm256_and_si256(high[q], m03));
+                    by[q] = _mm256_sub_epi8(_mm256_or_si256(low[q], hi), m20);
+                }
+                // (scale, scale) as i16 pairs, for the sixteen groups.
+                let mut scale = [_mm256_setzero_si256(); 16];
+                for (group, scale) in scale.iter_mut().enumerate() {
+                    *scale =
+                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(by[group / 4], dup[group % 4]));
+                }
+                let mut d = [_mm256_setzero_ps(); T];
+                let mut y = [std::ptr::null::<i8>(); T];
+                let mut f = [std::ptr::null::<i16>(); T];
+                for t in 0..T {
+                    d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+                    y[t] = ys[t][b].qs.as_ptr();
+                    f[t] = fours[t][b].as_ptr();
+                }
+                for k in 0..8 {
+                    let hm = if UNPACKED {
+                        _mm256_setzero_si256()
+                    } else {
+                        if hr == 0 {
+                            prefetch_part(g, k, 8);
+                        }
+                        ld8(&g.hmask[k], hr)
+                    };
+                    let mut lane = [_mm256_setzero_si256(); T];
+                    for h in 0..2 {
+                        for sh in 0..4 {
+                            // Values 128h + 32sh + 4k..+4, group 8h + 2sh + k / 4.
+                            let v = if UNPACKED {
+                                vb[hr * blocks + b][4 * (2 * k + h) + sh]
+                            } else {
+                                q3_k_values(g, hm, (hr, h, k, sh))
+                            };
+                            let s = scale[8 * h + 2 * sh + k / 4];
+                            let at = 128 * h + 32 * sh + 4 * k;
+                            for t in 0..T {
+                                let q = _mm256_maddubs_epi16(v, bcast4(y[t].add(at)));
+                                let p = _mm256_add_epi16(q, bcast4(f[t].add(at / 2)));
+                                lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(p, s));
+                            }
+                        }
+                    }
+                    for t in 0..T {
+                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                    }
+                }
+            }
+            store_tokens8(out, (stride, r0, t0), hr, &acc);
+        }
+    }
+}
+
+pass_entries!(
+    "avx2,fma,f16c",
+    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, [__m256i; 64],
+    (ys: [&[BlockQ8K]; T], fours: [&[[i16; 128]]; T])
+);
+
+thread_local! {
+    /// Each token block's values in pairs, each pair's sum times -4 ([`q3_k`]).
+    static FOURS: RefCell<Vec<[i16; 128]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Packed Q3_K groups times every token, as [`q4_k`], eight tokens a pass; more than a pass,
+/// and each group is unpacked once for all its passes.
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    FOURS.with_borrow_mut(|fours| {
+        fours.clear();
+        fours.extend(a.iter().map(|y| {
+            let mut f = [0i16; 128];
+            for c in 0..8 {
+                // SAFETY: 32 readable and writable bytes; this function's features.
+                unsafe {
+                    let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
+                    let sum = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+                    let p = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<2>(sum));
+                    _mm256_storeu_si256(f.as_mut_ptr().add(16 * c).cast(), p);
+                }
+            }
+            f
+        }));
+        if a.len() <= 8 * per_row {
+            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
+            return;
+        }
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            unpacked_passes!(
+                p, per_row, a, out,
+                q3_k_unpack, vb, q3_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], (fours)
+            )
+        });
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Q5_K in `vec_dot` order: the main term in eight lanes (lane `k` takes values whose index mod
 // 32 is in `4k..4k + 4`, each times its sub-block's scale), fused by `d_y * d_x`; the min term
 // one integer a block, fused into one running float by `-d_y * dmin_x`, added at the end:
@@ -1113,6 +1329,7 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
 }
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
@@ -1131,6 +1348,7 @@ packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType:
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q3_K, _) => Some(&Q3_K),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),
         (GgmlType::IQ4_XS, _) => Some(&IQ4_XS),

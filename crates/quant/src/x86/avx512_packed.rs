@@ -1286,13 +1286,13 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 pub(crate) struct Q3KPacked {
     /// Word `k` of each row's 32 bytes of high bits (bit `4h + s` of byte `l`: value `128h +
     /// 32s + l`).
-    hmask: [[u32; ROWS]; 8],
+    pub(super) hmask: [[u32; ROWS]; 8],
     /// Word `m` of each row's 64 bytes of low bit pairs (`m = 8h + k`; bits `2s..2s + 2`:
     /// values `128h + 32s + 4k..+4`).
-    qs: [[u32; ROWS]; 16],
+    pub(super) qs: [[u32; ROWS]; 16],
     /// Word `m` of each row's twelve bytes of 6-bit scales.
-    sc: [[u32; ROWS]; 3],
-    d: [u16; ROWS],
+    pub(super) sc: [[u32; ROWS]; 3],
+    pub(super) d: [u16; ROWS],
 }
 const _: () = assert!(size_of::<Q3KPacked>() == ROWS * size_of::<BlockQ3K>());
 
