@@ -4,8 +4,9 @@
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
 //!
-//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q5_K, Q6_K, Q4_1, Q5_0
-//! and Q5_1 in `vec_dot` order. Q8_0 stays unpacked on AVX2 (see [`format`]).
+//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q3_K, Q5_K, Q6_K,
+//! IQ4_XS, Q4_1, Q5_0 and Q5_1 in `vec_dot` order. Q8_0 stays unpacked on AVX2 (see
+//! [`format`]); Q2_K too (its repacked order is not written for AVX2).
 //!
 //! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before
 //! widening: eight `vpmaddubsw` of at most `2 * 15 * 128` each stay within `i16`. Then one
