@@ -602,6 +602,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
     if ["avx2", "avxvnni"].contains(&synapse_quant::kernel_isa()) && packing {
         let want = [
             (GgmlType::Q4_K, true),
+            (GgmlType::Q2_K, true),
             (GgmlType::Q3_K, false),
             (GgmlType::Q3_K, true),
             (GgmlType::Q5_K, false),

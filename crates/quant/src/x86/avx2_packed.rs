@@ -4,9 +4,10 @@
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
 //!
-//! The formats: Q4_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q3_K, Q5_K, Q6_K,
+//! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q3_K, Q5_K, Q6_K,
 //! IQ4_XS, Q4_1, Q5_0 and Q5_1 in `vec_dot` order. Q8_0 stays unpacked on AVX2 (see
-//! [`format`]); Q2_K too (its repacked order is not written for AVX2).
+//! [`format`]); so does Q2_K in `vec_dot` order (matrices whose row count is not a multiple
+//! of eight), as on AVX-512.
 //!
 //! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before
 //! widening: eight `vpmaddubsw` of at most `2 * 15 * 128` each stay within `i16`. Then one
@@ -31,9 +32,9 @@ use std::cell::RefCell;
 
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, pass_entries, token_passes, unpacked_passes,
-    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q3KPacked,
-    Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked, Tok32,
-    PAIR_SUMS, ROWS, TOKS32,
+    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q2KPacked,
+    Q3KPacked, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked,
+    Tok32, PAIR_SUMS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -929,6 +930,132 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
+// Q2_K in the repacked order: [`super::avx512_packed`]'s Q2_K eight rows a register. Per block
+// and row, one exact integer total of the values times their 16-value group's scale
+// (`vpmaddubsw` of the 2-bit values with the token's, the four words of a group gathered in
+// i16 halves, at most 4 * 2 * 3 * 128, then `vpmaddwd` by the scale) and one of the group mins
+// times the token's group sums, each fused into its own running float, as the row kernels do.
+
+/// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
+/// r0..][..16]`, eight rows at a time.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `t` indexes several arrays in step
+fn q2_k_tokens<const T: usize>(
+    g: &[Q2KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let z = 0x80;
+    // SAFETY: this function's features.
+    let (byte, pair) = unsafe {
+        (
+            // Byte `i` of a word into both i16 halves of its lane.
+            [
+                word_shuffle([0, z, 0, z]),
+                word_shuffle([1, z, 1, z]),
+                word_shuffle([2, z, 2, z]),
+                word_shuffle([3, z, 3, z]),
+            ],
+            // Bytes 0, 1 (2, 3) of a word as an i16 pair.
+            [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])],
+        )
+    };
+    let (m03, m0f) = (_mm256_set1_epi8(0x03), _mm256_set1_epi32(0x000F_000F));
+    for hr in 0..2 {
+        let mut main = [_mm256_setzero_ps(); T];
+        let mut mins = [_mm256_setzero_ps(); T];
+        for (b, g) in g.iter().enumerate() {
+            // SAFETY: rows of `sc`, `d` and `dmin`; this function's features.
+            let (sc, dx, dminx) = unsafe {
+                (
+                    [
+                        ld8(&g.sc[0], hr),
+                        ld8(&g.sc[1], hr),
+                        ld8(&g.sc[2], hr),
+                        ld8(&g.sc[3], hr),
+                    ],
+                    ld8_f16(&g.d, hr),
+                    ld8_f16(&g.dmin, hr),
+                )
+            };
+            let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+            let mut tot = [_mm256_setzero_si256(); T];
+            for h in 0..2 {
+                if hr == 0 {
+                    prefetch_part(g, h, 2);
+                }
+                for sh in 0..4 {
+                    for half in 0..2 {
+                        // Group 8h + 2sh + half: words k = 4 half..4 half + 4.
+                        let mut part = [_mm256_setzero_si256(); T];
+                        for k in 4 * half..4 * half + 4 {
+                            // SAFETY: a row of `qs`.
+                            let qs = unsafe { ld8(&g.qs[8 * h + k], hr) };
+                            let w = _mm256_and_si256(
+                                _mm256_srlv_epi32(qs, _mm256_set1_epi32(2 * sh as i32)),
+                                m03,
+                            );
+                            for t in 0..T {
+                                // SAFETY: values 128h + 32sh + 4k..+4 of the token's 256.
+                                let a = unsafe { bcast4(y[t].add(128 * h + 32 * sh + 4 * k)) };
+                                part[t] = _mm256_add_epi16(part[t], _mm256_maddubs_epi16(w, a));
+                            }
+                        }
+                        let group = 8 * h + 2 * sh + half;
+                        let scale = _mm256_and_si256(
+                            _mm256_shuffle_epi8(sc[group / 4], byte[group % 4]),
+                            m0f,
+                        );
+                        for t in 0..T {
+                            tot[t] = _mm256_add_epi32(tot[t], _mm256_madd_epi16(part[t], scale));
+                        }
+                    }
+                }
+            }
+            // The mins of groups 2p and 2p + 1 as an i16 pair.
+            let mut mn = [_mm256_setzero_si256(); 8];
+            for (p, mn) in mn.iter_mut().enumerate() {
+                let w = _mm256_shuffle_epi8(sc[p / 2], pair[p % 2]);
+                *mn = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m0f);
+            }
+            for t in 0..T {
+                let bs = ys[t][b].bsums.as_ptr();
+                let mut m = _mm256_setzero_si256();
+                for (p, &mn) in mn.iter().enumerate() {
+                    // SAFETY: i16 elements 2p, 2p + 1 of the bsums.
+                    let s = unsafe { bcast4(bs.add(2 * p)) };
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, s));
+                }
+                let yd = _mm256_set1_ps(ys[t][b].d);
+                main[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[t]), _mm256_mul_ps(dx, yd), main[t]);
+                mins[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dminx, yd), mins[t]);
+            }
+        }
+        for t in 0..T {
+            store_rows8(
+                out,
+                (stride, r0, t0),
+                t,
+                hr,
+                _mm256_sub_ps(main[t], mins[t]),
+            );
+        }
+    }
+}
+
+/// Packed Q2_K groups (repacked order) times every token, as [`q4_k`].
+///
+/// # Safety
+/// As [`q4_k`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    group_passes!(p, per_row, a, out, q2_k_tokens, 6, [1 2 3 4 5], ());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Q5_K in `vec_dot` order: the main term in eight lanes (lane `k` takes values whose index mod
 // 32 is in `4k..4k + 4`, each times its sub-block's scale), fused by `d_y * d_x`; the min term
 // one integer a block, fused into one running float by `-d_y * dmin_x`, added at the end:
@@ -1330,6 +1457,7 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
 }
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
+packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
@@ -1349,6 +1477,7 @@ packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType:
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
+        (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),
         (GgmlType::Q3_K, _) => Some(&Q3_K),
         (GgmlType::Q5_K, _) => Some(&Q5_K),
         (GgmlType::Q6_K, _) => Some(&Q6_K),

@@ -625,11 +625,11 @@ unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 pub(crate) struct Q2KPacked {
     /// Word `m` of each row's 64 bytes of bit pairs (`m = 8h + k`; bits `2s..2s + 2`: values
     /// `128h + 32s + 4k..+4`).
-    qs: [[u32; ROWS]; 16],
+    pub(super) qs: [[u32; ROWS]; 16],
     /// Word `m` of each row's sixteen bytes of (scale, min) nibbles.
-    sc: [[u32; ROWS]; 4],
-    d: [u16; ROWS],
-    dmin: [u16; ROWS],
+    pub(super) sc: [[u32; ROWS]; 4],
+    pub(super) d: [u16; ROWS],
+    pub(super) dmin: [u16; ROWS],
 }
 const _: () = assert!(size_of::<Q2KPacked>() == ROWS * size_of::<BlockQ2K>());
 
