@@ -35,8 +35,11 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
     echo "downloading the llama-cpp-python sdist" >&2
-    python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
-        -d "$tmp" llama-cpp-python
+    # The sdist of llama-cpp-python only (--no-binary for it alone): pip prepares its metadata
+    # in an isolated environment, whose build tools (cmake, ninja) then come as wheels instead
+    # of being compiled from source (--no-binary :all: bootstrapped cmake: a quarter of an hour).
+    python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+        --disable-pip-version-check -d "$tmp" llama-cpp-python
     tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
     rm -rf "$src"
     mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$src"
@@ -44,8 +47,16 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
 fi
 
 if ! command -v cmake >/dev/null; then
-    echo "cmake is missing: apt-get install -y cmake" >&2
-    exit 1
+    # Debian's cmake, as scripts/test-aarch64.sh installs its packages (root, or sudo).
+    as_root=()
+    [[ "$(id -u)" == 0 ]] || as_root=(sudo -n)
+    if ! command -v apt-get >/dev/null ||
+        ! { "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+            "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+                apt-get install -y -q --no-install-recommends cmake; } >&2; then
+        echo "cmake is missing and could not be installed (apt-get install cmake)" >&2
+        exit 1
+    fi
 fi
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF "${flags[@]}" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >/dev/null
