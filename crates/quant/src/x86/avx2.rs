@@ -524,7 +524,7 @@ pub(super) fn q2_k_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
     for h in 0..2 {
         // SAFETY: 32 readable bytes (32h + 32 <= 64).
         let q2 = unsafe { _mm256_loadu_si256(x.qs.as_ptr().add(32 * h).cast()) };
-        for s in 0..4 {
+        for (s, pick) in Q2K_SCALE_PICK.iter().enumerate() {
             let q = match s {
                 0 => _mm256_and_si256(q2, m3),
                 1 => _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
@@ -535,7 +535,7 @@ pub(super) fn q2_k_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
             let a = unsafe { _mm256_loadu_si256(y.qs.as_ptr().add(128 * h + 32 * s).cast()) };
             // Groups 8h + 2s (low half) and 8h + 2s + 1 (high half).
             // SAFETY: 32 readable bytes.
-            let pick = unsafe { _mm256_loadu_si256(Q2K_SCALE_PICK[s].as_ptr().cast()) };
+            let pick = unsafe { _mm256_loadu_si256(pick.as_ptr().cast()) };
             let sc = _mm256_shuffle_epi8(sc[h], pick);
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, _mm256_maddubs_epi16(q, a)));
         }
