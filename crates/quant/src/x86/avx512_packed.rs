@@ -2472,13 +2472,23 @@ packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
-packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>);
-packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>);
-packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>);
-packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>);
-packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>);
-packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>);
-packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>);
+/// Weights a batch call of the 32-value formats ([`lanes32`]) covers: each call builds a table
+/// of every token block's lane sums (48 bytes a block: 786 KiB for 64 tokens of 8192 columns),
+/// and in calls of 64 rows that table cost about as much as the products themselves. kbench
+/// at 64 tokens, one thread, Zen 5 (`synapse bench-kernels kbench --formats Q4_0,Q8_0,Q5_0
+/// --tokens 64`), GMAC/s, 64 rows a call -> 256 x 2048 weights -> 1024 x 2048: Q4_0 512 x 2048
+/// 114-118 -> 171-197 -> 142-202, 2048 x 8192 109-113 -> 90-116 -> 152-169; Q8_0 2048 x 8192
+/// 88-90 -> 84-90 -> 92-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 115-119. Larger calls changed
+/// nothing measurable for the K-quants, whose per-call work on the tokens is smaller.
+pub(super) const LANES32_TILE_WEIGHTS: usize = 1024 * 2048;
+
+packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>, LANES32_TILE_WEIGHTS);
+packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>, LANES32_TILE_WEIGHTS);
+packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>, LANES32_TILE_WEIGHTS);
+packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>, LANES32_TILE_WEIGHTS);
+packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>, LANES32_TILE_WEIGHTS);
+packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>, LANES32_TILE_WEIGHTS);
+packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>, LANES32_TILE_WEIGHTS);
 
 /// The AVX-512 VNNI packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
 /// repacked order), if there is one.
