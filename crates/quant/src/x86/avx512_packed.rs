@@ -2477,8 +2477,8 @@ packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k
 /// and in calls of 64 rows that table cost about as much as the products themselves. kbench
 /// at 64 tokens, one thread, Zen 5 (`synapse bench-kernels kbench --formats Q4_0,Q8_0,Q5_0
 /// --tokens 64`), GMAC/s, 64 rows a call -> 256 x 2048 weights -> 1024 x 2048: Q4_0 512 x 2048
-/// 114-118 -> 171-197 -> 142-202, 2048 x 8192 109-113 -> 90-116 -> 152-169; Q8_0 2048 x 8192
-/// 88-90 -> 84-90 -> 92-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 115-119. Larger calls changed
+/// 114-118 -> 171-193 -> 142-202, 2048 x 8192 109-113 -> 90-116 -> 155-169; Q8_0 2048 x 8192
+/// 88-90 -> 84-90 -> 100-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 116-119. Larger calls changed
 /// nothing measurable for the K-quants, whose per-call work on the tokens is smaller.
 pub(super) const LANES32_TILE_WEIGHTS: usize = 1024 * 2048;
 
