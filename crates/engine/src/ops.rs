@@ -167,6 +167,16 @@ fn gelu_f16_table() -> &'static [half::f16] {
 /// it (`GGML_GELU_FP16`): the argument rounded to F16 and looked up in a table of F16 results,
 /// except at and beyond +-10 (0 below, the identity above).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_x86_64_v3() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+        return unsafe { geglu_avx2(gate, up) };
+    }
+    geglu_scalar(gate, up);
+}
+
+/// [`geglu`] one value at a time.
+fn geglu_scalar(gate: &mut [f32], up: &[f32]) {
     let table = gelu_f16_table();
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
@@ -178,6 +188,46 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
             table[half::f16::from_f32(x).to_bits() as usize].to_f32() * u
         };
     }
+}
+
+/// [`gelu_f16_table`] widened to f32 (exactly), for eight lookups at once by `vgatherdps`.
+#[cfg(target_arch = "x86_64")]
+fn gelu_f32_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| gelu_f16_table().iter().map(|v| v.to_f32()).collect())
+}
+
+/// [`geglu_scalar`] eight values at a time: each rounded to F16 by `vcvtps2ph` (the conversion
+/// `half` makes one value at a time with F16C, round to nearest even), its table entry
+/// gathered, then the same one multiply; the same selections at +-10. Every value's arithmetic
+/// is the scalar one, so the same bits (tested over every F16 value). Gemma 3's prefill spent
+/// 4% of its samples in the scalar loop's conversions.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn geglu_avx2(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    let n = gate.len().min(up.len());
+    let table = gelu_f32_table();
+    let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
+    let body = n / 8 * 8;
+    for i in (0..body).step_by(8) {
+        // SAFETY: i + 8 <= n floats of both; every index is a u16, below the table's 65536.
+        unsafe {
+            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let u = _mm256_loadu_ps(up.as_ptr().add(i));
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+            let t = _mm256_i32gather_ps::<4>(table.as_ptr(), _mm256_cvtepu16_epi32(h));
+            let below = _mm256_cmp_ps::<_CMP_LE_OQ>(x, lo);
+            let above = _mm256_cmp_ps::<_CMP_GE_OQ>(x, hi);
+            let v = _mm256_blendv_ps(t, x, above);
+            let y = _mm256_andnot_ps(below, _mm256_mul_ps(v, u));
+            _mm256_storeu_ps(gate.as_mut_ptr().add(i), y);
+        }
+    }
+    geglu_scalar(&mut gate[body..n], &up[body..n]);
 }
 
 /// `x *= s`, element by element (ggml's `ggml_scale`).
@@ -342,6 +392,32 @@ mod tests {
             }
         }
         assert_eq!(h, 0x69c3_62a0_a24d_0647);
+        // The vectorized form against the scalar one, bit for bit: every F16 value (and the
+        // f32 values between them that round to it), the bounds, infinities and NaNs, with a
+        // tail of three.
+        let mut x: Vec<f32> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .chain((0..=u16::MAX).map(|b| {
+                let v = half::f16::from_bits(b).to_f32();
+                f32::from_bits(v.to_bits() ^ 0x1000)
+            }))
+            .collect();
+        x.extend([
+            -10.0,
+            10.0,
+            -9.999_999,
+            9.999_999,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ]);
+        x.extend([f32::NAN, -f32::NAN, 1e-30, -1e-30, 65504.0, 65520.0, 1e10]);
+        let u: Vec<f32> = (0..x.len()).map(|i| 0.5 + (i % 7) as f32 * 0.37).collect();
+        let (mut a, mut b) = (x.clone(), x.clone());
+        geglu(&mut a, &u);
+        geglu_scalar(&mut b, &u);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "{}: {a} against {b}", x[i]);
+        }
         let (mut g, u) = ([-12.0f32, -1.0, 0.0, 0.5, 3.0, 11.0], [2.0f32; 6]);
         geglu(&mut g, &u);
         assert_eq!(g[0], 0.0);
