@@ -37,7 +37,8 @@ if [[ ! -f "$src/CMakeLists.txt" ]]; then
     echo "downloading the llama-cpp-python sdist" >&2
     # The sdist of llama-cpp-python only (--no-binary for it alone): pip prepares its metadata
     # in an isolated environment, whose build tools (cmake, ninja) then come as wheels instead
-    # of being compiled from source (--no-binary :all: bootstrapped cmake: a quarter of an hour).
+    # of being compiled from source (--no-binary :all: bootstrapped cmake from its sources, still
+    # compiling after five minutes on two cores).
     python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
         --disable-pip-version-check -d "$tmp" llama-cpp-python
     tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"

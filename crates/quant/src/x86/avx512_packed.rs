@@ -2478,8 +2478,10 @@ packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k
 /// at 64 tokens, one thread, Zen 5 (`synapse bench-kernels kbench --formats Q4_0,Q8_0,Q5_0
 /// --tokens 64`), GMAC/s, 64 rows a call -> 256 x 2048 weights -> 1024 x 2048: Q4_0 512 x 2048
 /// 114-118 -> 171-193 -> 142-202, 2048 x 8192 109-113 -> 90-116 -> 155-169; Q8_0 2048 x 8192
-/// 88-90 -> 84-90 -> 100-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 116-119. Larger calls changed
-/// nothing measurable for the K-quants, whose per-call work on the tokens is smaller.
+/// 88-90 -> 84-90 -> 100-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 116-119. The AVX2 kernels
+/// build the same table (at `SYNAPSE_ISA=avx2`, 64 rows -> 1024 x 2048: Q5_0 31-39 -> 43-46,
+/// Q4_1 32-43 -> 44-50). Larger calls changed nothing measurable for the K-quants, whose
+/// per-call work on the tokens is smaller.
 pub(super) const LANES32_TILE_WEIGHTS: usize = 1024 * 2048;
 
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>, LANES32_TILE_WEIGHTS);
