@@ -569,8 +569,8 @@ pass_entries!(
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
     pub(super) static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
-    /// Each thread's group of blocks unpacked to one byte a value ([`q3_k_unpack`],
-    /// [`q4_k_unpack`], [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
+    /// Each thread's group of blocks unpacked to one byte a value ([`q4_k_unpack`],
+    /// [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
     static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -1278,7 +1278,10 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 
 // ---------------------------------------------------------------------------------------------
 // Q3_K in `vec_dot` order: the eight lanes of the other K-quants, each value `q - 4` (q = the
-// two low bits and the high bit, 0..8) times its 16-value group's scale less 32.
+// two low bits and the high bit, 0..8) times its 16-value group's scale less 32. A few tokens
+// take each four values' sum and scale it (`vpdpbusd`, then `vpdpwssd`); a batch folds the
+// scales into the values once ([`q3_k_unpack`]: the product fits a byte) and takes one
+// `vpdpbusd` for 64 products.
 
 /// One Q3_K block of sixteen rows (1760 bytes, sixteen blocks' worth).
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -1341,38 +1344,114 @@ unsafe fn q3_k_values(g: &Q3KPacked, hm: __m512i, h: usize, k: usize, sh: usize)
     }
 }
 
-/// Every block of a group unpacked by [`q3_k_values`] into `vb` (entry `4(2k + h) + sh`), once
-/// for all of a batch's token passes, which otherwise each unpacked it again.
+/// A Q3_K block of sixteen rows unpacked for batches ([`q3_k_unpack`]): entry `4(2k + h) + sh`
+/// holds the values `128h + 32sh + 4k..+4` of every row with their group's scale folded in,
+/// `-(q - 4) * scale` as a signed byte (within -128..=124: `q - 4` is -4..=3, the scale
+/// -32..=31), and entry `64 + k` each row's `128 * Σ` of the 32 folded bytes of lane `k`.
+type Q3KUnpacked = [__m512i; 72];
+
+/// Every block of a group unpacked into `vb` once for all of a batch's token passes, each
+/// value times its group's scale (see [`Q3KUnpacked`]). A pass then takes one `vpdpbusd` for
+/// 64 products, with the token's values plus 128 as the unsigned bytes, where the packed bits
+/// take a `vpdpbusd` and a `vpdpwssd` (the scale multiply of each four values' sum); the
+/// offset comes back through entry `64 + k`. The same integers: `Σ y (q - 4) s = 128 Σ w -
+/// Σ (y + 128) w` with `w = -(q - 4) s`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<[__m512i; 64]>) {
+fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<Q3KUnpacked>) {
     vb.clear();
+    let (m03, m0f, m20) = (
+        _mm512_set1_epi8(0x03),
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(0x20),
+    );
+    let (four, ones, lo8) = (
+        _mm512_set1_epi8(4),
+        _mm512_set1_epi8(1),
+        _mm512_set1_epi16(0x00FF),
+    );
     for g in g {
-        let mut v = [_mm512_setzero_si512(); 64];
+        // SAFETY: rows of `sc`; this function's features.
+        let by = unsafe { q3_k_scale_bytes(g, (m03, m0f, m20)) };
+        let mut v = [_mm512_setzero_si512(); 72];
         for k in 0..8 {
             // SAFETY: a row of `hmask`.
             let hm = unsafe { ld(&g.hmask[k]) };
+            let mut sum = _mm512_setzero_si512();
             for h in 0..2 {
                 for sh in 0..4 {
                     // SAFETY: this function's features.
-                    v[4 * (2 * k + h) + sh] = unsafe { q3_k_values(g, hm, h, k, sh) };
+                    let q = unsafe { q3_k_values(g, hm, h, k, sh) };
+                    // The group's scale (8h + 2sh + k / 4) in every byte of the row's lane.
+                    let group = 8 * h + 2 * sh + k / 4;
+                    let i = (group % 4) as u8;
+                    // SAFETY: this function's features.
+                    let sc = _mm512_shuffle_epi8(by[group / 4], unsafe { word_shuffle([i; 4]) });
+                    // -(q - 4) s in i16 halves: even bytes, then odd, each sign-extended.
+                    let neg = _mm512_sub_epi8(four, q);
+                    let s16 = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(sc));
+                    let even = _mm512_mullo_epi16(
+                        _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(neg)),
+                        s16,
+                    );
+                    let odd = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(neg), s16);
+                    let w =
+                        _mm512_or_si512(_mm512_and_si512(even, lo8), _mm512_slli_epi16::<8>(odd));
+                    v[4 * (2 * k + h) + sh] = w;
+                    sum = _mm512_dpbusd_epi32(sum, ones, w);
                 }
             }
+            v[64 + k] = _mm512_slli_epi32::<7>(sum);
         }
         vb.push(v);
     }
 }
 
-/// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
-/// block) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: each 4-value word of the token's
-/// block as the i32 `-4 * (y0 + y1 + y2 + y3)`), into `out[(t0 + t) * stride + r0..][..16]`.
-/// The same operations on the same integers either way.
+/// Byte `i` of `by[q]` (each row's word): the scale of group `4q + i`, less 32 (ggml's
+/// `q3k_scale` four at a time: low four bits from bytes 0..8, high two from bytes 8..12).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BW.
+#[inline(always)]
+unsafe fn q3_k_scale_bytes(
+    g: &Q3KPacked,
+    (m03, m0f, m20): (__m512i, __m512i, __m512i),
+) -> [__m512i; 4] {
+    // SAFETY: the caller's features; rows of `sc`.
+    unsafe {
+        let (s0, s1, s2) = (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]));
+        let low = [
+            _mm512_and_si512(s0, m0f),
+            _mm512_and_si512(s1, m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s0), m0f),
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s1), m0f),
+        ];
+        let high = [
+            s2,
+            _mm512_srli_epi32::<2>(s2),
+            _mm512_srli_epi32::<4>(s2),
+            _mm512_srli_epi32::<6>(s2),
+        ];
+        let mut by = [_mm512_setzero_si512(); 4];
+        for q in 0..4 {
+            let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
+            by[q] = _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20);
+        }
+        by
+    }
+}
+
+/// Sixteen rows (`g`, and with `UNPACKED` their scaled values unpacked in `vb` by
+/// [`q3_k_unpack`], one entry a block) times tokens `t0..t0 + T` (`ys[t]`; `words[t][b]`: each
+/// 4-value word of the token's block, as the i32 `-4 * (y0 + y1 + y2 + y3)` for the packed
+/// bits, as the four bytes `y + 128` for `UNPACKED`), into `out[(t0 + t) * stride +
+/// r0..][..16]`. The same integers either way.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
 unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
-    (g, vb): (&[Q3KPacked], &[[__m512i; 64]]),
+    (g, vb): (&[Q3KPacked], &[Q3KUnpacked]),
     ys: [&[BlockQ8K]; T],
-    fours: [&[[i32; 64]]; T],
+    words: [&[[i32; 64]]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
@@ -1391,58 +1470,53 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
         );
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for (b, g) in g.iter().enumerate() {
-            let (s0, s1, s2, dx) = (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld_f16(&g.d));
-            // Byte i of `by[q]`: the scale of group 4q + i, less 32 (ggml's `q3k_scale` four at
-            // a time: low four bits from bytes 0..8, high two from bytes 8..12).
-            let low = [
-                _mm512_and_si512(s0, m0f),
-                _mm512_and_si512(s1, m0f),
-                _mm512_and_si512(_mm512_srli_epi32::<4>(s0), m0f),
-                _mm512_and_si512(_mm512_srli_epi32::<4>(s1), m0f),
-            ];
-            let high = [
-                s2,
-                _mm512_srli_epi32::<2>(s2),
-                _mm512_srli_epi32::<4>(s2),
-                _mm512_srli_epi32::<6>(s2),
-            ];
-            // Loops, not `from_fn`: a closure would not share the caller's features.
-            let mut by = [_mm512_setzero_si512(); 4];
-            for q in 0..4 {
-                let hi = _mm512_slli_epi32::<4>(_mm512_and_si512(high[q], m03));
-                by[q] = _mm512_sub_epi8(_mm512_or_si512(low[q], hi), m20);
-            }
-            // (scale, 0) as i16 pairs, for the sixteen groups.
-            let mut scale = [_mm512_setzero_si512(); 16];
-            for (group, scale) in scale.iter_mut().enumerate() {
-                *scale =
-                    _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]));
-            }
+            let dx = ld_f16(&g.d);
             let mut d = [_mm512_setzero_ps(); T];
             let mut y = [std::ptr::null::<i8>(); T];
             let mut f = [std::ptr::null::<i32>(); T];
             for t in 0..T {
                 d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
                 y[t] = ys[t][b].qs.as_ptr();
-                f[t] = fours[t][b].as_ptr();
+                f[t] = words[t][b].as_ptr();
+            }
+            if UNPACKED {
+                // Lane k: 128 Σ w less Σ (y + 128) w over its eight words, one `vpdpbusd` each.
+                let v = &vb[b];
+                for k in 0..8 {
+                    let mut dot = [_mm512_setzero_si512(); T];
+                    for h in 0..2 {
+                        for sh in 0..4 {
+                            let w = v[4 * (2 * k + h) + sh];
+                            let at = (128 * h + 32 * sh + 4 * k) / 4;
+                            for t in 0..T {
+                                dot[t] = _mm512_dpbusd_epi32(dot[t], bcast4(f[t].add(at)), w);
+                            }
+                        }
+                    }
+                    let mut lane = [_mm512_setzero_si512(); T];
+                    for t in 0..T {
+                        lane[t] = _mm512_sub_epi32(v[64 + k], dot[t]);
+                    }
+                    fuse_lanes(&mut acc, k, &d, &lane, &[_mm512_setzero_si512(); T]);
+                }
+                continue;
+            }
+            let by = q3_k_scale_bytes(g, (m03, m0f, m20));
+            // (scale, 0) as i16 pairs, for the sixteen groups.
+            let mut scale = [_mm512_setzero_si512(); 16];
+            for (group, scale) in scale.iter_mut().enumerate() {
+                *scale =
+                    _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]));
             }
             for k in 0..8 {
-                let hm = if UNPACKED {
-                    _mm512_setzero_si512()
-                } else {
-                    prefetch_part(g, k, 8);
-                    ld(&g.hmask[k])
-                };
+                prefetch_part(g, k, 8);
+                let hm = ld(&g.hmask[k]);
                 let mut lane = [_mm512_setzero_si512(); T];
                 let mut lane1 = [_mm512_setzero_si512(); T];
                 for h in 0..2 {
                     for sh in 0..4 {
                         // Values 128h + 32sh + 4k..+4 (chunk 4h + sh), group 8h + 2sh + k / 4.
-                        let v = if UNPACKED {
-                            vb[b][4 * (2 * k + h) + sh]
-                        } else {
-                            q3_k_values(g, hm, h, k, sh)
-                        };
+                        let v = q3_k_values(g, hm, h, k, sh);
                         let s = scale[8 * h + 2 * sh + k / 4];
                         let at = 128 * h + 32 * sh + 4 * k;
                         for t in 0..T {
@@ -1472,12 +1546,15 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, [__m512i; 64],
-    (ys: [&[BlockQ8K]; T], fours: [&[[i32; 64]]; T])
+    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, Q3KUnpacked,
+    (ys: [&[BlockQ8K]; T], words: [&[[i32; 64]]; T])
 );
 
 thread_local! {
+    /// Each token block's words for [`q3_k_pass`].
     static FOURS: RefCell<Vec<[i32; 64]>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's group of Q3_K blocks unpacked by [`q3_k_unpack`].
+    static Q3K_UNPACKED: RefCell<Vec<Q3KUnpacked>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Packed Q3_K groups times every token, as [`q4_k`], eight tokens a pass; more than a pass,
@@ -1487,6 +1564,8 @@ thread_local! {
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    let n_tok = a.len() / per_row;
+    let unpacked = n_tok > 8;
     FOURS.with_borrow_mut(|fours| {
         fours.clear();
         fours.extend(a.iter().map(|y| {
@@ -1495,19 +1574,24 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
                 // SAFETY: 64 readable and writable bytes; this function's features.
                 unsafe {
                     let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast());
-                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
-                    let p = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum));
-                    _mm512_storeu_si512(f.as_mut_ptr().add(16 * c).cast(), p);
+                    let w = if unpacked {
+                        // The values plus 128, as unsigned bytes.
+                        _mm512_xor_si512(q, _mm512_set1_epi8(-128))
+                    } else {
+                        let sum =
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
+                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum))
+                    };
+                    _mm512_storeu_si512(f.as_mut_ptr().add(16 * c).cast(), w);
                 }
             }
             f
         }));
-        let n_tok = a.len() / per_row;
-        if n_tok <= 8 {
+        if !unpacked {
             group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
             return;
         }
-        UNPACKED_VALUES.with_borrow_mut(|vb| {
+        Q3K_UNPACKED.with_borrow_mut(|vb| {
             unpacked_passes!(
                 p, per_row, a, out,
                 q3_k_unpack, vb, q3_k_tokens_unpacked,
