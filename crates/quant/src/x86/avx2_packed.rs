@@ -749,6 +749,41 @@ unsafe fn q3_k_values(
     }
 }
 
+/// Byte `i` of `by[q]` for rows `8hr..8hr + 8`: the scale of group `4q + i`, less 32 (low four
+/// bits from bytes 0..8, high two from bytes 8..12).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q3_k_scale_bytes(
+    g: &Q3KPacked,
+    hr: usize,
+    (m03, m0f, m20): (__m256i, __m256i, __m256i),
+) -> [__m256i; 4] {
+    // SAFETY: the caller's features; rows of `sc`.
+    unsafe {
+        let (s0, s1, s2) = (ld8(&g.sc[0], hr), ld8(&g.sc[1], hr), ld8(&g.sc[2], hr));
+        let low = [
+            _mm256_and_si256(s0, m0f),
+            _mm256_and_si256(s1, m0f),
+            _mm256_and_si256(_mm256_srli_epi32::<4>(s0), m0f),
+            _mm256_and_si256(_mm256_srli_epi32::<4>(s1), m0f),
+        ];
+        let high = [
+            s2,
+            _mm256_srli_epi32::<2>(s2),
+            _mm256_srli_epi32::<4>(s2),
+            _mm256_srli_epi32::<6>(s2),
+        ];
+        let mut by = [_mm256_setzero_si256(); 4];
+        for q in 0..4 {
+            let hi = _mm256_slli_epi32::<4>(_mm256_and_si256(high[q], m03));
+            by[q] = _mm256_sub_epi8(_mm256_or_si256(low[q], hi), m20);
+        }
+        by
+    }
+}
+
 /// Every block of a group unpacked by [`q3_k_values`] into `vb` (entry `hr * blocks + b`,
 /// register `4(2k + h) + sh`), once for all of a batch's token passes, which otherwise each
 /// unpacked it again.
@@ -805,32 +840,8 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
             for (b, g) in g.iter().enumerate() {
-                let (s0, s1, s2, dx) = (
-                    ld8(&g.sc[0], hr),
-                    ld8(&g.sc[1], hr),
-                    ld8(&g.sc[2], hr),
-                    ld8_f16(&g.d, hr),
-                );
-                // Byte i of `by[q]`: the scale of group 4q + i, less 32 (low four bits from
-                // bytes 0..8, high two from bytes 8..12).
-                let low = [
-                    _mm256_and_si256(s0, m0f),
-                    _mm256_and_si256(s1, m0f),
-                    _mm256_and_si256(_mm256_srli_epi32::<4>(s0), m0f),
-                    _mm256_and_si256(_mm256_srli_epi32::<4>(s1), m0f),
-                ];
-                let high = [
-                    s2,
-                    _mm256_srli_epi32::<2>(s2),
-                    _mm256_srli_epi32::<4>(s2),
-                    _mm256_srli_epi32::<6>(s2),
-                ];
-                // Loops, not `from_fn`: a closure would not share the caller's features.
-                let mut by = [_mm256_setzero_si256(); 4];
-                for q in 0..4 {
-                    let hi = _mm256_slli_epi32::<4>(_mm256_and_si256(high[q], m03));
-                    by[q] = _mm256_sub_epi8(_mm256_or_si256(low[q], hi), m20);
-                }
+                let dx = ld8_f16(&g.d, hr);
+                let by = q3_k_scale_bytes(g, hr, (m03, m0f, m20));
                 // (scale, scale) as i16 pairs, for the sixteen groups.
                 let mut scale = [_mm256_setzero_si256(); 16];
                 for (group, scale) in scale.iter_mut().enumerate() {
@@ -893,13 +904,173 @@ thread_local! {
     static FOURS: RefCell<Vec<[i16; 128]>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A Q3_K block's rows `8hr..8hr + 8` folded for AVX-VNNI batches ([`q3_k_fold`]): entry
+/// `4(2k + h) + sh` holds the values `128h + 32sh + 4k..+4` with their group's scale folded in,
+/// `-(q - 4) * scale` as a signed byte (-128..=124), and entry `64 + k` each row's `128 * Σ` of
+/// lane `k`'s 32 folded bytes: [`super::avx512_packed`]'s batch form of Q3_K, eight rows a
+/// register.
+type Q3KFolded = [__m256i; 72];
+
+/// Every block of a group folded into `vb` (entry `hr * blocks + b`), once for all of a
+/// batch's passes.
+#[inline]
+#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+fn q3_k_fold(g: &[Q3KPacked], vb: &mut Vec<Q3KFolded>) {
+    vb.clear();
+    let masks = (
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(0x20),
+    );
+    let (four, ones, lo8) = (
+        _mm256_set1_epi8(4),
+        _mm256_set1_epi8(1),
+        _mm256_set1_epi16(0x00FF),
+    );
+    for hr in 0..2 {
+        for g in g {
+            // SAFETY: this function's features.
+            let by = unsafe { q3_k_scale_bytes(g, hr, masks) };
+            let mut v = [_mm256_setzero_si256(); 72];
+            for k in 0..8 {
+                // SAFETY: a row of `hmask`.
+                let hm = unsafe { ld8(&g.hmask[k], hr) };
+                let mut sum = _mm256_setzero_si256();
+                for h in 0..2 {
+                    for sh in 0..4 {
+                        // SAFETY: this function's features.
+                        let q = unsafe { q3_k_values(g, hm, (hr, h, k, sh)) };
+                        let group = 8 * h + 2 * sh + k / 4;
+                        // SAFETY: this function's features.
+                        let pick = unsafe { word_shuffle([(group % 4) as u8; 4]) };
+                        let sc = _mm256_shuffle_epi8(by[group / 4], pick);
+                        // -(q - 4) s in i16 halves: even bytes, then odd, each sign-extended.
+                        let neg = _mm256_sub_epi8(four, q);
+                        let s16 = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(sc));
+                        let even = _mm256_mullo_epi16(
+                            _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(neg)),
+                            s16,
+                        );
+                        let odd = _mm256_mullo_epi16(_mm256_srai_epi16::<8>(neg), s16);
+                        let w = _mm256_or_si256(
+                            _mm256_and_si256(even, lo8),
+                            _mm256_slli_epi16::<8>(odd),
+                        );
+                        v[4 * (2 * k + h) + sh] = w;
+                        sum = _mm256_dpbusd_avx_epi32(sum, ones, w);
+                    }
+                }
+                v[64 + k] = _mm256_slli_epi32::<7>(sum);
+            }
+            vb.push(v);
+        }
+    }
+}
+
+/// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`; `words[t]
+/// [b]`: the token's block's values plus 128, as unsigned bytes), into `out[(t0 + t) * stride
+/// + r0..][..16]`, eight rows at a time: lane `k` is `128 Σ w - Σ (y + 128) w` over its eight
+/// words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the same integers).
+#[inline]
+#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+fn q3_k_folded<const T: usize>(
+    (g, vb): (&[Q3KPacked], &[Q3KFolded]),
+    ys: [&[BlockQ8K]; T],
+    words: [&[[i16; 128]]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let blocks = g.len();
+    for hr in 0..2 {
+        let mut acc = [[_mm256_setzero_ps(); 8]; T];
+        for (b, g) in g.iter().enumerate() {
+            // SAFETY: a row of `d`.
+            let dx = unsafe { ld8_f16(&g.d, hr) };
+            let v = &vb[hr * blocks + b];
+            let mut d = [_mm256_setzero_ps(); T];
+            let mut f = [std::ptr::null::<i16>(); T];
+            for t in 0..T {
+                d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+                f[t] = words[t][b].as_ptr();
+            }
+            for k in 0..8 {
+                let mut dot = [_mm256_setzero_si256(); T];
+                for h in 0..2 {
+                    for sh in 0..4 {
+                        let w = v[4 * (2 * k + h) + sh];
+                        let at = 128 * h + 32 * sh + 4 * k;
+                        for t in 0..T {
+                            // SAFETY: four bytes of the token's 256 (two of its i16 words).
+                            let y = unsafe { bcast4(f[t].add(at / 2)) };
+                            dot[t] = _mm256_dpbusd_avx_epi32(dot[t], y, w);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let lane = _mm256_sub_epi32(v[64 + k], dot[t]);
+                    acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane), acc[t][k]);
+                }
+            }
+        }
+        store_tokens8(out, (stride, r0, t0), hr, &acc);
+    }
+}
+
+thread_local! {
+    /// Each thread's group of Q3_K blocks folded by [`q3_k_fold`].
+    static Q3K_FOLDED: RefCell<Vec<Q3KFolded>> = const { RefCell::new(Vec::new()) };
+}
+
+/// [`q3_k`]'s batches on AVX-VNNI: `words` holds each token's values plus 128.
+///
+/// # Safety
+/// As [`q4_k`], and the CPU must have AVX-VNNI.
+#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
+unsafe fn q3_k_vnni(
+    p: &[Q3KPacked],
+    per_row: usize,
+    a: &[BlockQ8K],
+    words: &[[i16; 128]],
+    out: &mut [f32],
+) {
+    Q3K_FOLDED.with_borrow_mut(|vb| {
+        unpacked_passes!(
+            p, per_row, a, out,
+            q3_k_fold, vb, q3_k_folded,
+            8, [1 2 3 4 5 6 7], (words)
+        )
+    });
+}
+
 /// Packed Q3_K groups times every token, as [`q4_k`], eight tokens a pass; more than a pass,
-/// and each group is unpacked once for all its passes.
+/// and each group is unpacked once for all its passes (on AVX-VNNI, with the scales folded
+/// into the values, [`q3_k_fold`]).
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    if a.len() > 8 * per_row && super::has_avxvnni() {
+        FOURS.with_borrow_mut(|words| {
+            words.clear();
+            words.extend(a.iter().map(|y| {
+                let mut w = [0i16; 128];
+                for c in 0..8 {
+                    // SAFETY: 32 readable and writable bytes; this function's features.
+                    unsafe {
+                        let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
+                        let u = _mm256_xor_si256(q, _mm256_set1_epi8(-128));
+                        _mm256_storeu_si256(w.as_mut_ptr().add(16 * c).cast(), u);
+                    }
+                }
+                w
+            }));
+            // SAFETY: the CPU has AVX-VNNI (just checked), besides this function's features.
+            unsafe { q3_k_vnni(p, per_row, a, words, out) }
+        });
+        return;
+    }
     FOURS.with_borrow_mut(|fours| {
         fours.clear();
         fours.extend(a.iter().map(|y| {
