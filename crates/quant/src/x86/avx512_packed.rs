@@ -569,8 +569,8 @@ pass_entries!(
 thread_local! {
     /// Each thread's per-call token tables, reused from call to call.
     pub(super) static PAIR_SUMS: RefCell<Vec<[i16; 8]>> = const { RefCell::new(Vec::new()) };
-    /// Each thread's group of blocks unpacked to one byte a value ([`q4_k_unpack`],
-    /// [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
+    /// Each thread's group of blocks unpacked to one byte a value ([`q2_k_fold`],
+    /// [`q4_k_unpack`], [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
     static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -746,13 +746,127 @@ fn q2_k_tokens<const T: usize>(
     }
 }
 
-/// Packed Q2_K groups (repacked order) times every token, as [`q4_k`].
+/// Every block of a group with each 2-bit value times its group's 4-bit scale (at most 45, an
+/// unsigned byte) into `vb`, entry `32h + 8sh + k` the values `128h + 32sh + 4k..+4` of the
+/// sixteen rows, once for all of a batch's token passes: a pass then sums a block's values
+/// with one `vpdpbusd` for 64 products and no scale multiply ([`q2_k_folded`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q2_k_fold(g: &[Q2KPacked], vb: &mut Vec<[__m512i; 64]>) {
+    vb.clear();
+    let (m03, m0f, lo8) = (
+        _mm512_set1_epi8(0x03),
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi16(0x00FF),
+    );
+    for g in g {
+        let mut v = [_mm512_setzero_si512(); 64];
+        for h in 0..2 {
+            for sh in 0..4 {
+                for k in 0..8 {
+                    // SAFETY: rows of `qs` and `sc`; this function's features.
+                    let (q, sc) = unsafe {
+                        let qs = ld(&g.qs[8 * h + k]);
+                        let group = 8 * h + 2 * sh + k / 4;
+                        let pick = word_shuffle([(group % 4) as u8; 4]);
+                        (
+                            _mm512_and_si512(
+                                _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32)),
+                                m03,
+                            ),
+                            _mm512_and_si512(_mm512_shuffle_epi8(ld(&g.sc[group / 4]), pick), m0f),
+                        )
+                    };
+                    // q * scale per byte: even bytes, then odd (each product below 256).
+                    let even =
+                        _mm512_mullo_epi16(_mm512_and_si512(q, lo8), _mm512_and_si512(sc, lo8));
+                    let odd =
+                        _mm512_mullo_epi16(_mm512_srli_epi16::<8>(q), _mm512_srli_epi16::<8>(sc));
+                    v[32 * h + 8 * sh + k] = _mm512_or_si512(even, _mm512_slli_epi16::<8>(odd));
+                }
+            }
+        }
+        vb.push(v);
+    }
+}
+
+/// [`q2_k_tokens`] from a group folded by [`q2_k_fold`] (`vb`, one entry a block): each block's
+/// total one `vpdpbusd` a word, the min term and the float side as there (the same integers).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `t` indexes several arrays in step
+fn q2_k_folded<const T: usize>(
+    (g, vb): (&[Q2KPacked], &[[__m512i; 64]]),
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    (stride, r0, t0): (usize, usize, usize),
+) {
+    let z = 0x80;
+    // SAFETY: this function's features.
+    let pair = unsafe { [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])] };
+    let m0f = _mm512_set1_epi32(0x000F_000F);
+    let mut main = [_mm512_setzero_ps(); T];
+    let mut mins = [_mm512_setzero_ps(); T];
+    for (b, g) in g.iter().enumerate() {
+        let v = &vb[b];
+        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
+        let mut tot = [_mm512_setzero_si512(); T];
+        for (e, &w) in v.iter().enumerate() {
+            let (h, sh, k) = (e / 32, e / 8 % 4, e % 8);
+            for t in 0..T {
+                // SAFETY: values 128h + 32sh + 4k..+4 of the token's 256.
+                let a = unsafe { bcast4(y[t].add(128 * h + 32 * sh + 4 * k)) };
+                tot[t] = _mm512_dpbusd_epi32(tot[t], w, a);
+            }
+        }
+        // SAFETY: rows of `sc`, `d` and `dmin`.
+        let (sc, dx, dminx) = unsafe {
+            (
+                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
+                ld_f16(&g.d),
+                ld_f16(&g.dmin),
+            )
+        };
+        // The mins of groups 2p and 2p + 1 as an i16 pair.
+        let min: [__m512i; 8] = std::array::from_fn(|p| {
+            let w = _mm512_shuffle_epi8(sc[p / 2], pair[p % 2]);
+            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
+        });
+        for t in 0..T {
+            let bs = ys[t][b].bsums.as_ptr();
+            let mut m = _mm512_setzero_si512();
+            for (p, &mn) in min.iter().enumerate() {
+                // SAFETY: i16 elements 2p, 2p + 1 of the bsums; this function's features.
+                m = unsafe { dpwssd(m, mn, bcast4(bs.add(2 * p))) };
+            }
+            let yd = _mm512_set1_ps(ys[t][b].d);
+            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+        }
+    }
+    for t in 0..T {
+        store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
+    }
+}
+
+/// Packed Q2_K groups (repacked order) times every token, as [`q4_k`]; more than a pass of
+/// tokens, and each group is folded once for all its passes ([`q2_k_fold`]).
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    group_passes!(p, per_row, a, out, q2_k_tokens, 8, [1 2 3 4 5 6 7], ());
+    if a.len() <= 8 * per_row {
+        group_passes!(p, per_row, a, out, q2_k_tokens, 8, [1 2 3 4 5 6 7], ());
+        return;
+    }
+    UNPACKED_VALUES.with_borrow_mut(|vb| {
+        unpacked_passes!(
+            p, per_row, a, out,
+            q2_k_fold, vb, q2_k_folded,
+            8, [1 2 3 4 5 6 7], ()
+        )
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
