@@ -680,22 +680,11 @@ fn q2_k_tokens<const T: usize>(
     let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
         prefetch_ahead(g);
-        // SAFETY: rows of `sc`, `d` and `dmin`.
-        let (sc, dx, dminx) = unsafe {
-            (
-                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
-                ld_f16(&g.d),
-                ld_f16(&g.dmin),
-            )
-        };
+        // SAFETY: rows of `sc`.
+        let sc = unsafe { [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])] };
         // Group `g`'s scale as an i32 (an i16 pair with a zero high half).
         let scale: [__m512i; 16] = std::array::from_fn(|group| {
             _mm512_and_si512(_mm512_shuffle_epi8(sc[group / 4], byte[group % 4]), m0f)
-        });
-        // The mins of groups 2p and 2p + 1 as an i16 pair.
-        let min: [__m512i; 8] = std::array::from_fn(|p| {
-            let w = _mm512_shuffle_epi8(sc[p / 2], pair[p % 2]);
-            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
         });
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         let mut tot = [_mm512_setzero_si512(); T];
@@ -729,20 +718,56 @@ fn q2_k_tokens<const T: usize>(
             }
         }
         for t in 0..T {
-            let bs = ys[t][b].bsums.as_ptr();
-            let mut m = _mm512_setzero_si512();
-            for (p, &mn) in min.iter().enumerate() {
-                // SAFETY: i16 elements 2p, 2p + 1 of the bsums; this function's features.
-                m = unsafe { dpwssd(m, mn, bcast4(bs.add(2 * p))) };
-            }
-            let yd = _mm512_set1_ps(ys[t][b].d);
-            let total = _mm512_add_epi32(tot[t], tot1[t]);
-            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dx, yd), main[t]);
-            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+            tot[t] = _mm512_add_epi32(tot[t], tot1[t]);
         }
+        // SAFETY: this function's features.
+        unsafe { q2_k_fuse(g, (&ys, b), &tot, (&mut main, &mut mins), (pair, m0f)) };
     }
     for t in 0..T {
         store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
+    }
+}
+
+/// A block's part of each token's two running floats: its values' exact total `tot[t]` fused
+/// by `d_x * d_y` into `main[t]`, the group mins times the token's group sums by `dmin_x * d_y`
+/// into `mins[t]` (`reference::dot::vec_dot_q2_k_q8_k_rows8`'s operations); `pair`, `m0f`:
+/// the byte-pair shuffles and the nibble mask of the kernels.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VNNI, and F16C.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `t` indexes several arrays in step
+unsafe fn q2_k_fuse<const T: usize>(
+    g: &Q2KPacked,
+    (ys, b): (&[&[BlockQ8K]; T], usize),
+    tot: &[__m512i; T],
+    (main, mins): (&mut [__m512; T], &mut [__m512; T]),
+    (pair, m0f): ([__m512i; 2], __m512i),
+) {
+    // SAFETY: the caller's features; rows of `sc`, `d`, `dmin`, and i16 elements 2p, 2p + 1 of
+    // each token's bsums.
+    unsafe {
+        let (sc, dx, dminx) = (
+            [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
+            ld_f16(&g.d),
+            ld_f16(&g.dmin),
+        );
+        // The mins of groups 2p and 2p + 1 as an i16 pair.
+        let mut min = [_mm512_setzero_si512(); 8];
+        for (p, min) in min.iter_mut().enumerate() {
+            let w = _mm512_shuffle_epi8(sc[p / 2], pair[p % 2]);
+            *min = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f);
+        }
+        for t in 0..T {
+            let bs = ys[t][b].bsums.as_ptr();
+            let mut m = _mm512_setzero_si512();
+            for (p, &mn) in min.iter().enumerate() {
+                m = dpwssd(m, mn, bcast4(bs.add(2 * p)));
+            }
+            let yd = _mm512_set1_ps(ys[t][b].d);
+            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
+            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
+        }
     }
 }
 
@@ -819,30 +844,8 @@ fn q2_k_folded<const T: usize>(
                 tot[t] = _mm512_dpbusd_epi32(tot[t], w, a);
             }
         }
-        // SAFETY: rows of `sc`, `d` and `dmin`.
-        let (sc, dx, dminx) = unsafe {
-            (
-                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
-                ld_f16(&g.d),
-                ld_f16(&g.dmin),
-            )
-        };
-        // The mins of groups 2p and 2p + 1 as an i16 pair.
-        let min: [__m512i; 8] = std::array::from_fn(|p| {
-            let w = _mm512_shuffle_epi8(sc[p / 2], pair[p % 2]);
-            _mm512_and_si512(_mm512_srli_epi16::<4>(w), m0f)
-        });
-        for t in 0..T {
-            let bs = ys[t][b].bsums.as_ptr();
-            let mut m = _mm512_setzero_si512();
-            for (p, &mn) in min.iter().enumerate() {
-                // SAFETY: i16 elements 2p, 2p + 1 of the bsums; this function's features.
-                m = unsafe { dpwssd(m, mn, bcast4(bs.add(2 * p))) };
-            }
-            let yd = _mm512_set1_ps(ys[t][b].d);
-            main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
-            mins[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dminx, yd), mins[t]);
-        }
+        // SAFETY: this function's features.
+        unsafe { q2_k_fuse(g, (&ys, b), &tot, (&mut main, &mut mins), (pair, m0f)) };
     }
     for t in 0..T {
         store_rows(out, (stride, r0, t0), t, _mm512_sub_ps(main[t], mins[t]));
