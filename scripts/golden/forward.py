@@ -6,6 +6,7 @@ Not run by the test suite (the outputs are committed); run it again only to refr
     scripts/fetch-models.sh && scripts/build-llama.sh
     python3 scripts/golden/forward.py
     python3 scripts/golden/forward.py tiny F16 ...   # only these tiny formats
+    python3 scripts/golden/forward.py tied Q4_0 ...  # only these tied-output tiny files
 
 Outputs:
 - smollm2.logits.gguf: the ids of eval.txt as llama.cpp tokenizes them, and for every position of
@@ -102,9 +103,11 @@ def smollm2():
     print(f"  smollm2: {len(cases)} greedy continuations")
 
 
-def tiny_f32(path):
+def tiny_f32(path, tied=False):
+    """The tiny llama; `tied`: no output.weight (the embedding serves), and 264 tokens, a
+    multiple of eight, so that llama.cpp repacks the output where its type is repacked."""
     rng = np.random.default_rng(2026)
-    n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab = 256, 256, 2, 4, 2, 257
+    n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab = 256, 256, 2, 4, 2, 264 if tied else 257
     head_dim = n_embd // n_head
     w = gguf.GGUFWriter(str(path), arch="llama")
     w.add_context_length(512)
@@ -120,7 +123,8 @@ def tiny_f32(path):
     byte_chars = gguf_bytes_to_unicode()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    w.add_token_list([byte_chars[b] for b in range(256)] + ["ab"])
+    extra = ["ab"] + [f"<x{i}>" for i in range(n_vocab - 257)]
+    w.add_token_list([byte_chars[b] for b in range(256)] + extra)
     w.add_token_types([1] * n_vocab)
     w.add_token_merges(["a b"])
     w.add_bos_token_id(0)
@@ -142,7 +146,8 @@ def tiny_f32(path):
         w.add_tensor(f"blk.{i}.ffn_up.weight", mat(n_ff, n_embd, 0.1))
         w.add_tensor(f"blk.{i}.ffn_down.weight", mat(n_embd, n_ff, 0.05))
     w.add_tensor("output_norm.weight", rng.uniform(0.5, 1.5, n_embd).astype(np.float32))
-    w.add_tensor("output.weight", mat(n_vocab, n_embd, 0.1))
+    if not tied:
+        w.add_tensor("output.weight", mat(n_vocab, n_embd, 0.1))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -179,14 +184,39 @@ def tiny(only=()):
             print(f"  tiny {name}: {out.stat().st_size} bytes")
 
 
+# The formats llama.cpp repacks (x86), with a tied output: tiny-tied-*.gguf.
+TIED_FTYPES = {"Q4_0": "Q4_0", "Q2_K": "Q2_K", "Q4_K": "Q4_K_M", "IQ4_NL": "IQ4_NL"}
+
+
+def tiny_tied(only=()):
+    with tempfile.TemporaryDirectory() as tmp:
+        f32 = Path(tmp) / "tiny-tied-f32.gguf"
+        tiny_f32(f32, tied=True)
+        for name, ftype in TIED_FTYPES.items():
+            if only and name not in only:
+                continue
+            out = OUT / f"tiny-tied-{name}.gguf"
+            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
+                           check=True, capture_output=True)
+            logits = logits_of(out, TINY_IDS, 264)
+            write_gguf(OUT / f"tiny-tied-{name}.logits.gguf", [
+                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
+                [("golden.source", "llama.cpp token by token, 1 thread")])
+            print(f"  tiny tied {name}: {out.stat().st_size} bytes")
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     build_tool()
     if sys.argv[1:2] == ["tiny"]:
         tiny(sys.argv[2:])
         return
+    if sys.argv[1:2] == ["tied"]:
+        tiny_tied(sys.argv[2:])
+        return
     smollm2()
     tiny()
+    tiny_tied()
 
 
 if __name__ == "__main__":

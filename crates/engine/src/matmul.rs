@@ -55,30 +55,58 @@ impl<'a> Matrix<'a> {
                 expected: format!("[{cols}, {}]", rows.map_or("n".into(), |r| r.to_string())),
             });
         }
-        // llama.cpp keeps the token embedding in its plain layout (it is read by row lookups),
-        // and so multiplies a tied output matrix with `vec_dot`; other weight matrices it may
-        // repack, which changes its summation order: follow it, to keep its logits' bits.
+        // llama.cpp may repack a weight matrix, which changes its summation order: follow it,
+        // to keep its logits' bits. The token embedding it keeps in its plain layout (it is read
+        // by row lookups): see [`Matrix::tied_output`] for the same rows as the output.
+        let rows = info.shape[1] as usize;
         let repacked = info.name != "token_embd.weight"
-            && synapse_quant::llama_cpp_repacks(info.ggml_type, info.shape[1] as usize);
-        let vd = synapse_quant::matrix_kernel(info.ggml_type, repacked).map_err(|e| {
-            ModelError::Tensor {
-                tensor: info.name.clone(),
-                source: e,
-            }
+            && synapse_quant::llama_cpp_repacks(info.ggml_type, rows);
+        Matrix::in_order(info.ggml_type, (rows, cols), t.data, repacked, &info.name)
+    }
+
+    /// A matrix of `ty`, `(rows, cols)`, over `data`, with the kernels of the order `repacked`
+    /// (`name` for errors).
+    fn in_order(
+        ty: GgmlType,
+        (rows, cols): (usize, usize),
+        data: &'a [u8],
+        repacked: bool,
+        name: &str,
+    ) -> Result<Matrix<'a>, ModelError> {
+        let vd = synapse_quant::matrix_kernel(ty, repacked).map_err(|e| ModelError::Tensor {
+            tensor: name.into(),
+            source: e,
         })?;
         Ok(Matrix {
-            ty: info.ggml_type,
-            rows: info.shape[1] as usize,
+            ty,
+            rows,
             cols,
-            data: t.data,
-            row_bytes: t.data.len() / info.shape[1].max(1) as usize,
+            data,
+            row_bytes: data.len() / rows.max(1),
             act: vd.act,
             gemv: vd.gemv,
-            gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
-            gemm1: synapse_quant::decode_tile_kernel(info.ggml_type, repacked),
+            gemm: synapse_quant::gemm_kernel(ty, repacked),
+            gemm1: synapse_quant::decode_tile_kernel(ty, repacked),
             repacked,
             packed: None,
         })
+    }
+
+    /// The token embedding's rows as a tied output matrix (a file without `output.weight`).
+    /// llama.cpp loads the embedding a second time for the output, into the output layer's
+    /// buffer, which repacks it where it repacks any matrix of that type and row count: so
+    /// the output sums in the repacked order there (a one-layer Q4_0 or IQ4_NL file with a
+    /// tied output matched llama.cpp's logits on 13-14% of the values before this, on all
+    /// after), while the lookups keep the plain rows.
+    pub fn tied_output(self) -> Result<Matrix<'a>, ModelError> {
+        let repacked = synapse_quant::llama_cpp_repacks(self.ty, self.rows);
+        Matrix::in_order(
+            self.ty,
+            (self.rows, self.cols),
+            self.data,
+            repacked,
+            "token_embd.weight",
+        )
     }
 
     /// This matrix with its whole groups of sixteen rows packed, where the CPU has kernels
