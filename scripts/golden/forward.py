@@ -17,6 +17,8 @@ Outputs:
 - tiny-<TYPE>.gguf: a random-weight llama (widths multiples of 256, a rope_freqs tensor, separate
   output matrix, a byte-level vocabulary of 257 tokens) quantized with llama-quantize --pure to each weight
   format, and tiny-<TYPE>.logits.gguf: the full logits of a token-by-token run over fixed ids.
+- tiny-tied-<TYPE>.gguf and .logits.gguf: the same with a tied output (no output.weight) and 264
+  tokens, for the formats llama.cpp repacks (it repacks its copy of the tied output too).
 """
 
 import json
@@ -167,21 +169,27 @@ def gguf_bytes_to_unicode():
     return chars
 
 
+def quantize_tiny(f32, ftypes, stem, n_vocab, only):
+    """`stem`-TYPE.gguf for each of `ftypes` (llama-quantize --pure of `f32`), and beside it
+    llama.cpp's token-by-token logits of TINY_IDS."""
+    for name, ftype in ftypes.items():
+        if only and name not in only:
+            continue
+        out = OUT / f"{stem}-{name}.gguf"
+        subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
+                       check=True, capture_output=True)
+        logits = logits_of(out, TINY_IDS, n_vocab)
+        write_gguf(OUT / f"{stem}-{name}.logits.gguf", [
+            ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
+            [("golden.source", "llama.cpp token by token, 1 thread")])
+        print(f"  {stem} {name}: {out.stat().st_size} bytes")
+
+
 def tiny(only=()):
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "tiny-f32.gguf"
         tiny_f32(f32)
-        for name, ftype in TINY_FTYPES.items():
-            if only and name not in only:
-                continue
-            out = OUT / f"tiny-{name}.gguf"
-            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
-                           check=True, capture_output=True)
-            logits = logits_of(out, TINY_IDS, 257)
-            write_gguf(OUT / f"tiny-{name}.logits.gguf", [
-                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
-                [("golden.source", "llama.cpp token by token, 1 thread")])
-            print(f"  tiny {name}: {out.stat().st_size} bytes")
+        quantize_tiny(f32, TINY_FTYPES, "tiny", 257, only)
 
 
 # The formats llama.cpp repacks (x86), with a tied output: tiny-tied-*.gguf.
@@ -192,17 +200,7 @@ def tiny_tied(only=()):
     with tempfile.TemporaryDirectory() as tmp:
         f32 = Path(tmp) / "tiny-tied-f32.gguf"
         tiny_f32(f32, tied=True)
-        for name, ftype in TIED_FTYPES.items():
-            if only and name not in only:
-                continue
-            out = OUT / f"tiny-tied-{name}.gguf"
-            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
-                           check=True, capture_output=True)
-            logits = logits_of(out, TINY_IDS, 264)
-            write_gguf(OUT / f"tiny-tied-{name}.logits.gguf", [
-                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
-                [("golden.source", "llama.cpp token by token, 1 thread")])
-            print(f"  tiny tied {name}: {out.stat().st_size} bytes")
+        quantize_tiny(f32, TIED_FTYPES, "tiny-tied", 264, only)
 
 
 def main():
