@@ -56,57 +56,32 @@ impl<'a> Matrix<'a> {
             });
         }
         // llama.cpp may repack a weight matrix, which changes its summation order: follow it,
-        // to keep its logits' bits. The token embedding it keeps in its plain layout (it is read
-        // by row lookups): see [`Matrix::tied_output`] for the same rows as the output.
+        // to keep its logits' bits. That holds for the token embedding too: its lookups read
+        // the plain rows whatever the order, and where it serves as a tied output llama.cpp
+        // multiplies a second copy of it, repacked like any matrix of that type and row count
+        // (a one-layer Q4_0 or IQ4_NL file with a tied output matched llama.cpp's logits on
+        // 13-14% of the values when the embedding was taken as never repacked).
         let rows = info.shape[1] as usize;
-        let repacked = info.name != "token_embd.weight"
-            && synapse_quant::llama_cpp_repacks(info.ggml_type, rows);
-        Matrix::in_order(info.ggml_type, (rows, cols), t.data, repacked, &info.name)
-    }
-
-    /// A matrix of `ty`, `(rows, cols)`, over `data`, with the kernels of the order `repacked`
-    /// (`name` for errors).
-    fn in_order(
-        ty: GgmlType,
-        (rows, cols): (usize, usize),
-        data: &'a [u8],
-        repacked: bool,
-        name: &str,
-    ) -> Result<Matrix<'a>, ModelError> {
-        let vd = synapse_quant::matrix_kernel(ty, repacked).map_err(|e| ModelError::Tensor {
-            tensor: name.into(),
-            source: e,
+        let repacked = synapse_quant::llama_cpp_repacks(info.ggml_type, rows);
+        let vd = synapse_quant::matrix_kernel(info.ggml_type, repacked).map_err(|e| {
+            ModelError::Tensor {
+                tensor: info.name.clone(),
+                source: e,
+            }
         })?;
         Ok(Matrix {
-            ty,
+            ty: info.ggml_type,
             rows,
             cols,
-            data,
-            row_bytes: data.len() / rows.max(1),
+            data: t.data,
+            row_bytes: t.data.len() / rows.max(1),
             act: vd.act,
             gemv: vd.gemv,
-            gemm: synapse_quant::gemm_kernel(ty, repacked),
-            gemm1: synapse_quant::decode_tile_kernel(ty, repacked),
+            gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
+            gemm1: synapse_quant::decode_tile_kernel(info.ggml_type, repacked),
             repacked,
             packed: None,
         })
-    }
-
-    /// The token embedding's rows as a tied output matrix (a file without `output.weight`).
-    /// llama.cpp loads the embedding a second time for the output, into the output layer's
-    /// buffer, which repacks it where it repacks any matrix of that type and row count: so
-    /// the output sums in the repacked order there (a one-layer Q4_0 or IQ4_NL file with a
-    /// tied output matched llama.cpp's logits on 13-14% of the values before this, on all
-    /// after), while the lookups keep the plain rows.
-    pub fn tied_output(self) -> Result<Matrix<'a>, ModelError> {
-        let repacked = synapse_quant::llama_cpp_repacks(self.ty, self.rows);
-        Matrix::in_order(
-            self.ty,
-            (self.rows, self.cols),
-            self.data,
-            repacked,
-            "token_embd.weight",
-        )
     }
 
     /// This matrix with its whole groups of sixteen rows packed, where the CPU has kernels

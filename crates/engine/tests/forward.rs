@@ -103,7 +103,6 @@ fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
             let embd = file.tensor("token_embd.weight").unwrap().info.ggml_type;
             assert_eq!(embd.name(), *name);
         }
-        let name = &stem;
         let model = load(&file).unwrap();
         let golden = GgufFile::open(data(&format!("{stem}.logits.gguf"))).unwrap();
         let ids = ints(&golden, "ids");
@@ -123,27 +122,24 @@ fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
             agree += (argmax(g) == argmax(w)) as usize;
         }
         let mean_kl = kl_sum / ids.len() as f64;
-        eprintln!(
-            "tiny {name}: mean KL {mean_kl:.2e}, top-1 {agree}/{}",
-            ids.len()
-        );
-        assert!(mean_kl <= 1e-3, "{name}: mean KL {mean_kl:.3e}");
+        eprintln!("{stem}: mean KL {mean_kl:.2e}, top-1 {agree}/{}", ids.len());
+        assert!(mean_kl <= 1e-3, "{stem}: mean KL {mean_kl:.3e}");
         // Stronger than the bound: synapse does llama.cpp's arithmetic in its order (its
         // x86 AVX-512 build, repacked matrices included), so the logits are its, to the bit.
-        assert!(got == want, "{name}: logits differ from llama.cpp's");
+        assert!(got == want, "{stem}: logits differ from llama.cpp's");
 
         // G1: any batch size gives the bits of token by token.
         for batch in [7, 64, 93] {
             assert!(
                 run(model.as_ref(), &ids, batch, 1) == got,
-                "{name}: batch {batch} differs"
+                "{stem}: batch {batch} differs"
             );
         }
         // D1: any thread count gives the same bits.
         for threads in [2, 3, 4] {
             assert!(
                 run(model.as_ref(), &ids, 64, threads) == got,
-                "{name}: {threads} threads differ"
+                "{stem}: {threads} threads differ"
             );
         }
     }

@@ -58,10 +58,9 @@ pub(crate) fn output_matrix<'a>(
 ) -> Result<Matrix<'a>, ModelError> {
     match file.tensor("output.weight") {
         Ok(_) => matrix(file, "output.weight", n_embd, Some(tok_embd.rows)),
-        // Tied: the output packs the embedding's rows (in the order llama.cpp multiplies its
-        // copy of them, `Matrix::tied_output`), whose pages then come back from the file only
-        // for the rows that tokens look up.
-        Err(_) => packed(file, tok_embd.tied_output()?, "token_embd.weight"),
+        // Tied: the output packs the embedding's rows, whose pages then come back from the
+        // file only for the rows that tokens look up.
+        Err(_) => packed(file, tok_embd, "token_embd.weight"),
     }
 }
 

@@ -66,6 +66,21 @@ unsafe fn ld8_f16(p: &[u16; ROWS], h: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p.as_ptr().add(8 * h).cast())) }
 }
 
+/// The low byte of each byte's product `a * b` (signed or unsigned alike), from two 16-bit
+/// multiplies: [`super::avx512_packed`]'s `mullo_epi8` in 256 bits.
+#[inline(always)]
+unsafe fn mullo_epi8(a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: AVX2 (the callers' features).
+    unsafe {
+        let even = _mm256_mullo_epi16(a, b);
+        let odd = _mm256_mullo_epi16(_mm256_srli_epi16::<8>(a), _mm256_srli_epi16::<8>(b));
+        _mm256_or_si256(
+            _mm256_and_si256(even, _mm256_set1_epi16(0x00FF)),
+            _mm256_slli_epi16::<8>(odd),
+        )
+    }
+}
+
 /// Four bytes at `p` as one i32 in every lane.
 #[inline(always)]
 unsafe fn bcast4<T>(p: *const T) -> __m256i {
@@ -900,7 +915,8 @@ pass_entries!(
 );
 
 thread_local! {
-    /// Each token block's values in pairs, each pair's sum times -4 ([`q3_k`]).
+    /// Each token block's words for a Q3_K batch ([`q3_k`]): its values in pairs, each pair's
+    /// sum times -4, or for [`q3_k_folded`] its values plus 128.
     static FOURS: RefCell<Vec<[i16; 128]>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -922,11 +938,7 @@ fn q3_k_fold(g: &[Q3KPacked], vb: &mut Vec<Q3KFolded>) {
         _mm256_set1_epi8(0x0F),
         _mm256_set1_epi8(0x20),
     );
-    let (four, ones, lo8) = (
-        _mm256_set1_epi8(4),
-        _mm256_set1_epi8(1),
-        _mm256_set1_epi16(0x00FF),
-    );
+    let (four, ones) = (_mm256_set1_epi8(4), _mm256_set1_epi8(1));
     for hr in 0..2 {
         for g in g {
             // SAFETY: this function's features.
@@ -944,18 +956,9 @@ fn q3_k_fold(g: &[Q3KPacked], vb: &mut Vec<Q3KFolded>) {
                         // SAFETY: this function's features.
                         let pick = unsafe { word_shuffle([(group % 4) as u8; 4]) };
                         let sc = _mm256_shuffle_epi8(by[group / 4], pick);
-                        // -(q - 4) s in i16 halves: even bytes, then odd, each sign-extended.
-                        let neg = _mm256_sub_epi8(four, q);
-                        let s16 = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(sc));
-                        let even = _mm256_mullo_epi16(
-                            _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(neg)),
-                            s16,
-                        );
-                        let odd = _mm256_mullo_epi16(_mm256_srai_epi16::<8>(neg), s16);
-                        let w = _mm256_or_si256(
-                            _mm256_and_si256(even, lo8),
-                            _mm256_slli_epi16::<8>(odd),
-                        );
+                        // -(q - 4) s, which fits a signed byte.
+                        // SAFETY: this function's features.
+                        let w = unsafe { mullo_epi8(_mm256_sub_epi8(four, q), sc) };
                         v[4 * (2 * k + h) + sh] = w;
                         sum = _mm256_dpbusd_avx_epi32(sum, ones, w);
                     }
@@ -1051,26 +1054,7 @@ unsafe fn q3_k_vnni(
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    if a.len() > 8 * per_row && super::has_avxvnni() {
-        FOURS.with_borrow_mut(|words| {
-            words.clear();
-            words.extend(a.iter().map(|y| {
-                let mut w = [0i16; 128];
-                for c in 0..8 {
-                    // SAFETY: 32 readable and writable bytes; this function's features.
-                    unsafe {
-                        let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
-                        let u = _mm256_xor_si256(q, _mm256_set1_epi8(-128));
-                        _mm256_storeu_si256(w.as_mut_ptr().add(16 * c).cast(), u);
-                    }
-                }
-                w
-            }));
-            // SAFETY: the CPU has AVX-VNNI (just checked), besides this function's features.
-            unsafe { q3_k_vnni(p, per_row, a, words, out) }
-        });
-        return;
-    }
+    let folded = a.len() > 8 * per_row && super::has_avxvnni();
     FOURS.with_borrow_mut(|fours| {
         fours.clear();
         fours.extend(a.iter().map(|y| {
@@ -1079,13 +1063,22 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
                 // SAFETY: 32 readable and writable bytes; this function's features.
                 unsafe {
                     let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
-                    let sum = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-                    let p = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<2>(sum));
-                    _mm256_storeu_si256(f.as_mut_ptr().add(16 * c).cast(), p);
+                    let w = if folded {
+                        // The values plus 128, as unsigned bytes.
+                        _mm256_xor_si256(q, _mm256_set1_epi8(-128))
+                    } else {
+                        let sum = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+                        _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<2>(sum))
+                    };
+                    _mm256_storeu_si256(f.as_mut_ptr().add(16 * c).cast(), w);
                 }
             }
             f
         }));
+        if folded {
+            // SAFETY: the CPU has AVX-VNNI (checked), besides this function's features.
+            return unsafe { q3_k_vnni(p, per_row, a, fours, out) };
+        }
         if a.len() <= 8 * per_row {
             group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
             return;

@@ -168,6 +168,21 @@ unsafe fn word_shuffle(sel: [u8; 4]) -> __m512i {
     unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(c.as_ptr().cast())) }
 }
 
+/// The low byte of each byte's product `a * b` (signed or unsigned alike: the low eight bits do
+/// not depend on the sign), from two 16-bit multiplies, the even bytes and the odd.
+#[inline(always)]
+unsafe fn mullo_epi8(a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: AVX-512 BW (the callers' features).
+    unsafe {
+        let even = _mm512_mullo_epi16(a, b);
+        let odd = _mm512_mullo_epi16(_mm512_srli_epi16::<8>(a), _mm512_srli_epi16::<8>(b));
+        _mm512_or_si512(
+            _mm512_and_si512(even, _mm512_set1_epi16(0x00FF)),
+            _mm512_slli_epi16::<8>(odd),
+        )
+    }
+}
+
 /// `(a & 0x0F) | b` per byte, for `b` that has only bits 4 and 5 (or 4) set.
 #[inline(always)]
 unsafe fn nibble_or(a: __m512i, b: __m512i) -> __m512i {
@@ -779,35 +794,31 @@ unsafe fn q2_k_fuse<const T: usize>(
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q2_k_fold(g: &[Q2KPacked], vb: &mut Vec<[__m512i; 64]>) {
     vb.clear();
-    let (m03, m0f, lo8) = (
-        _mm512_set1_epi8(0x03),
-        _mm512_set1_epi8(0x0F),
-        _mm512_set1_epi16(0x00FF),
-    );
+    let (m03, m0f) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x0F));
     for g in g {
         let mut v = [_mm512_setzero_si512(); 64];
         for h in 0..2 {
             for sh in 0..4 {
-                for k in 0..8 {
-                    // SAFETY: rows of `qs` and `sc`; this function's features.
-                    let (q, sc) = unsafe {
-                        let qs = ld(&g.qs[8 * h + k]);
-                        let group = 8 * h + 2 * sh + k / 4;
+                for half in 0..2 {
+                    // Group 8h + 2sh + half (words k = 4 half..4 half + 4): its scale in every
+                    // byte of each row's lane.
+                    let group = 8 * h + 2 * sh + half;
+                    // SAFETY: a row of `sc`; this function's features.
+                    let sc = unsafe {
                         let pick = word_shuffle([(group % 4) as u8; 4]);
-                        (
-                            _mm512_and_si512(
+                        _mm512_and_si512(_mm512_shuffle_epi8(ld(&g.sc[group / 4]), pick), m0f)
+                    };
+                    for k in 4 * half..4 * half + 4 {
+                        // SAFETY: a row of `qs`; this function's features.
+                        v[32 * h + 8 * sh + k] = unsafe {
+                            let qs = ld(&g.qs[8 * h + k]);
+                            let q = _mm512_and_si512(
                                 _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32)),
                                 m03,
-                            ),
-                            _mm512_and_si512(_mm512_shuffle_epi8(ld(&g.sc[group / 4]), pick), m0f),
-                        )
-                    };
-                    // q * scale per byte: even bytes, then odd (each product below 256).
-                    let even =
-                        _mm512_mullo_epi16(_mm512_and_si512(q, lo8), _mm512_and_si512(sc, lo8));
-                    let odd =
-                        _mm512_mullo_epi16(_mm512_srli_epi16::<8>(q), _mm512_srli_epi16::<8>(sc));
-                    v[32 * h + 8 * sh + k] = _mm512_or_si512(even, _mm512_slli_epi16::<8>(odd));
+                            );
+                            mullo_epi8(q, sc)
+                        };
+                    }
                 }
             }
         }
@@ -1482,11 +1493,7 @@ fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<Q3KUnpacked>) {
         _mm512_set1_epi8(0x0F),
         _mm512_set1_epi8(0x20),
     );
-    let (four, ones, lo8) = (
-        _mm512_set1_epi8(4),
-        _mm512_set1_epi8(1),
-        _mm512_set1_epi16(0x00FF),
-    );
+    let (four, ones) = (_mm512_set1_epi8(4), _mm512_set1_epi8(1));
     for g in g {
         // SAFETY: rows of `sc`; this function's features.
         let by = unsafe { q3_k_scale_bytes(g, (m03, m0f, m20)) };
@@ -1504,16 +1511,9 @@ fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<Q3KUnpacked>) {
                     let i = (group % 4) as u8;
                     // SAFETY: this function's features.
                     let sc = _mm512_shuffle_epi8(by[group / 4], unsafe { word_shuffle([i; 4]) });
-                    // -(q - 4) s in i16 halves: even bytes, then odd, each sign-extended.
-                    let neg = _mm512_sub_epi8(four, q);
-                    let s16 = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(sc));
-                    let even = _mm512_mullo_epi16(
-                        _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(neg)),
-                        s16,
-                    );
-                    let odd = _mm512_mullo_epi16(_mm512_srai_epi16::<8>(neg), s16);
-                    let w =
-                        _mm512_or_si512(_mm512_and_si512(even, lo8), _mm512_slli_epi16::<8>(odd));
+                    // -(q - 4) s, which fits a signed byte.
+                    // SAFETY: this function's features.
+                    let w = unsafe { mullo_epi8(_mm512_sub_epi8(four, q), sc) };
                     v[4 * (2 * k + h) + sh] = w;
                     sum = _mm512_dpbusd_epi32(sum, ones, w);
                 }
