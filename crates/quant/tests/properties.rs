@@ -400,6 +400,21 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
     }
     // What the dispatch may use here: the CPU's best tier, or less under SYNAPSE_ISA.
     let isa = synapse_quant::kernel_isa();
+    // On aarch64 every quantized format has a NEON tile, in both orders where llama.cpp repacks.
+    #[cfg(target_arch = "aarch64")]
+    for &ty in WEIGHT_TYPES {
+        if ty.block_len() == 1 {
+            continue;
+        }
+        for repacked in [false, synapse_quant::llama_cpp_repacks(ty, 8)] {
+            assert!(
+                tested
+                    .iter()
+                    .any(|&(t, r, i)| t == ty && r == repacked && i == isa),
+                "no NEON tile for {ty} (repacked: {repacked})"
+            );
+        }
+    }
     #[cfg(target_arch = "x86_64")]
     if isa != "reference" {
         for want in [

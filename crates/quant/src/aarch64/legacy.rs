@@ -1,11 +1,13 @@
 //! NEON dot products of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL) with Q8_0 or
 //! Q8_1 activations, in `vec_dot` order and, for Q4_0 and IQ4_NL, in the order of llama.cpp's
 //! repacked gemv. Per block: eight exact i32 lanes (values `4j..4j+4` each), one fused
-//! multiply-add of them by `d_x * d_y`; the reference's operations in its order.
+//! multiply-add of them by `d_x * d_y`; the reference's operations in its order. Each kernel is
+//! a [`Split`]: the block's values unpacked once (`prep`), then each token's part (`step`).
 
 use std::arch::aarch64::*;
 
 use super::neon::*;
+use super::tile::Split;
 use crate::blocks::*;
 
 /// The 32 nibbles of a block as bytes: low nibbles (values 0..16), high nibbles (16..32).
@@ -58,100 +60,209 @@ pub(super) fn iq4_values(qs: &[u8]) -> (int8x16_t, int8x16_t) {
     )
 }
 
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q4_0_q8_0<D: Dot>(dt: D, x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = Acc8::new();
-    for (x, y) in x.iter().zip(y) {
-        let w = minus(nibbles(&x.qs), 8);
-        acc.fma(f32_of(x.d) * f32_of(y.d), Lanes::of(dt, w, acts(&y.qs)));
-    }
-    acc.hsum()
+/// A 32-value block unpacked: its values as 16 + 16 signed bytes, `d` and (Q4_1, Q5_1) `m`.
+pub(super) struct Prep32 {
+    w: (int8x16_t, int8x16_t),
+    d: f32,
+    m: f32,
 }
 
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q4_1_q8_1<D: Dot>(dt: D, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
-    let mut acc = Acc8::new();
-    let mut mins = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        mins = f32_of(x.m).mul_add(f32_of(y.s), mins);
-        let (lo, hi) = nibbles(&x.qs);
-        let lanes = Lanes::of(dt, (s8(lo), s8(hi)), acts(&y.qs));
-        acc.fma(f32_of(x.d) * f32_of(y.d), lanes);
-    }
-    acc.hsum() + mins
+/// A [`Split`] of the `vec_dot` order of a format without a min (Q4_0, Q5_0, Q8_0): per block,
+/// `acc.fma(d_x * d_y, lanes)`.
+macro_rules! plain_split {
+    ($(#[$doc:meta])* $name:ident: $w:ty, $a:ty, $tokens:literal, |$x:ident| $values:expr) => {
+        $(#[$doc])*
+        pub(super) struct $name;
+        impl Split for $name {
+            type W = $w;
+            type A = $a;
+            type Prep = Prep32;
+            type Acc = Acc8;
+            const TOKENS: usize = $tokens;
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn zero() -> Acc8 {
+                Acc8::new()
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn prep($x: &$w) -> Prep32 {
+                Prep32 {
+                    w: $values,
+                    d: f32_of($x.d),
+                    m: 0.0,
+                }
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &$a, acc: &mut Acc8) {
+                acc.fma(p.d * f32_of(y.d), Lanes::of(dt, p.w, acts(&y.qs)));
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn finish(acc: Acc8) -> f32 {
+                acc.hsum()
+            }
+        }
+    };
 }
 
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q5_0_q8_0<D: Dot>(dt: D, x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = Acc8::new();
-    for (x, y) in x.iter().zip(y) {
-        let w = minus(q5_bytes(&x.qs, x.qh), 16);
-        acc.fma(f32_of(x.d) * f32_of(y.d), Lanes::of(dt, w, acts(&y.qs)));
-    }
-    acc.hsum()
+/// A [`Split`] of the `vec_dot` order of a format with a min (Q4_1, Q5_1), against Q8_1: per
+/// block, the min fused into one running float by the activations' sum, then the lanes.
+macro_rules! min_split {
+    ($(#[$doc:meta])* $name:ident: $w:ty, |$x:ident| $values:expr) => {
+        $(#[$doc])*
+        pub(super) struct $name;
+        impl Split for $name {
+            type W = $w;
+            type A = BlockQ8_1;
+            type Prep = Prep32;
+            type Acc = (Acc8, f32);
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn zero() -> (Acc8, f32) {
+                (Acc8::new(), 0.0)
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn prep($x: &$w) -> Prep32 {
+                let (lo, hi) = $values;
+                Prep32 {
+                    w: (s8(lo), s8(hi)),
+                    d: f32_of($x.d),
+                    m: f32_of($x.m),
+                }
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_1, (acc, mins): &mut Self::Acc) {
+                *mins = p.m.mul_add(f32_of(y.s), *mins);
+                acc.fma(p.d * f32_of(y.d), Lanes::of(dt, p.w, acts(&y.qs)));
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn finish((acc, mins): Self::Acc) -> f32 {
+                acc.hsum() + mins
+            }
+        }
+    };
 }
 
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q5_1_q8_1<D: Dot>(dt: D, x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
-    let mut acc = Acc8::new();
-    let mut mins = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        mins = f32_of(x.m).mul_add(f32_of(y.s), mins);
-        let (lo, hi) = q5_bytes(&x.qs, x.qh);
-        let lanes = Lanes::of(dt, (s8(lo), s8(hi)), acts(&y.qs));
-        acc.fma(f32_of(x.d) * f32_of(y.d), lanes);
-    }
-    acc.hsum() + mins
+/// A [`Split`] of the order of llama.cpp's repacked gemv (Q4_0, IQ4_NL; `reference::dot`'s
+/// `_rows8` kernels): per block the exact total, fused into one running float.
+macro_rules! rows8_split {
+    ($(#[$doc:meta])* $name:ident: $w:ty, |$x:ident| $values:expr) => {
+        $(#[$doc])*
+        pub(super) struct $name;
+        impl Split for $name {
+            type W = $w;
+            type A = BlockQ8_0;
+            type Prep = Prep32;
+            type Acc = f32;
+            const TOKENS: usize = 8;
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn zero() -> f32 {
+                0.0
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn prep($x: &$w) -> Prep32 {
+                Prep32 {
+                    w: $values,
+                    d: f32_of($x.d),
+                    m: 0.0,
+                }
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut f32) {
+                let isum = Lanes::of(dt, p.w, acts(&y.qs)).sum();
+                *acc = (isum as f32).mul_add(p.d * f32_of(y.d), *acc);
+            }
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn finish(acc: f32) -> f32 {
+                acc
+            }
+        }
+    };
 }
 
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q8_0_q8_0<D: Dot>(dt: D, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = Acc8::new();
-    for (x, y) in x.iter().zip(y) {
-        let lanes = Lanes::of(dt, acts(&x.qs), acts(&y.qs));
-        acc.fma(f32_of(x.d) * f32_of(y.d), lanes);
-    }
-    acc.hsum()
-}
+plain_split!(
+    /// Q4_0 in `vec_dot` order: nibbles less 8.
+    Q4_0: BlockQ4_0, BlockQ8_0, 8, |x| minus(nibbles(&x.qs), 8)
+);
+plain_split!(
+    /// Q5_0 in `vec_dot` order: 5-bit values less 16.
+    Q5_0: BlockQ5_0, BlockQ8_0, 8, |x| minus(q5_bytes(&x.qs, x.qh), 16)
+);
+plain_split!(
+    /// Q8_0 in `vec_dot` order.
+    Q8_0: BlockQ8_0, BlockQ8_0, 4, |x| acts(&x.qs)
+);
+min_split!(
+    /// Q4_1 in `vec_dot` order: nibbles, and the min.
+    Q4_1: BlockQ4_1, |x| nibbles(&x.qs)
+);
+min_split!(
+    /// Q5_1 in `vec_dot` order: 5-bit values, and the min.
+    Q5_1: BlockQ5_1, |x| q5_bytes(&x.qs, x.qh)
+);
+rows8_split!(
+    /// Q4_0 in the order of llama.cpp's repacked gemv.
+    Q4_0Rows8: BlockQ4_0, |x| minus(nibbles(&x.qs), 8)
+);
+rows8_split!(
+    /// IQ4_NL in the order of llama.cpp's repacked gemv.
+    IQ4NLRows8: BlockIQ4NL, |x| iq4_values(&x.qs)
+);
 
-/// ggml's x86 order: blocks in pairs, even blocks into one set of eight lanes and odd ones into
-/// another, added lane by lane before the horizontal sum; a last odd block fused onto the sum.
-#[target_feature(enable = "neon")]
-pub fn vec_dot_iq4_nl_q8_0<D: Dot>(dt: D, x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    let (mut even, mut odd) = (Acc8::new(), Acc8::new());
-    let pairs = x.len().min(y.len()) / 2;
-    for (x, y) in x.chunks_exact(2).zip(y.chunks_exact(2)) {
-        let l0 = Lanes::of(dt, iq4_values(&x[0].qs), acts(&y[0].qs));
-        even.fma(f32_of(y[0].d) * f32_of(x[0].d), l0);
-        let l1 = Lanes::of(dt, iq4_values(&x[1].qs), acts(&y[1].qs));
-        odd.fma(f32_of(y[1].d) * f32_of(x[1].d), l1);
-    }
-    let mut sum = even.add(odd).hsum();
-    if let (Some(x), Some(y)) = (x.get(2 * pairs), y.get(2 * pairs)) {
-        let isum = Lanes::of(dt, iq4_values(&x.qs), acts(&y.qs)).sum();
-        sum = (f32_of(y.d) * f32_of(x.d)).mul_add(isum as f32, sum);
-    }
-    sum
-}
+/// IQ4_NL in ggml's x86 `vec_dot` order: blocks in pairs, even blocks into one set of eight
+/// lanes and odd ones into another, added lane by lane before the horizontal sum; a last odd
+/// block fused onto the sum. An even block waits in the accumulator for its pair (`held`), so
+/// that a row's last block, if it has none, is fused after the sum as the reference does.
+pub(super) struct IQ4NL;
 
-/// Q4_0 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
-#[target_feature(enable = "neon")]
-pub fn vec_dot_q4_0_q8_0_rows8<D: Dot>(dt: D, x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        let isum = Lanes::of(dt, minus(nibbles(&x.qs), 8), acts(&y.qs)).sum();
-        acc = (isum as f32).mul_add(f32_of(x.d) * f32_of(y.d), acc);
+impl Split for IQ4NL {
+    type W = BlockIQ4NL;
+    type A = BlockQ8_0;
+    type Prep = Prep32;
+    type Acc = (Acc8, Acc8, Option<(f32, Lanes)>);
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> Self::Acc {
+        (Acc8::new(), Acc8::new(), None)
     }
-    acc
-}
-
-/// IQ4_NL in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`).
-#[target_feature(enable = "neon")]
-pub fn vec_dot_iq4_nl_q8_0_rows8<D: Dot>(dt: D, x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        let isum = Lanes::of(dt, iq4_values(&x.qs), acts(&y.qs)).sum();
-        acc = (isum as f32).mul_add(f32_of(x.d) * f32_of(y.d), acc);
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn prep(x: &BlockIQ4NL) -> Prep32 {
+        Prep32 {
+            w: iq4_values(&x.qs),
+            d: f32_of(x.d),
+            m: 0.0,
+        }
     }
-    acc
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut Self::Acc) {
+        let lanes = Lanes::of(dt, p.w, acts(&y.qs));
+        let d = f32_of(y.d) * p.d;
+        match acc.2.take() {
+            None => acc.2 = Some((d, lanes)),
+            Some((d0, l0)) => {
+                acc.0.fma(d0, l0);
+                acc.1.fma(d, lanes);
+            }
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish((even, odd, held): Self::Acc) -> f32 {
+        let sum = even.add(odd).hsum();
+        match held {
+            Some((d, lanes)) => d.mul_add(lanes.sum() as f32, sum),
+            None => sum,
+        }
+    }
 }

@@ -1,0 +1,124 @@
+//! Batches on NEON: each weight block unpacked once for several tokens.
+//!
+//! Every aarch64 kernel is written in two parts ([`Split`]): `prep` unpacks one weight block
+//! (nibbles and high bits to bytes, packed scales to integers), and `step` takes one token's
+//! activation block through the reference's operations on those values, into that (row,
+//! token)'s accumulators. The row kernels run the two parts one token at a time ([`dot`]); the
+//! tiles ([`gemm`]) run `prep` once per block and `step` for [`Split::TOKENS`] tokens. Each (row,
+//! token) so sees the same operations on the same values in the same order either way, and
+//! gets the row kernel's bits whatever the batch (G1; tested under qemu-user), while the
+//! unpacking, which in the K-quant row kernels is about as many vector instructions as the dot
+//! products themselves, is paid once for the tokens of a tile instead of once for each.
+
+use super::neon::Dot;
+
+/// A dot-product kernel in two parts: per weight block, and per (weight block, token).
+pub(super) trait Split {
+    /// The weight block.
+    type W;
+    /// The activation block.
+    type A;
+    /// A weight block unpacked.
+    type Prep;
+    /// The running sums of one (row, token).
+    type Acc: Copy;
+    /// Tokens a tile takes at once: eight where a (row, token)'s sums are a few registers, four
+    /// where eight of them beside an unpacked block would not fit the 32 vector registers
+    /// (executed instructions per multiply-add under qemu-user, docs/PERF.md).
+    const TOKENS: usize = 4;
+    /// # Safety
+    /// The CPU must have NEON (every aarch64 target Rust builds for enables it), as for every
+    /// method here.
+    unsafe fn zero() -> Self::Acc;
+    /// # Safety
+    /// As [`Split::zero`].
+    unsafe fn prep(x: &Self::W) -> Self::Prep;
+    /// # Safety
+    /// As [`Split::zero`].
+    unsafe fn step<D: Dot>(dt: D, p: &Self::Prep, y: &Self::A, acc: &mut Self::Acc);
+    /// # Safety
+    /// As [`Split::zero`].
+    unsafe fn finish(acc: Self::Acc) -> f32;
+}
+
+/// One row times one token: the row kernel.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn dot<K: Split, D: Dot>(dt: D, x: &[K::W], y: &[K::A]) -> f32 {
+    // SAFETY: this function's features are what the methods need.
+    unsafe {
+        let mut acc = K::zero();
+        for (x, y) in x.iter().zip(y) {
+            let p = K::prep(x);
+            K::step(dt, &p, y, &mut acc);
+        }
+        K::finish(acc)
+    }
+}
+
+/// Every row of `w` (`per_row` blocks each) times every token of `a` (as many blocks each), into
+/// `out` as `(tokens, rows)`: tokens [`Split::TOKENS`] at a time, then one at a time, each group
+/// over every row (the group's activations stay in the first-level cache while the rows stream).
+#[target_feature(enable = "neon")]
+pub(super) fn gemm<K: Split, D: Dot>(
+    dt: D,
+    w: &[K::W],
+    a: &[K::A],
+    per_row: usize,
+    out: &mut [f32],
+) {
+    if K::TOKENS == 8 {
+        gemm_by::<K, D, 8>(dt, w, a, per_row, out)
+    } else {
+        gemm_by::<K, D, 4>(dt, w, a, per_row, out)
+    }
+}
+
+/// [`gemm`] with tiles of `T` tokens.
+#[inline]
+#[target_feature(enable = "neon")]
+fn gemm_by<K: Split, D: Dot, const T: usize>(
+    dt: D,
+    w: &[K::W],
+    a: &[K::A],
+    per_row: usize,
+    out: &mut [f32],
+) {
+    let rows = w.len() / per_row;
+    let n_tok = a.len() / per_row;
+    let mut t0 = 0;
+    while n_tok - t0 >= T {
+        for r in 0..rows {
+            let sums = tile::<K, D, T>(dt, &w[r * per_row..][..per_row], &a[t0 * per_row..]);
+            for (t, s) in sums.into_iter().enumerate() {
+                out[(t0 + t) * rows + r] = s;
+            }
+        }
+        t0 += T;
+    }
+    for t in t0..n_tok {
+        let y = &a[t * per_row..][..per_row];
+        for (r, o) in out[t * rows..][..rows].iter_mut().enumerate() {
+            *o = dot::<K, D>(dt, &w[r * per_row..][..per_row], y);
+        }
+    }
+}
+
+/// One row `x` times the `T` tokens that start `a` (`x.len()` blocks each).
+#[inline]
+#[target_feature(enable = "neon")]
+fn tile<K: Split, D: Dot, const T: usize>(dt: D, x: &[K::W], a: &[K::A]) -> [f32; T] {
+    let per_row = x.len();
+    let ys: [&[K::A]; T] = std::array::from_fn(|t| &a[t * per_row..][..per_row]);
+    // SAFETY: this function's features are what the methods need.
+    unsafe {
+        let mut acc = [K::zero(); T];
+        for (b, x) in x.iter().enumerate() {
+            let p = K::prep(x);
+            for (acc, y) in acc.iter_mut().zip(&ys) {
+                K::step(dt, &p, &y[b], acc);
+            }
+        }
+        acc.map(|acc| K::finish(acc))
+    }
+}
