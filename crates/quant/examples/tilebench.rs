@@ -2,7 +2,9 @@
 //! `cargo run --release -p synapse-quant --example tilebench -- Q4_K 512 2048 64 [repacked]`
 //! (first the row kernel, `gemv` once per token, which the engine runs where there is no tile;
 //! then the packed matrix, where the CPU has one). Each is timed `TILEBENCH_REPS` times (20
-//! unless set; more for a profile), the best reported.
+//! unless set; more for a profile), the best reported. `TILEBENCH_ONLY=row`, `packed` or `tiles`
+//! runs that part alone (`none`: only the set-up), for counting a part's instructions apart, as
+//! under qemu-user on aarch64 (see docs/PERF.md).
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -14,6 +16,8 @@ fn main() {
     let n_tok: usize = args[4].parse().unwrap();
     let repacked = args.get(5).is_some_and(|a| a == "repacked");
     let reps: usize = std::env::var("TILEBENCH_REPS").map_or(20, |r| r.parse().unwrap());
+    let only = std::env::var("TILEBENCH_ONLY").ok();
+    let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
     let act = synapse_quant::vec_dot_type(ty).unwrap();
     let mut seed = 1u64;
     let mut rnd = || {
@@ -50,7 +54,7 @@ fn main() {
     let row = synapse_quant::matrix_kernel(ty, repacked).unwrap();
     let act_bytes = a.len() / n_tok;
     let mut best = f64::MAX;
-    for _ in 0..reps {
+    for _ in 0..if runs("row") { reps } else { 0 } {
         let t = Instant::now();
         for (at, o) in a.chunks_exact(act_bytes).zip(out.chunks_exact_mut(rows)) {
             (row.gemv)(&w, row_bytes, at, o).unwrap();
@@ -58,13 +62,20 @@ fn main() {
         best = best.min(t.elapsed().as_secs_f64());
     }
     let gmac = (rows * cols * n_tok) as f64 / best / 1e9;
-    println!(
-        "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
-        "row gemv",
-        best * 1e3
-    );
+    if runs("row") {
+        println!(
+            "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
+            "row gemv",
+            best * 1e3
+        );
+    }
     // The packed matrix (made once, as the engine does at load time), where this CPU has one.
-    if let Some(p) = synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap() {
+    let packed = if runs("packed") {
+        synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap()
+    } else {
+        None
+    };
+    if let Some(p) = packed {
         let mut out = vec![0f32; p.rows() * n_tok];
         let mut best = f64::MAX;
         for _ in 0..reps {
@@ -79,7 +90,12 @@ fn main() {
             best * 1e3
         );
     }
-    for (isa, k) in synapse_quant::gemm_kernels(ty, repacked) {
+    let tiles = if runs("tiles") {
+        synapse_quant::gemm_kernels(ty, repacked)
+    } else {
+        Vec::new()
+    };
+    for (isa, k) in tiles {
         let mut best = f64::MAX;
         for _ in 0..reps {
             let t = Instant::now();
