@@ -14,6 +14,11 @@ for isa in reference avx2 avxvnni; do
     echo "test.sh: synapse-quant tests with SYNAPSE_ISA=$isa"
     SYNAPSE_ISA=$isa cargo test -p synapse-quant --locked
 done
+# Both forms of the AVX-512 Q5_K batch kernels (the CPU's maker chooses one).
+for paired in 0 1; do
+    echo "test.sh: packed kernels with SYNAPSE_PAIRED=$paired"
+    SYNAPSE_PAIRED=$paired cargo test -p synapse-quant --locked --test properties packed
+done
 # The engine on the AVX2 tier, which has its own packed kernels and attention path: every
 # format's logits against llama.cpp's, G1 and D1, SmolLM2's greedy continuations, and Gemma 3's
 # and Qwen's (heads of 256 and 128 values, ggml's F16 path, emulated there).

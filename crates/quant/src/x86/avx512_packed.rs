@@ -297,8 +297,8 @@ pub(super) use unpacked_passes;
 /// entries of type `$v` (the shape [`unpacked_passes`] calls); both with the CPU features
 /// `$features`, and the per-token arguments `$arg: $ty` between the group and `out`.
 macro_rules! pass_entries {
-    ($features:literal, $body:ident: $direct:ident, $unpacked:ident, $p:ty, $v:ty,
-     ($($arg:ident: $ty:ty),*)) => {
+    ($features:literal, $body:ident $(<$paired:literal>)?: $direct:ident, $unpacked:ident,
+     $p:ty, $v:ty, ($($arg:ident: $ty:ty),*)) => {
         #[doc = concat!(
             "[`", stringify!($body), "`] unpacking as it goes (up to a pass of tokens)."
         )]
@@ -311,7 +311,7 @@ macro_rules! pass_entries {
             at: (usize, usize, usize),
         ) {
             // SAFETY: this function's features.
-            unsafe { $body::<T, false>((g, &[]), $($arg,)* out, at) }
+            unsafe { $body::<T, false $(, $paired)?>((g, &[]), $($arg,)* out, at) }
         }
 
         #[doc = concat!("[`", stringify!($body), "`] from the group unpacked once.")]
@@ -324,7 +324,7 @@ macro_rules! pass_entries {
             at: (usize, usize, usize),
         ) {
             // SAFETY: this function's features.
-            unsafe { $body::<T, true>(g, $($arg,)* out, at) }
+            unsafe { $body::<T, true $(, $paired)?>(g, $($arg,)* out, at) }
         }
     };
 }
@@ -1006,9 +1006,18 @@ fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m512i; 64]>) {
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
 /// block) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride + r0..][..16]`. The
 /// same operations on the same integers either way.
+///
+/// Two forms of the scaling, the same integers (every four values' sum fits an i16, |sum| <=
+/// 4 * 63 * 128): `vpmaddubsw` pairs, each pair sum times its group's scale by `vpdpwssd` (four
+/// multiplies for 128 products), or, `PAIRED`, each four values' sum by `vpdpbusd`, two
+/// groups' sums as the halves of a word (a shift and a `vpternlogd`), one `vpdpwssd` by both
+/// scales (three multiplies and two cheap operations for 128 products). One token takes the
+/// paired form ([`q6_k_one`]); batches the plain one: on the Zen 5 where Q5_K's batches gain
+/// from the paired form ([`shifts_beside_multiplies`]), Q6_K's did not, alternated prefill by
+/// prefill in one process (0.94-1.09x the time at one thread, 1.01-1.06x at two).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
+unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
     (g, vb): (&[Q6KPacked], &[[__m512i; 64]]),
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
@@ -1025,15 +1034,30 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
         for (i, dup) in dup.iter_mut().enumerate() {
             *dup = word_shuffle([z, i as u8, z, i as u8]);
         }
+        // Scale bytes `i` and `i + 2` of a word into the two i16 halves (the paired form).
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let low16 = _mm512_set1_epi32(0xFFFF);
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for (b, g) in g.iter().enumerate() {
             let sc = [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])];
             let dx = ld_f16(&g.d);
-            // (scale[group], scale[group]) as i16 pairs, for the sixteen groups. Loops, not
-            // `from_fn`: a closure would not share the caller's features.
+            // (scale[group], scale[group]) as i16 pairs, for the sixteen groups; or, paired,
+            // (scale[group], scale[group + 2]) for groups 4q + i (i = 0, 1): the groups of
+            // values 128h + 32w + 4k..+4 for w = 2p and 2p + 1 (q = 2h + p), k / 4 = i. Loops,
+            // not `from_fn`: a closure would not share the caller's features.
             let mut scale = [_mm512_setzero_si512(); 16];
-            for (group, scale) in scale.iter_mut().enumerate() {
-                *scale = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]));
+            if PAIRED {
+                for q in 0..4 {
+                    for i in 0..2 {
+                        scale[2 * q + i] =
+                            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[q], pair_bytes[i]));
+                    }
+                }
+            } else {
+                for (group, scale) in scale.iter_mut().enumerate() {
+                    *scale =
+                        _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]));
+                }
             }
             let mut d = [_mm512_setzero_ps(); T];
             let mut y = [std::ptr::null::<i8>(); T];
@@ -1049,8 +1073,8 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                 }
                 let mut lane: [__m512i; T] = q6_k_offsets(&sc, &pairs, k, yb);
                 // With one token, two chains (h = 0 and 1), added at the end: one chain of
-                // seventeen dependent `vpdpwssd` (5 cycles each) would leave the multipliers
-                // waiting. (Several tokens have chains enough.)
+                // dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
+                // (Several tokens have chains enough.)
                 let mut lane1 = [_mm512_setzero_si512(); T];
                 for h in 0..2 {
                     let v = if UNPACKED {
@@ -1060,16 +1084,44 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                         q6_k_values(g, h, k)
                     };
                     // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                    for (w, v) in v.into_iter().enumerate() {
-                        let s = scale[8 * h + 2 * w + k / 4];
-                        for t in 0..T {
-                            let chain = if T > 1 || h == 0 {
-                                &mut lane[t]
-                            } else {
-                                &mut lane1[t]
-                            };
-                            let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
-                            *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), s);
+                    if PAIRED {
+                        for p in 0..2 {
+                            let s = scale[2 * (2 * h + p) + k / 4];
+                            for t in 0..T {
+                                let chain = if T > 1 || h == 0 {
+                                    &mut lane[t]
+                                } else {
+                                    &mut lane1[t]
+                                };
+                                let at = 128 * h + 64 * p + 4 * k;
+                                let zero = _mm512_setzero_si512();
+                                let sa = _mm512_dpbusd_epi32(zero, v[2 * p], bcast4(y[t].add(at)));
+                                let sb = _mm512_dpbusd_epi32(
+                                    zero,
+                                    v[2 * p + 1],
+                                    bcast4(y[t].add(at + 32)),
+                                );
+                                // (sa, sb) as the halves of each word: (sa & low16) | sb << 16.
+                                let both = _mm512_ternarylogic_epi32::<0xEA>(
+                                    sa,
+                                    low16,
+                                    _mm512_slli_epi32::<16>(sb),
+                                );
+                                *chain = dpwssd(*chain, both, s);
+                            }
+                        }
+                    } else {
+                        for (w, v) in v.into_iter().enumerate() {
+                            let s = scale[8 * h + 2 * w + k / 4];
+                            for t in 0..T {
+                                let chain = if T > 1 || h == 0 {
+                                    &mut lane[t]
+                                } else {
+                                    &mut lane1[t]
+                                };
+                                let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
+                                *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), s);
+                            }
                         }
                     }
                 }
@@ -1082,105 +1134,45 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m512i; 64],
+    q6_k_pass<false>: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m512i; 64],
     (ys: [&[BlockQ8K]; T])
 );
 
-/// [`q6_k_tokens`] for one token (decode): each four values' sum by `vpdpbusd`, two groups'
-/// sums as the halves of a word, one `vpdpwssd` by both scales. Three multiplies for 128
-/// products instead of four, but more operations a token: tilebench Q6_K 512 2048, one token
-/// 38.0 -> 43.1 GMAC/s, two and three equal, eight 103.8 -> 96.3 and 64 103-119 -> 95.7 had
-/// it run every pass.
+/// [`q6_k_pass`] in the paired form, unpacking as it goes: the kernel of one token (decode),
+/// where it has fewer multiplies to wait on (tilebench Q6_K 512 2048, one token: 38.0 -> 43.1
+/// GMAC/s where it was first measured).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-fn q6_k_few<const T: usize>(
+fn q6_k_one<const T: usize>(
     g: &[Q6KPacked],
     ys: [&[BlockQ8K]; T],
     out: &mut [f32],
-    (stride, r0, t0): (usize, usize, usize),
+    at: (usize, usize, usize),
 ) {
-    let z = 0x80;
-    // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
     // SAFETY: this function's features.
-    let pairs = unsafe { [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])] };
-    // Scale bytes `i` and `i + 2` of a word, sign-extended into the two i16 halves (via `<< 8`,
-    // then `>> 8`).
-    // SAFETY: this function's features.
-    let (pair02, pair13) = unsafe { (word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])) };
-    // The low i16 half of each word moved to the high half.
-    // SAFETY: as above.
-    let to_high = unsafe { word_shuffle([z, z, 0, 1]) };
-    let low16 = _mm512_set1_epi32(0xFFFF);
-    let mut acc = [[_mm512_setzero_ps(); 8]; T];
-    for (b, g) in g.iter().enumerate() {
-        // SAFETY: rows of `sc` and `d`.
-        let (sc, dx) = unsafe {
-            (
-                [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])],
-                ld_f16(&g.d),
-            )
-        };
-        // (scale[group], scale[group + 2]) as i16 pairs, for groups 8h + 4p + i (i = 0, 1): the
-        // groups of values 128h + 32w + 4k..+4 for w = 2p and 2p + 1, k / 4 = i.
-        let scale: [[__m512i; 2]; 4] = std::array::from_fn(|q| {
-            [pair02, pair13].map(|c| _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[q], c)))
-        });
-        let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx));
-        let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
-        for k in 0..8 {
-            prefetch_part(g, k, 8);
-            // SAFETY: this function's features.
-            let mut lane: [__m512i; T] = unsafe { q6_k_offsets(&sc, &pairs, k, ys.map(|y| &y[b])) };
-            // With one token, two chains (h = 0 and 1), added at the end: one chain of nine
-            // dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
-            // (Several tokens have chains enough.)
-            let mut lane1 = [_mm512_setzero_si512(); T];
-            for h in 0..2 {
-                // SAFETY: this function's features.
-                let v = unsafe { q6_k_values(g, h, k) };
-                // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                for p in 0..2 {
-                    let s = scale[2 * h + p][k / 4];
-                    let (va, vb) = (v[2 * p], v[2 * p + 1]);
-                    for t in 0..T {
-                        let chain = if T > 1 || h == 0 {
-                            &mut lane[t]
-                        } else {
-                            &mut lane1[t]
-                        };
-                        // SAFETY: four values of the token's 256 each; this function's
-                        // features.
-                        *chain = unsafe {
-                            let at = 128 * h + 64 * p + 4 * k;
-                            let sa = _mm512_dpbusd_epi32(
-                                _mm512_setzero_si512(),
-                                va,
-                                bcast4(y[t].add(at)),
-                            );
-                            let sb = _mm512_dpbusd_epi32(
-                                _mm512_setzero_si512(),
-                                vb,
-                                bcast4(y[t].add(at + 32)),
-                            );
-                            // (sa, sb) as the halves of each word: (a & low16) | b.
-                            let both = _mm512_ternarylogic_epi32::<0xEA>(
-                                sa,
-                                low16,
-                                _mm512_shuffle_epi8(sb, to_high),
-                            );
-                            dpwssd(*chain, both, s)
-                        };
-                    }
-                }
-            }
-            fuse_lanes(&mut acc, k, &d, &lane, &lane1);
-        }
-    }
-    store_tokens(out, (stride, r0, t0), &acc);
+    unsafe { q6_k_pass::<T, false, true>((g, &[]), ys, out, at) }
 }
 
-/// Packed Q6_K groups times every token, as [`q4_k`]: one token by [`q6_k_few`], up to eight in
+/// Whether Q5_K's passes take the paired form of the scaling ([`q5_k_pass`]; three multiplies,
+/// a shift and a `vpternlogd` for 128 products, where the plain form takes four multiplies):
+/// on AMD's cores, whose shift and logic pipes are not the multipliers' (a Zen 5 issues two
+/// 512-bit multiplies a cycle and four 512-bit adds; a loop of the paired form's instructions
+/// ran 1.3x the plain one's products there, and the Q5_K file's prefill took 0.87x / 0.90x the
+/// time at one / two threads, alternated in one process). Elsewhere the plain form, the one
+/// measured before: the shift and the logic operation may take the multipliers' own port
+/// (Intel's 512-bit shifts do), where the paired form would be the slower. `SYNAPSE_PAIRED=1` or `0` chooses (to
+/// compare the forms, and to test the one this CPU would not take); only the speed depends on
+/// it.
+fn shifts_beside_multiplies() -> bool {
+    static PAIRED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAIRED.get_or_init(|| match std::env::var("SYNAPSE_PAIRED").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => super::is_amd(),
+    })
+}
+
+/// Packed Q6_K groups times every token, as [`q4_k`]: one token by [`q6_k_one`], up to eight in
 /// passes that unpack as they go, more from each group unpacked once.
 ///
 /// # Safety
@@ -1189,7 +1181,7 @@ fn q6_k_few<const T: usize>(
 unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
     if n_tok == 1 {
-        group_passes!(p, per_row, a, out, q6_k_few, 1, [], ());
+        group_passes!(p, per_row, a, out, q6_k_one, 1, [], ());
     } else if n_tok <= 8 {
         group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
     } else {
@@ -1300,10 +1292,13 @@ fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m512i; 64]>) {
 
 /// Sixteen rows (`g`, and with `UNPACKED` its values already unpacked in `vb`, one entry a
 /// block) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 + t) * stride +
-/// r0..][..16]`. The same operations on the same integers either way.
+/// r0..][..16]`. The same operations on the same integers either way, and in either form of
+/// the scaling (as [`q6_k_pass`]'s; each four values' sum fits an i16: |sum| <= 4 * 31 * 128):
+/// `vpmaddubsw` + `vpdpwssd` by `(scale, scale)`, or, `PAIRED`, `vpdpbusd` for each of two
+/// sub-blocks, their sums as the halves of a word, one `vpdpwssd` by both scales.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
+unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
     (g, vb): (&[Q5KPacked], &[[__m512i; 64]]),
     ys: [&[BlockQ8K]; T],
     pair_sums: [&[[i16; 8]]; T],
@@ -1317,11 +1312,17 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
         let mut mins = [_mm512_setzero_ps(); T];
         for (b, g) in g.iter().enumerate() {
             let ((sc, mn), dx, dminx) = (k_scales(&g.sc), ld_f16(&g.d), ld_f16(&g.dmin));
-            // (scale, scale) as i16 pairs, one register a sub-block. A loop, not `from_fn`: a
-            // closure would not share the caller's features.
+            // (scale, scale) as i16 pairs, one register a sub-block; paired, (scale[2p],
+            // scale[2p + 1]) in registers 0..4. A loop, not `from_fn`: a closure would not
+            // share the caller's features.
             let mut scale = [_mm512_setzero_si512(); 8];
             for j in 0..8 {
-                scale[j] = _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j]));
+                scale[j] = if PAIRED {
+                    let p = j % 4;
+                    _mm512_or_si512(sc[2 * p], _mm512_slli_epi32::<16>(sc[2 * p + 1]))
+                } else {
+                    _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j]))
+                };
             }
             let mut y = [std::ptr::null::<i8>(); T];
             let mut d = [_mm512_setzero_ps(); T];
@@ -1350,16 +1351,37 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
                         q5_k_values(g, k, p)
                     };
                     // v[h]: values 64p + 32h + 4k..+4, sub-block 2p + h.
-                    for (h, v) in v.into_iter().enumerate() {
-                        let j = 2 * p + h;
+                    if PAIRED {
                         for t in 0..T {
                             let chain = if T > 1 || p < 2 {
                                 &mut lane[t]
                             } else {
                                 &mut lane1[t]
                             };
-                            let a = bcast4(y[t].add(32 * j + 4 * k));
-                            *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), scale[j]);
+                            let zero = _mm512_setzero_si512();
+                            let at = 64 * p + 4 * k;
+                            let s0 = _mm512_dpbusd_epi32(zero, v[0], bcast4(y[t].add(at)));
+                            let s1 = _mm512_dpbusd_epi32(zero, v[1], bcast4(y[t].add(at + 32)));
+                            // (s0, s1) as the halves of each word: (s0 & low16) | s1 << 16.
+                            let both = _mm512_ternarylogic_epi32::<0xEA>(
+                                s0,
+                                _mm512_set1_epi32(0xFFFF),
+                                _mm512_slli_epi32::<16>(s1),
+                            );
+                            *chain = dpwssd(*chain, both, scale[p]);
+                        }
+                    } else {
+                        for (h, v) in v.into_iter().enumerate() {
+                            let j = 2 * p + h;
+                            for t in 0..T {
+                                let chain = if T > 1 || p < 2 {
+                                    &mut lane[t]
+                                } else {
+                                    &mut lane1[t]
+                                };
+                                let a = bcast4(y[t].add(32 * j + 4 * k));
+                                *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), scale[j]);
+                            }
                         }
                     }
                 }
@@ -1375,7 +1397,13 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    q5_k_pass: q5_k_tokens, q5_k_tokens_unpacked, Q5KPacked, [__m512i; 64],
+    q5_k_pass<false>: q5_k_tokens, q5_k_tokens_unpacked, Q5KPacked, [__m512i; 64],
+    (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
+);
+
+pass_entries!(
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    q5_k_pass<true>: q5_k_paired, q5_k_paired_unpacked, Q5KPacked, [__m512i; 64],
     (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
 );
 
@@ -1390,16 +1418,29 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
         let n_tok = a.len() / per_row;
+        let paired = shifts_beside_multiplies();
         if n_tok <= 8 {
-            group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
+            if paired {
+                group_passes!(p, per_row, a, out, q5_k_paired, 4, [1 2 3], (ps));
+            } else {
+                group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
+            }
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(
-                p, per_row, a, out,
-                q5_k_unpack, vb, q5_k_tokens_unpacked,
-                8, [1 2 3 4 5 6 7], (ps)
-            )
+            if paired {
+                unpacked_passes!(
+                    p, per_row, a, out,
+                    q5_k_unpack, vb, q5_k_paired_unpacked,
+                    8, [1 2 3 4 5 6 7], (ps)
+                )
+            } else {
+                unpacked_passes!(
+                    p, per_row, a, out,
+                    q5_k_unpack, vb, q5_k_tokens_unpacked,
+                    8, [1 2 3 4 5 6 7], (ps)
+                )
+            }
         });
     });
 }
