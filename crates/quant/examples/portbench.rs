@@ -1,0 +1,163 @@
+//! How many 512-bit integer operations this core issues a cycle, alone and in the instruction
+//! mixes the AVX-512 kernels choose between: `cargo run --release -p synapse-quant --example
+//! portbench`. Registers only (no memory), twelve independent chains per loop, so the numbers
+//! are issue rates, not latencies. The kernels' choices that rest on them (which form of the
+//! `vec_dot` scaling a CPU's batches take) are in docs/PERF.md.
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::asm;
+    use std::time::Instant;
+
+    /// Loop iterations per timing; each runs the body once.
+    const ITERS: u64 = 20_000_000;
+
+    /// Time `ITERS` runs of an assembly body (clobbering zmm0..zmm15, reading zmm12..zmm15 as
+    /// inputs), best of three; nanoseconds per iteration.
+    macro_rules! time_body {
+        ($($ins:expr),* $(,)?) => {{
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = Instant::now();
+                // SAFETY: the caller checked AVX-512 F/BW and VNNI; the body touches only the
+                // registers named as clobbered.
+                unsafe {
+                    asm!(
+                        "vpxorq zmm0, zmm0, zmm0", "vpxorq zmm1, zmm1, zmm1",
+                        "vpxorq zmm2, zmm2, zmm2", "vpxorq zmm3, zmm3, zmm3",
+                        "vpxorq zmm4, zmm4, zmm4", "vpxorq zmm5, zmm5, zmm5",
+                        "vpxorq zmm6, zmm6, zmm6", "vpxorq zmm7, zmm7, zmm7",
+                        "vpternlogd zmm12, zmm12, zmm12, 0xFF", "vpabsb zmm13, zmm12",
+                        "vpabsb zmm14, zmm12", "vpabsb zmm15, zmm12",
+                        "2:",
+                        $($ins,)*
+                        "dec {n}",
+                        "jnz 2b",
+                        n = inout(reg) ITERS => _,
+                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                        out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                        out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                        out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+                        options(nostack),
+                    );
+                }
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            best / ITERS as f64 * 1e9
+        }};
+    }
+
+    /// One instruction, eight independent chains (zmm0..zmm7) of it per iteration.
+    macro_rules! alone {
+        ($name:literal, $op:literal) => {{
+            let ns = time_body!(
+                concat!($op, " zmm0, zmm13, zmm14"),
+                concat!($op, " zmm1, zmm13, zmm14"),
+                concat!($op, " zmm2, zmm13, zmm14"),
+                concat!($op, " zmm3, zmm13, zmm14"),
+                concat!($op, " zmm4, zmm13, zmm14"),
+                concat!($op, " zmm5, zmm13, zmm14"),
+                concat!($op, " zmm6, zmm13, zmm14"),
+                concat!($op, " zmm7, zmm13, zmm14"),
+            );
+            println!("| {} | {:.1} |", $name, 8.0 / ns);
+        }};
+    }
+
+    pub fn run() {
+        if !(is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")) {
+            println!("portbench: needs AVX-512 BW and VNNI");
+            return;
+        }
+        println!("| instruction (512-bit) | per ns |");
+        println!("|---|--:|");
+        alone!("vpdpbusd", "vpdpbusd");
+        alone!("vpdpwssd", "vpdpwssd");
+        alone!("vpmaddubsw", "vpmaddubsw");
+        alone!("vpmaddwd", "vpmaddwd");
+        alone!("vpmulld", "vpmulld");
+        alone!("vpaddd", "vpaddd");
+        alone!("vpandd", "vpandd");
+        alone!("vpshufb", "vpshufb");
+        alone!("vfmadd231ps", "vfmadd231ps");
+        println!();
+        // 512 products of four-value sums, each scaled by its group's scale.
+        let plain = time_body!(
+            "vpmaddubsw zmm8, zmm13, zmm14",
+            "vpdpwssd zmm0, zmm8, zmm15",
+            "vpmaddubsw zmm9, zmm13, zmm14",
+            "vpdpwssd zmm0, zmm9, zmm15",
+            "vpmaddubsw zmm10, zmm13, zmm14",
+            "vpdpwssd zmm1, zmm10, zmm15",
+            "vpmaddubsw zmm11, zmm13, zmm14",
+            "vpdpwssd zmm1, zmm11, zmm15",
+            "vpmaddubsw zmm8, zmm13, zmm14",
+            "vpdpwssd zmm2, zmm8, zmm15",
+            "vpmaddubsw zmm9, zmm13, zmm14",
+            "vpdpwssd zmm2, zmm9, zmm15",
+            "vpmaddubsw zmm10, zmm13, zmm14",
+            "vpdpwssd zmm3, zmm10, zmm15",
+            "vpmaddubsw zmm11, zmm13, zmm14",
+            "vpdpwssd zmm3, zmm11, zmm15",
+        );
+        let paired = time_body!(
+            "vpxorq zmm8, zmm8, zmm8",
+            "vpdpbusd zmm8, zmm13, zmm14",
+            "vpxorq zmm9, zmm9, zmm9",
+            "vpdpbusd zmm9, zmm13, zmm14",
+            "vpslld zmm9, zmm9, 16",
+            "vpternlogd zmm8, zmm9, zmm12, 0xEA",
+            "vpdpwssd zmm0, zmm8, zmm15",
+            "vpxorq zmm10, zmm10, zmm10",
+            "vpdpbusd zmm10, zmm13, zmm14",
+            "vpxorq zmm11, zmm11, zmm11",
+            "vpdpbusd zmm11, zmm13, zmm14",
+            "vpslld zmm11, zmm11, 16",
+            "vpternlogd zmm10, zmm11, zmm12, 0xEA",
+            "vpdpwssd zmm1, zmm10, zmm15",
+            "vpxorq zmm8, zmm8, zmm8",
+            "vpdpbusd zmm8, zmm13, zmm14",
+            "vpxorq zmm9, zmm9, zmm9",
+            "vpdpbusd zmm9, zmm13, zmm14",
+            "vpslld zmm9, zmm9, 16",
+            "vpternlogd zmm8, zmm9, zmm12, 0xEA",
+            "vpdpwssd zmm2, zmm8, zmm15",
+            "vpxorq zmm10, zmm10, zmm10",
+            "vpdpbusd zmm10, zmm13, zmm14",
+            "vpxorq zmm11, zmm11, zmm11",
+            "vpdpbusd zmm11, zmm13, zmm14",
+            "vpslld zmm11, zmm11, 16",
+            "vpternlogd zmm10, zmm11, zmm12, 0xEA",
+            "vpdpwssd zmm3, zmm10, zmm15",
+        );
+        let folded = time_body!(
+            "vpdpbusd zmm0, zmm13, zmm14",
+            "vpdpbusd zmm1, zmm13, zmm14",
+            "vpdpbusd zmm2, zmm13, zmm14",
+            "vpdpbusd zmm3, zmm13, zmm14",
+            "vpdpbusd zmm4, zmm13, zmm14",
+            "vpdpbusd zmm5, zmm13, zmm14",
+            "vpdpbusd zmm6, zmm13, zmm14",
+            "vpdpbusd zmm7, zmm13, zmm14",
+        );
+        println!("| form of 512 products of scaled four-value sums | products per ns |");
+        println!("|---|--:|");
+        for (name, ns) in [
+            ("plain: vpmaddubsw + vpdpwssd by (s, s)", plain),
+            (
+                "paired: 2 vpdpbusd, vpslld, vpternlogd, vpdpwssd by (s0, s1)",
+                paired,
+            ),
+            ("folded (scale in the values): vpdpbusd", folded),
+        ] {
+            println!("| {name} | {:.0} |", 512.0 / ns);
+        }
+    }
+}
+
+fn main() {
+    #[cfg(target_arch = "x86_64")]
+    x86::run();
+    #[cfg(not(target_arch = "x86_64"))]
+    println!("portbench: x86-64 only");
+}
