@@ -1764,7 +1764,7 @@ unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // 32-value sub-block's scale less 32, fused by `d_x * d_y`. The levels are signed, and the
 // integer sums are the same however they are formed. For batches the values are widened: each
 // level times its scale as an i16 (|w| <= 32 * 127), against the token's values as i16 pairs
-// with `vpdpwssd`, the widening shared by sixteen tokens. For a few tokens `vpmaddubsw` pairs
+// with `vpdpwssd`, the widening shared by eight tokens. For a few tokens `vpmaddubsw` pairs
 // each level's magnitude (at most 127) with the token's value negated where the level is
 // negative (levels 0..8 of the table are the negative ones: bit 3 of the index clear), as
 // ggml's AVX2 kernel does with `vpsignb`: Q8_K values lie in -127..=127, so the negation is
@@ -1875,9 +1875,8 @@ fn iq4_xs_tokens<const T: usize>(
             prefetch_part(g, k, 8);
             // Two chains a token up to eight tokens a pass (even and odd levels, added at the
             // end): one chain of sixteen dependent `vpdpwssd` (5 cycles each) for four tokens'
-            // work left the multipliers waiting (45 against 69 GMAC/s in tilebench). Sixteen
-            // tokens' chains are parallelism enough on their own, and 32 accumulators would
-            // not leave registers for the rest.
+            // work left the multipliers waiting (45 against 69 GMAC/s in tilebench). Passes of
+            // sixteen tokens (one chain each) ran slower still (see `iq4_xs`).
             let mut lane = [_mm512_setzero_si512(); T];
             let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
@@ -1990,7 +1989,12 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
             }
             v
         }));
-        group_passes!(p, per_row, a, out, iq4_xs_tokens, 16, [1 2 3 4 5 6 7 8 9 10 11 12 13 14 15], (y16))
+        // Passes of eight tokens: the IQ4_XS file's prefill, passes of sixteen (one chain a
+        // token) and of eight (two) alternated in one process on a Zen 5, took 0.65-0.76x the
+        // time with eight; passes of four or six took 1.04-1.08x eight's. Likely why (not
+        // checked with counters, which that machine lacks): eight tokens' widened blocks, 4
+        // KiB a token at 2048 columns, fit its 48 KiB first-level cache; sixteen do not.
+        group_passes!(p, per_row, a, out, iq4_xs_tokens, 8, [1 2 3 4 5 6 7], (y16))
     });
 }
 
