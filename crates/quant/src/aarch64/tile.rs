@@ -22,9 +22,9 @@ pub(super) trait Split {
     type Prep;
     /// The running sums of one (row, token).
     type Acc: Copy;
-    /// Tokens a tile takes at once: eight where a (row, token)'s sums are a few registers, four
-    /// where eight of them beside an unpacked block would not fit the 32 vector registers
-    /// (executed instructions per multiply-add under qemu-user, docs/PERF.md).
+    /// Tokens a tile takes at once: whichever of four and eight executed fewer instructions per
+    /// multiply-add under qemu-user (docs/PERF.md): eight for the K-quants, Q4_0, Q5_0 and the
+    /// repacked orders, four where a (row, token)'s running sums take more registers.
     const TOKENS: usize = 4;
     /// # Safety
     /// The CPU must have NEON (every aarch64 target Rust builds for enables it), as for every
@@ -58,7 +58,7 @@ pub(super) fn dot<K: Split, D: Dot>(dt: D, x: &[K::W], y: &[K::A]) -> f32 {
 
 /// Every row of `w` (`per_row` blocks each) times every token of `a` (as many blocks each), into
 /// `out` as `(tokens, rows)`: tokens [`Split::TOKENS`] at a time, then one at a time, each group
-/// over every row (the group's activations stay in the first-level cache while the rows stream).
+/// over every row (the group's activations stay in cache while the rows stream past).
 #[target_feature(enable = "neon")]
 pub(super) fn gemm<K: Split, D: Dot>(
     dt: D,

@@ -1160,9 +1160,9 @@ fn q6_k_one<const T: usize>(
 /// ran 1.3x the plain one's products there, and the Q5_K file's prefill took 0.87x / 0.90x the
 /// time at one / two threads, alternated in one process). Elsewhere the plain form, the one
 /// measured before: the shift and the logic operation may take the multipliers' own port
-/// (Intel's 512-bit shifts do), where the paired form would be the slower. `SYNAPSE_PAIRED=1` or `0` chooses (to
-/// compare the forms, and to test the one this CPU would not take); only the speed depends on
-/// it.
+/// (Intel's 512-bit shifts do), where the paired form would be the slower. `SYNAPSE_PAIRED=1`
+/// or `0` chooses (to compare the forms, and to test the one this CPU would not take); only
+/// the speed depends on it.
 fn shifts_beside_multiplies() -> bool {
     static PAIRED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *PAIRED.get_or_init(|| match std::env::var("SYNAPSE_PAIRED").as_deref() {
