@@ -57,8 +57,9 @@ pub(super) fn dot<K: Split, D: Dot>(dt: D, x: &[K::W], y: &[K::A]) -> f32 {
 }
 
 /// Every row of `w` (`per_row` blocks each) times every token of `a` (as many blocks each), into
-/// `out` as `(tokens, rows)`: tokens [`Split::TOKENS`] at a time, then one at a time, each group
-/// over every row (the group's activations stay in cache while the rows stream past).
+/// `out` as `(tokens, rows)`: tokens [`Split::TOKENS`] at a time (then four, if eight), then one
+/// at a time, each group over every row (the group's activations stay in cache while the rows
+/// stream past).
 #[target_feature(enable = "neon")]
 pub(super) fn gemm<K: Split, D: Dot>(
     dt: D,
@@ -88,18 +89,38 @@ fn gemm_by<K: Split, D: Dot, const T: usize>(
     let n_tok = a.len() / per_row;
     let mut t0 = 0;
     while n_tok - t0 >= T {
-        for r in 0..rows {
-            let sums = tile::<K, D, T>(dt, &w[r * per_row..][..per_row], &a[t0 * per_row..]);
-            for (t, s) in sums.into_iter().enumerate() {
-                out[(t0 + t) * rows + r] = s;
-            }
-        }
+        tiles::<K, D, T>(dt, w, a, per_row, t0, out);
         t0 += T;
+    }
+    // Four of the tokens left after tiles of eight still share their blocks' unpacking.
+    if T > 4 && n_tok - t0 >= 4 {
+        tiles::<K, D, 4>(dt, w, a, per_row, t0, out);
+        t0 += 4;
     }
     for t in t0..n_tok {
         let y = &a[t * per_row..][..per_row];
         for (r, o) in out[t * rows..][..rows].iter_mut().enumerate() {
             *o = dot::<K, D>(dt, &w[r * per_row..][..per_row], y);
+        }
+    }
+}
+
+/// Every row of `w` times tokens `t0..t0 + T` of `a`, into `out` as [`gemm`]'s.
+#[inline]
+#[target_feature(enable = "neon")]
+fn tiles<K: Split, D: Dot, const T: usize>(
+    dt: D,
+    w: &[K::W],
+    a: &[K::A],
+    per_row: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let rows = w.len() / per_row;
+    for r in 0..rows {
+        let sums = tile::<K, D, T>(dt, &w[r * per_row..][..per_row], &a[t0 * per_row..]);
+        for (t, s) in sums.into_iter().enumerate() {
+            out[(t0 + t) * rows + r] = s;
         }
     }
 }
