@@ -60,8 +60,8 @@ fn min_lanes(mins: int16x8_t, y: &BlockQ8K) -> int32x4_t {
 /// A super-block's values as eight 32-value chunks (chunk `c`: values `32c..32c + 32`).
 type Chunks = [(int8x16_t, int8x16_t); 8];
 
-/// `lanes + Σ_c lanes(w[c], y chunk c) * (s[2c], s[2c + 1])`, the first and last 16 values of
-/// each chunk with their own scale (Q2_K, Q3_K: one a group of 16).
+/// `Σ_c lanes(w[c], y chunk c) * (s[2c], s[2c + 1])`, the first and last 16 values of each
+/// chunk with their own scale (Q2_K, Q3_K: one a group of 16).
 #[inline]
 #[target_feature(enable = "neon")]
 fn scaled16<D: Dot>(dt: D, w: &Chunks, s: &[i32; 16], y: &BlockQ8K) -> Lanes {
