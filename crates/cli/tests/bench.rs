@@ -245,6 +245,51 @@ fn bench_runs_tests_at_a_depth() {
 }
 
 #[test]
+fn bench_ab_reports_each_variants_median_and_their_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "Q8_0");
+    let m = model.to_str().unwrap();
+    let r = synapse(&[
+        "bench",
+        "-m",
+        m,
+        "-p",
+        "8",
+        "-n",
+        "5",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "--no-membw",
+        "--ab",
+        "0,1",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8(r.stdout).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(2)
+        .map(|l| l.split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    for (row, test) in rows.iter().zip(["pp8", "tg5"]) {
+        assert_eq!(row[2], test, "{text}");
+        let ms = |i: usize| row[i].parse::<f64>().unwrap();
+        assert!(ms(4) > 0.0 && ms(5) > 0.0, "{text}");
+        // The ratio is of the two medians printed, to their rounding (0.0005 ms each, 0.0005
+        // the ratio).
+        let (a, b, h) = (ms(4), ms(5), 0.0005);
+        let (lo, hi) = ((b - h) / (a + h) - h, (b + h) / (a - h).max(1e-9) + h);
+        assert!(lo <= ms(6) && ms(6) <= hi, "{text}");
+    }
+    let r = synapse(&["bench", "--no-membw", "-m", m, "--ab", "1"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("is not two variant numbers"), "{err}");
+}
+
+#[test]
 fn membw_probe_prints_one_rate_per_thread_count() {
     let r = synapse(&[
         "bench",

@@ -29,6 +29,29 @@ pub use codec::{
     GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
 pub use packed::{pack_matrix, PackedMatrix, PACK_GROUP_ROWS};
+
+/// Two variants of the code compared inside one process, on machines too noisy for separate
+/// runs to show a difference of a few percent: code under study reads [`ab::variant`] (a change
+/// made for the experiment, not kept), and `synapse bench --ab A,B` sets it to `A` and `B` in
+/// turn, prefill by prefill or token by token, and reports each half's time. With no code
+/// reading it, the two halves run the same code, and the ratio shows how far this machine's
+/// noise moves it (an A/A run).
+pub mod ab {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    static VARIANT: AtomicUsize = AtomicUsize::new(0);
+
+    /// The variant to take (0 unless `synapse bench --ab` set another).
+    #[inline]
+    pub fn variant() -> usize {
+        VARIANT.load(Relaxed)
+    }
+
+    /// Take variant `v` from now on.
+    pub fn set_variant(v: usize) {
+        VARIANT.store(v, Relaxed)
+    }
+}
 pub use synapse_gguf::GgmlType;
 
 /// What can go wrong when decoding or encoding blocks.

@@ -65,6 +65,22 @@ pub struct BenchArgs {
     /// Say nothing on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// For developers: compare variants A and B of the code (`synapse_quant::ab`) inside one
+    /// process, alternating prefill by prefill (pp: 2 x max(-r, 8) runs) or token by token (tg),
+    /// and print each half's median time and their ratio instead of the usual table. `--ab 0,0`
+    /// measures how far this machine's noise moves that ratio.
+    #[arg(long, value_name = "A,B", value_parser = parse_ab, conflicts_with = "membw")]
+    pub ab: Option<(usize, usize)>,
+}
+
+/// `"A,B"`: two variant numbers.
+fn parse_ab(s: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{s:?} is not two variant numbers \"A,B\"");
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -394,6 +410,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let peak_at = |t: usize| peaks.iter().find(|b| b.threads == t).map_or(0.0, |b| b.gbs);
 
     let mut rows = Vec::new();
+    let mut ab_lines = Vec::new();
     for path in &args.models {
         if !path.is_file() {
             bail!("{}: no such model file", path.display());
@@ -427,6 +444,25 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     }
                     let toks = tokens(p.max(n), n_vocab, 0x5EED ^ (p as u64) << 20 ^ n as u64);
                     let depth = tokens(d, n_vocab, 0xDE97 ^ d as u64);
+                    if let Some(ab) = args.ab {
+                        let run = AbRun {
+                            model: &*model,
+                            threads: &threads,
+                            batch: b,
+                            depth: &depth,
+                            toks: &toks,
+                            prefill: p > 0,
+                        };
+                        let halves = run.measure(&mut state, &mut logits, ab, args.reps)?;
+                        ab_lines.push(format!(
+                            "| {} | {name} | {t} | {:.3} | {:.3} | {:.3} |",
+                            facts.filename,
+                            halves[0] * 1e3,
+                            halves[1] * 1e3,
+                            halves[1] / halves[0]
+                        ));
+                        continue;
+                    }
                     let mut one = || -> Result<u64> {
                         state.reset();
                         if d > 0 {
@@ -520,7 +556,85 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
         }
     }
+    if let Some((a, b)) = args.ab {
+        println!("| model | test | threads | variant {a}: median ms | variant {b}: median ms | {b} / {a} |");
+        println!("|---|---|--:|--:|--:|--:|");
+        for l in ab_lines {
+            println!("{l}");
+        }
+        return Ok(());
+    }
     print_rows(&rows, &peaks, args)
+}
+
+/// One test of `--ab`: what it runs.
+struct AbRun<'a> {
+    model: &'a dyn synapse_engine::Model,
+    threads: &'a Threads,
+    batch: usize,
+    depth: &'a [u32],
+    toks: &'a [u32],
+    prefill: bool,
+}
+
+impl AbRun<'_> {
+    /// The median time of variant `ab.0`'s and of `ab.1`'s halves, in seconds: whole prefills
+    /// alternating (at least eight of each), or the tokens of each decode run alternating
+    /// (`reps` runs; each half's time a run is the sum over its tokens, per token).
+    fn measure(
+        &self,
+        state: &mut synapse_engine::State,
+        logits: &mut [f32],
+        ab: (usize, usize),
+        reps: usize,
+    ) -> Result<[f64; 2]> {
+        let variants = [ab.0, ab.1];
+        let mut halves: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        let start = |state: &mut synapse_engine::State| -> Result<()> {
+            state.reset();
+            if !self.depth.is_empty() {
+                self.model
+                    .prefill(state, self.depth, self.batch, Logits::Last, self.threads)?;
+            }
+            Ok(())
+        };
+        if self.prefill {
+            let runs = 2 * reps.max(8);
+            for i in 0..=runs {
+                start(state)?;
+                synapse_quant::ab::set_variant(variants[i % 2]);
+                let t = Instant::now();
+                self.model
+                    .prefill(state, self.toks, self.batch, Logits::Last, self.threads)?;
+                // Run 0 is the warm-up.
+                if i > 0 {
+                    halves[(i - 1) % 2].push(t.elapsed().as_secs_f64());
+                }
+            }
+        } else {
+            for r in 0..=reps {
+                start(state)?;
+                let mut sums = [0.0f64; 2];
+                for (i, &tok) in self.toks.iter().enumerate() {
+                    synapse_quant::ab::set_variant(variants[i % 2]);
+                    let t = Instant::now();
+                    self.model
+                        .forward(state, &[tok], Logits::Last, logits, self.threads)?;
+                    sums[i % 2] += t.elapsed().as_secs_f64();
+                }
+                if r > 0 {
+                    let per = |h: usize| (self.toks.len() + 1 - h) / 2;
+                    halves[0].push(sums[0] / per(0) as f64);
+                    halves[1].push(sums[1] / per(1) as f64);
+                }
+            }
+        }
+        synapse_quant::ab::set_variant(0);
+        Ok(halves.map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        }))
+    }
 }
 
 fn size_str(bytes: u64) -> String {
