@@ -601,14 +601,16 @@ impl AbRun<'_> {
         if self.prefill {
             let runs = 2 * reps.max(8);
             for i in 0..=runs {
+                // Half `h` runs variant `variants[h]` and keeps its own times.
+                let h = i % 2;
                 start(state)?;
-                synapse_quant::ab::set_variant(variants[i % 2]);
+                synapse_quant::ab::set_variant(variants[h]);
                 let t = Instant::now();
                 self.model
                     .prefill(state, self.toks, self.batch, Logits::Last, self.threads)?;
                 // Run 0 is the warm-up.
                 if i > 0 {
-                    halves[(i - 1) % 2].push(t.elapsed().as_secs_f64());
+                    halves[h].push(t.elapsed().as_secs_f64());
                 }
             }
         } else {
@@ -616,11 +618,12 @@ impl AbRun<'_> {
                 start(state)?;
                 let mut sums = [0.0f64; 2];
                 for (i, &tok) in self.toks.iter().enumerate() {
-                    synapse_quant::ab::set_variant(variants[i % 2]);
+                    let h = i % 2;
+                    synapse_quant::ab::set_variant(variants[h]);
                     let t = Instant::now();
                     self.model
                         .forward(state, &[tok], Logits::Last, logits, self.threads)?;
-                    sums[i % 2] += t.elapsed().as_secs_f64();
+                    sums[h] += t.elapsed().as_secs_f64();
                 }
                 if r > 0 {
                     let per = |h: usize| (self.toks.len() + 1 - h) / 2;
