@@ -1157,8 +1157,9 @@ fn q6_k_one<const T: usize>(
 /// a shift and a `vpternlogd` for 128 products, where the plain form takes four multiplies):
 /// on AMD's cores, whose shift and logic pipes are not the multipliers' (a Zen 5 issues two
 /// 512-bit multiplies a cycle and four 512-bit adds; a loop of the paired form's instructions
-/// ran 1.3x the plain one's products there, and the Q5_K file's prefill took 0.87x / 0.90x the
-/// time at one / two threads, alternated in one process). Elsewhere the plain form, the one
+/// ran 1.3x the plain one's products there, tilebench Q5_K 1.14-1.16x, and the Q5_K file's
+/// prefill 0.87-1.00x the time at one thread and 0.90-1.03x at two, alternated in one process
+/// over four runs). Elsewhere the plain form, the one
 /// measured before: the shift and the logic operation may take the multipliers' own port
 /// (Intel's 512-bit shifts do), where the paired form would be the slower. `SYNAPSE_PAIRED=1`
 /// or `0` chooses (to compare the forms, and to test the one this CPU would not take); only
