@@ -277,16 +277,17 @@ pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
 /// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
 /// instruction set: all give the same bits (tested), so this is for tests and benchmarks.
 pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)> {
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(unused_mut)
+    )]
     let mut kernels = Vec::new();
+    let repacked = repacked && llama_cpp_repacks(ty, 8);
     #[cfg(target_arch = "aarch64")]
-    if let Some(k) = crate::aarch64::gemm(ty, repacked && llama_cpp_repacks(ty, 8)) {
-        kernels.push((kernel_isa(), k));
-    }
+    kernels.extend(crate::aarch64::gemm(ty, repacked).map(|k| (kernel_isa(), k)));
     #[cfg(target_arch = "x86_64")]
     {
         use crate::x86::{avx512_ktile as avx512k, avx512_tile as avx512, tile};
-        let repacked = repacked && llama_cpp_repacks(ty, 8);
         if avx512::available() {
             let k: Option<GemmFn> = match (ty, repacked) {
                 (GgmlType::Q4_0, false) => Some(avx512::q4_0),

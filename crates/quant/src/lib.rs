@@ -29,6 +29,7 @@ pub use codec::{
     GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
 pub use packed::{pack_matrix, PackedMatrix, PACK_GROUP_ROWS};
+pub use synapse_gguf::GgmlType;
 
 /// Two variants of the code compared inside one process, on machines too noisy for separate
 /// runs to show a difference of a few percent: code under study reads [`ab::variant`] (a change
@@ -52,7 +53,6 @@ pub mod ab {
         VARIANT.store(v, Relaxed)
     }
 }
-pub use synapse_gguf::GgmlType;
 
 /// What can go wrong when decoding or encoding blocks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

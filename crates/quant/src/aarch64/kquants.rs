@@ -14,7 +14,7 @@ use std::arch::aarch64::*;
 
 use super::legacy::iq4_values;
 use super::neon::*;
-use super::tile::Split;
+use super::tile::{Split, Totals};
 use crate::blocks::*;
 
 /// Activations `32c..32c + 32` of a Q8_K block as 16 + 16 bytes.
@@ -141,11 +141,6 @@ impl Split for Q2K {
     const TOKENS: usize = 8;
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Acc8 {
-        Acc8::new()
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
         q2_k_prep(x)
     }
@@ -155,11 +150,6 @@ impl Split for Q2K {
         let (lanes, min_lanes) = q2_k_lanes(dt, p, y);
         acc.fma(-y.d * p.dmin, min_lanes);
         acc.fma(y.d * p.d, lanes);
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish(acc: Acc8) -> f32 {
-        acc.hsum()
     }
 }
 
@@ -171,13 +161,8 @@ impl Split for Q2KRows8 {
     type W = BlockQ2K;
     type A = BlockQ8K;
     type Prep = Q2KPrep;
-    type Acc = (f32, f32);
+    type Acc = Totals;
     const TOKENS: usize = 8;
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> (f32, f32) {
-        (0.0, 0.0)
-    }
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ2K) -> Q2KPrep {
@@ -185,15 +170,9 @@ impl Split for Q2KRows8 {
     }
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn step<D: Dot>(dt: D, p: &Q2KPrep, y: &BlockQ8K, (main, mins): &mut (f32, f32)) {
+    unsafe fn step<D: Dot>(dt: D, p: &Q2KPrep, y: &BlockQ8K, acc: &mut Totals) {
         let (lanes, min_lanes) = q2_k_lanes(dt, p, y);
-        *main = (lanes.sum() as f32).mul_add(p.d * y.d, *main);
-        *mins = (min_lanes.sum() as f32).mul_add(p.dmin * y.d, *mins);
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish((main, mins): (f32, f32)) -> f32 {
-        main - mins
+        acc.fuse((lanes.sum(), min_lanes.sum()), p.d, p.dmin, y.d);
     }
 }
 
@@ -215,11 +194,6 @@ impl Split for Q3K {
     type Prep = ScaledPrep<16>;
     type Acc = Acc8;
     const TOKENS: usize = 8;
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Acc8 {
-        Acc8::new()
-    }
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ3K) -> ScaledPrep<16> {
@@ -245,11 +219,6 @@ impl Split for Q3K {
     #[target_feature(enable = "neon")]
     unsafe fn step<D: Dot>(dt: D, p: &ScaledPrep<16>, y: &BlockQ8K, acc: &mut Acc8) {
         acc.fma(y.d * p.d, scaled16(dt, &p.w, &p.scales, y));
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish(acc: Acc8) -> f32 {
-        acc.hsum()
     }
 }
 
@@ -303,11 +272,6 @@ impl Split for Q4K {
     const TOKENS: usize = 8;
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Self::Acc {
-        (Acc8::new(), vdupq_n_f32(0.0))
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ4K) -> MinPrep {
         q4_k_prep(x)
     }
@@ -319,11 +283,6 @@ impl Split for Q4K {
         *acc_m = vfmaq_f32(*acc_m, vcvtq_f32_s32(prod), dmin);
         acc.fma(y.d * p.d, lanes);
     }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish((acc, acc_m): Self::Acc) -> f32 {
-        acc.hsum() + hsum4(acc_m)
-    }
 }
 
 /// Q4_K in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_k_q8_k_rows8`).
@@ -333,13 +292,8 @@ impl Split for Q4KRows8 {
     type W = BlockQ4K;
     type A = BlockQ8K;
     type Prep = MinPrep;
-    type Acc = (f32, f32);
+    type Acc = Totals;
     const TOKENS: usize = 8;
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> (f32, f32) {
-        (0.0, 0.0)
-    }
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ4K) -> MinPrep {
@@ -347,15 +301,9 @@ impl Split for Q4KRows8 {
     }
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn step<D: Dot>(dt: D, p: &MinPrep, y: &BlockQ8K, (main, mins): &mut (f32, f32)) {
+    unsafe fn step<D: Dot>(dt: D, p: &MinPrep, y: &BlockQ8K, acc: &mut Totals) {
         let (lanes, prod) = q4_k_lanes(dt, p, y);
-        *main = (lanes.sum() as f32).mul_add(p.d * y.d, *main);
-        *mins = (vaddvq_s32(prod) as f32).mul_add(p.dmin * y.d, *mins);
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish((main, mins): (f32, f32)) -> f32 {
-        main - mins
+        acc.fuse((lanes.sum(), vaddvq_s32(prod)), p.d, p.dmin, y.d);
     }
 }
 
@@ -369,11 +317,6 @@ impl Split for Q5K {
     type Prep = MinPrep;
     type Acc = (Acc8, f32);
     const TOKENS: usize = 8;
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> (Acc8, f32) {
-        (Acc8::new(), 0.0)
-    }
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ5K) -> MinPrep {
@@ -410,11 +353,6 @@ impl Split for Q5K {
         *mins = (-y.d * p.dmin).mul_add(total as f32, *mins);
         acc.fma(y.d * p.d, scaled32(dt, &p.w, &p.scales, y));
     }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish((acc, mins): (Acc8, f32)) -> f32 {
-        acc.hsum() + mins
-    }
 }
 
 /// A Q6_K super-block unpacked: the unsigned 6-bit values (entry `4(2h + half) + k`: values
@@ -438,11 +376,6 @@ impl Split for Q6K {
     type Prep = Q6KPrep;
     type Acc = Acc8;
     const TOKENS: usize = 8;
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Acc8 {
-        Acc8::new()
-    }
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockQ6K) -> Q6KPrep {
@@ -508,11 +441,6 @@ impl Split for Q6K {
         lanes.hi = vsubq_s32(lanes.hi, vshlq_n_s32::<5>(offset.hi));
         acc.fma(y.d * p.d, lanes);
     }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish(acc: Acc8) -> f32 {
-        acc.hsum()
-    }
 }
 
 /// IQ4_XS in ggml's x86 order: the table values of sub-block `j` times its scale less 32; one
@@ -527,11 +455,6 @@ impl Split for IQ4XS {
     const TOKENS: usize = 8;
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Acc8 {
-        Acc8::new()
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockIQ4XS) -> ScaledPrep<8> {
         ScaledPrep {
             w: std::array::from_fn(|j| iq4_values(&x.qs[16 * j..16 * j + 16])),
@@ -543,10 +466,5 @@ impl Split for IQ4XS {
     #[target_feature(enable = "neon")]
     unsafe fn step<D: Dot>(dt: D, p: &ScaledPrep<8>, y: &BlockQ8K, acc: &mut Acc8) {
         acc.fma(p.d * y.d, scaled32(dt, &p.w, &p.scales, y));
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish(acc: Acc8) -> f32 {
-        acc.hsum()
     }
 }

@@ -7,7 +7,7 @@
 use std::arch::aarch64::*;
 
 use super::neon::*;
-use super::tile::Split;
+use super::tile::{Split, Sums};
 use crate::blocks::*;
 
 /// The 32 nibbles of a block as bytes: low nibbles (values 0..16), high nibbles (16..32).
@@ -81,11 +81,6 @@ macro_rules! plain_split {
             const TOKENS: usize = $tokens;
             #[inline]
             #[target_feature(enable = "neon")]
-            unsafe fn zero() -> Acc8 {
-                Acc8::new()
-            }
-            #[inline]
-            #[target_feature(enable = "neon")]
             unsafe fn prep($x: &$w) -> Prep32 {
                 Prep32 {
                     w: $values,
@@ -97,11 +92,6 @@ macro_rules! plain_split {
             #[target_feature(enable = "neon")]
             unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &$a, acc: &mut Acc8) {
                 acc.fma(p.d * f32_of(y.d), Lanes::of(dt, p.w, acts(&y.qs)));
-            }
-            #[inline]
-            #[target_feature(enable = "neon")]
-            unsafe fn finish(acc: Acc8) -> f32 {
-                acc.hsum()
             }
         }
     };
@@ -120,11 +110,6 @@ macro_rules! min_split {
             type Acc = (Acc8, f32);
             #[inline]
             #[target_feature(enable = "neon")]
-            unsafe fn zero() -> (Acc8, f32) {
-                (Acc8::new(), 0.0)
-            }
-            #[inline]
-            #[target_feature(enable = "neon")]
             unsafe fn prep($x: &$w) -> Prep32 {
                 let (lo, hi) = $values;
                 Prep32 {
@@ -139,19 +124,15 @@ macro_rules! min_split {
                 *mins = p.m.mul_add(f32_of(y.s), *mins);
                 acc.fma(p.d * f32_of(y.d), Lanes::of(dt, p.w, acts(&y.qs)));
             }
-            #[inline]
-            #[target_feature(enable = "neon")]
-            unsafe fn finish((acc, mins): Self::Acc) -> f32 {
-                acc.hsum() + mins
-            }
         }
     };
 }
 
 /// A [`Split`] of the order of llama.cpp's repacked gemv (Q4_0, IQ4_NL; `reference::dot`'s
-/// `_rows8` kernels): per block the exact total, fused into one running float.
+/// `_rows8` kernels): the block unpacked as the `vec_dot`-order split `$base` has it, and per
+/// block the exact total, fused into one running float.
 macro_rules! rows8_split {
-    ($(#[$doc:meta])* $name:ident: $w:ty, |$x:ident| $values:expr) => {
+    ($(#[$doc:meta])* $name:ident: $w:ty => $base:ty) => {
         $(#[$doc])*
         pub(super) struct $name;
         impl Split for $name {
@@ -162,28 +143,15 @@ macro_rules! rows8_split {
             const TOKENS: usize = 8;
             #[inline]
             #[target_feature(enable = "neon")]
-            unsafe fn zero() -> f32 {
-                0.0
-            }
-            #[inline]
-            #[target_feature(enable = "neon")]
-            unsafe fn prep($x: &$w) -> Prep32 {
-                Prep32 {
-                    w: $values,
-                    d: f32_of($x.d),
-                    m: 0.0,
-                }
+            unsafe fn prep(x: &$w) -> Prep32 {
+                // SAFETY: this function's features.
+                unsafe { <$base as Split>::prep(x) }
             }
             #[inline]
             #[target_feature(enable = "neon")]
             unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut f32) {
                 let isum = Lanes::of(dt, p.w, acts(&y.qs)).sum();
                 *acc = (isum as f32).mul_add(p.d * f32_of(y.d), *acc);
-            }
-            #[inline]
-            #[target_feature(enable = "neon")]
-            unsafe fn finish(acc: f32) -> f32 {
-                acc
             }
         }
     };
@@ -211,29 +179,53 @@ min_split!(
 );
 rows8_split!(
     /// Q4_0 in the order of llama.cpp's repacked gemv.
-    Q4_0Rows8: BlockQ4_0, |x| minus(nibbles(&x.qs), 8)
+    Q4_0Rows8: BlockQ4_0 => Q4_0
 );
 rows8_split!(
     /// IQ4_NL in the order of llama.cpp's repacked gemv.
-    IQ4NLRows8: BlockIQ4NL, |x| iq4_values(&x.qs)
+    IQ4NLRows8: BlockIQ4NL => IQ4NL
 );
 
 /// IQ4_NL in ggml's x86 `vec_dot` order: blocks in pairs, even blocks into one set of eight
 /// lanes and odd ones into another, added lane by lane before the horizontal sum; a last odd
-/// block fused onto the sum. An even block waits in the accumulator for its pair (`held`), so
-/// that a row's last block, if it has none, is fused after the sum as the reference does.
+/// block fused onto the sum ([`PairedBlocks`]).
 pub(super) struct IQ4NL;
+
+/// The sums of [`IQ4NL`]: an even block waits (`held`) for its pair, so that a row's last
+/// block, if it has none, is fused after the horizontal sum as the reference does.
+#[derive(Clone, Copy)]
+pub(super) struct PairedBlocks {
+    even: Acc8,
+    odd: Acc8,
+    held: Option<(f32, Lanes)>,
+}
+
+impl Sums for PairedBlocks {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> PairedBlocks {
+        PairedBlocks {
+            even: Acc8::new(),
+            odd: Acc8::new(),
+            held: None,
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        let sum = self.even.add(self.odd).hsum();
+        match self.held {
+            Some((d, lanes)) => d.mul_add(lanes.sum() as f32, sum),
+            None => sum,
+        }
+    }
+}
 
 impl Split for IQ4NL {
     type W = BlockIQ4NL;
     type A = BlockQ8_0;
     type Prep = Prep32;
-    type Acc = (Acc8, Acc8, Option<(f32, Lanes)>);
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn zero() -> Self::Acc {
-        (Acc8::new(), Acc8::new(), None)
-    }
+    type Acc = PairedBlocks;
     #[inline]
     #[target_feature(enable = "neon")]
     unsafe fn prep(x: &BlockIQ4NL) -> Prep32 {
@@ -245,24 +237,15 @@ impl Split for IQ4NL {
     }
     #[inline]
     #[target_feature(enable = "neon")]
-    unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut Self::Acc) {
+    unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut PairedBlocks) {
         let lanes = Lanes::of(dt, p.w, acts(&y.qs));
         let d = f32_of(y.d) * p.d;
-        match acc.2.take() {
-            None => acc.2 = Some((d, lanes)),
+        match acc.held.take() {
+            None => acc.held = Some((d, lanes)),
             Some((d0, l0)) => {
-                acc.0.fma(d0, l0);
-                acc.1.fma(d, lanes);
+                acc.even.fma(d0, l0);
+                acc.odd.fma(d, lanes);
             }
-        }
-    }
-    #[inline]
-    #[target_feature(enable = "neon")]
-    unsafe fn finish((even, odd, held): Self::Acc) -> f32 {
-        let sum = even.add(odd).hsum();
-        match held {
-            Some((d, lanes)) => d.mul_add(lanes.sum() as f32, sum),
-            None => sum,
         }
     }
 }

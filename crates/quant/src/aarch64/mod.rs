@@ -24,14 +24,17 @@ use crate::{GgmlType, QuantError};
 
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
+/// `D`, if this CPU has its instructions; else the error an entry for weights of type `ty`
+/// gives.
+fn detect<D: Dot>(ty: GgmlType) -> Result<D, QuantError> {
+    D::detect().ok_or(QuantError::Unsupported { ty, what: D::NEEDS })
+}
+
 macro_rules! entries {
     ($( $name:ident, $gemv:ident, $gemm:ident: $block:ty => $k:ty; )*) => {$(
         /// Type-erased entry to the NEON kernel, with the integer dot product `D`.
         fn $name<D: Dot>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            let isa = D::detect().ok_or(QuantError::Unsupported {
-                ty: <$block as crate::codec::Block>::TYPE,
-                what: D::NEEDS,
-            })?;
+            let isa = detect::<D>(<$block as crate::codec::Block>::TYPE)?;
             // SAFETY: NEON is part of the aarch64 baseline (every aarch64 target Rust builds for
             // enables it), and `isa` exists only where the CPU has `D`'s instructions.
             dot_row::<$block>(w, a, |x, y| unsafe { tile::dot::<$k, D>(isa, x, y) })
@@ -39,10 +42,7 @@ macro_rules! entries {
 
         /// Type-erased entry to the NEON kernel, over consecutive rows.
         fn $gemv<D: Dot>(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
-            let isa = D::detect().ok_or(QuantError::Unsupported {
-                ty: <$block as crate::codec::Block>::TYPE,
-                what: D::NEEDS,
-            })?;
+            let isa = detect::<D>(<$block as crate::codec::Block>::TYPE)?;
             // SAFETY: as above.
             gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { tile::dot::<$k, D>(isa, x, y) })
         }
@@ -56,10 +56,7 @@ macro_rules! entries {
             n_tok: usize,
             out: &mut [f32],
         ) -> Result<(), QuantError> {
-            let isa = D::detect().ok_or(QuantError::Unsupported {
-                ty: <$block as crate::codec::Block>::TYPE,
-                what: D::NEEDS,
-            })?;
+            let isa = detect::<D>(<$block as crate::codec::Block>::TYPE)?;
             let (x, y, per_row) = gemm_operands::<$block>(w, row_bytes, a, n_tok, out)?;
             // SAFETY: as above.
             unsafe { tile::gemm::<$k, D>(isa, x, y, per_row, out) };

@@ -10,7 +10,20 @@
 //! unpacking, which in the K-quant row kernels is about as many vector instructions as the dot
 //! products themselves, is paid once for the tokens of a tile instead of once for each.
 
-use super::neon::Dot;
+use std::arch::aarch64::*;
+
+use super::neon::{hsum4, Acc8, Dot};
+
+/// The running sums of one (row, token): where they start and how they end as the dot product.
+pub(super) trait Sums: Copy {
+    /// # Safety
+    /// The CPU must have NEON (every aarch64 target Rust builds for enables it), as for every
+    /// method here and in [`Split`].
+    unsafe fn zero() -> Self;
+    /// # Safety
+    /// As [`Sums::zero`].
+    unsafe fn finish(self) -> f32;
+}
 
 /// A dot-product kernel in two parts: per weight block, and per (weight block, token).
 pub(super) trait Split {
@@ -21,24 +34,107 @@ pub(super) trait Split {
     /// A weight block unpacked.
     type Prep;
     /// The running sums of one (row, token).
-    type Acc: Copy;
+    type Acc: Sums;
     /// Tokens a tile takes at once: whichever of four and eight executed fewer instructions per
     /// multiply-add under qemu-user (docs/PERF.md): eight for the K-quants, Q4_0, Q5_0 and the
     /// repacked orders, four where a (row, token)'s running sums take more registers.
     const TOKENS: usize = 4;
     /// # Safety
-    /// The CPU must have NEON (every aarch64 target Rust builds for enables it), as for every
-    /// method here.
-    unsafe fn zero() -> Self::Acc;
-    /// # Safety
-    /// As [`Split::zero`].
+    /// As [`Sums::zero`].
     unsafe fn prep(x: &Self::W) -> Self::Prep;
     /// # Safety
-    /// As [`Split::zero`].
+    /// As [`Sums::zero`].
     unsafe fn step<D: Dot>(dt: D, p: &Self::Prep, y: &Self::A, acc: &mut Self::Acc);
-    /// # Safety
-    /// As [`Split::zero`].
-    unsafe fn finish(acc: Self::Acc) -> f32;
+}
+
+impl Sums for Acc8 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> Acc8 {
+        Acc8::new()
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        self.hsum()
+    }
+}
+
+/// Eight float lanes and one running float of the min term (Q4_1, Q5_1, Q5_K):
+/// `hsum8(lanes) + mins`.
+impl Sums for (Acc8, f32) {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> Self {
+        (Acc8::new(), 0.0)
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        self.0.hsum() + self.1
+    }
+}
+
+/// Eight float lanes and four of the min term (Q4_K): `hsum8(lanes) + ((m0 + m2) + (m1 +
+/// m3))`.
+impl Sums for (Acc8, float32x4_t) {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> Self {
+        (Acc8::new(), vdupq_n_f32(0.0))
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        self.0.hsum() + hsum4(self.1)
+    }
+}
+
+/// One running float (the 32-value formats in the repacked order).
+impl Sums for f32 {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> f32 {
+        0.0
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        self
+    }
+}
+
+/// The K-quants in the repacked order: the exact main and min totals of each block, each fused
+/// into its own running float; `main - mins` at the end.
+#[derive(Clone, Copy)]
+pub(super) struct Totals {
+    main: f32,
+    mins: f32,
+}
+
+impl Totals {
+    /// One block's totals, by `d_x * d_y` and `dmin_x * d_y`.
+    #[inline]
+    pub(super) fn fuse(&mut self, (main, mins): (i32, i32), d: f32, dmin: f32, yd: f32) {
+        self.main = (main as f32).mul_add(d * yd, self.main);
+        self.mins = (mins as f32).mul_add(dmin * yd, self.mins);
+    }
+}
+
+impl Sums for Totals {
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn zero() -> Totals {
+        Totals {
+            main: 0.0,
+            mins: 0.0,
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn finish(self) -> f32 {
+        self.main - self.mins
+    }
 }
 
 /// One row times one token: the row kernel.
@@ -47,12 +143,12 @@ pub(super) trait Split {
 pub(super) fn dot<K: Split, D: Dot>(dt: D, x: &[K::W], y: &[K::A]) -> f32 {
     // SAFETY: this function's features are what the methods need.
     unsafe {
-        let mut acc = K::zero();
+        let mut acc = K::Acc::zero();
         for (x, y) in x.iter().zip(y) {
             let p = K::prep(x);
             K::step(dt, &p, y, &mut acc);
         }
-        K::finish(acc)
+        acc.finish()
     }
 }
 
@@ -133,13 +229,13 @@ fn tile<K: Split, D: Dot, const T: usize>(dt: D, x: &[K::W], a: &[K::A]) -> [f32
     let ys: [&[K::A]; T] = std::array::from_fn(|t| &a[t * per_row..][..per_row]);
     // SAFETY: this function's features are what the methods need.
     unsafe {
-        let mut acc = [K::zero(); T];
+        let mut acc = [K::Acc::zero(); T];
         for (b, x) in x.iter().enumerate() {
             let p = K::prep(x);
             for (acc, y) in acc.iter_mut().zip(&ys) {
                 K::step(dt, &p, &y[b], acc);
             }
         }
-        acc.map(|acc| K::finish(acc))
+        acc.map(|acc| acc.finish())
     }
 }

@@ -1317,13 +1317,13 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
             // scale[2p + 1]) in registers 0..4. A loop, not `from_fn`: a closure would not
             // share the caller's features.
             let mut scale = [_mm512_setzero_si512(); 8];
-            for j in 0..8 {
-                scale[j] = if PAIRED {
-                    let p = j % 4;
-                    _mm512_or_si512(sc[2 * p], _mm512_slli_epi32::<16>(sc[2 * p + 1]))
+            for j in 0..if PAIRED { 4 } else { 8 } {
+                let (lo, hi) = if PAIRED {
+                    (sc[2 * j], sc[2 * j + 1])
                 } else {
-                    _mm512_or_si512(sc[j], _mm512_slli_epi32::<16>(sc[j]))
+                    (sc[j], sc[j])
                 };
+                scale[j] = _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi));
             }
             let mut y = [std::ptr::null::<i8>(); T];
             let mut d = [_mm512_setzero_ps(); T];
