@@ -693,12 +693,14 @@ fn step_f32<const CH: usize>(
                 *a = round_f16_zmm(_mm512_mul_ps(*a, f));
             }
         }
-        for (c, (a, &x)) in acc.iter_mut().zip(x).enumerate() {
-            *a = round_f16_zmm(if 16 * c < simd {
-                fma_for_f16_zmm(x, _mm512_set1_ps(vs16), *a)
-            } else {
-                _mm512_fmadd_ps(x, _mm512_set1_ps(vs), *a)
-            });
+        // Two loops of known length (the branch inside one loop kept it from being unrolled,
+        // and the accumulators went to the stack).
+        let (b16, b32) = (_mm512_set1_ps(vs16), _mm512_set1_ps(vs));
+        for c in 0..simd / 16 {
+            acc[c] = round_f16_zmm(fma_for_f16_zmm(x[c], b16, acc[c]));
+        }
+        for c in simd / 16..CH {
+            acc[c] = round_f16_zmm(_mm512_fmadd_ps(x[c], b32, acc[c]));
         }
     }
     // ggml's C is compiled with contraction: this is one fused multiply-add there.

@@ -852,7 +852,12 @@ pub(crate) fn round_f16_zmm(x: std::arch::x86_64::__m512) -> std::arch::x86_64::
     >(x))
 }
 
-/// [`fma_for_f16`] lane by lane (as [`V3::mad_f16`] does eight lanes).
+/// [`fma_for_f16`] lane by lane (as [`V3::mad_f16`] does eight lanes), without its test for
+/// ties: the sum rounded to odd. `a * b` is exact in f32 (F16 operands), so the sum rounded down
+/// and up are the same f32 when it is exact and adjacent f32s when not; of those, the one with
+/// an odd last bit is the sum rounded to odd, and a sum rounded to odd with at least two more
+/// bits than F16 (f32 has thirteen) rounds to F16 as the exact sum does. Two multiply-adds, a
+/// test and a blend: no branch, no rarely taken path to keep registers for.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
@@ -862,52 +867,10 @@ pub(crate) fn fma_for_f16_zmm(
     c: std::arch::x86_64::__m512,
 ) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    // `a * b` is exact in f32 (F16 operands): the fused multiply-add is the sum `p + c`.
-    let s = _mm512_fmadd_ps(a, b, c);
-    // Only a sum that may be an F16 tie needs the rest (the lanes `may_be_f16_tie_ymm` picks).
-    let bits = _mm512_castps_si512(s);
-    let maybe = _mm512_cmpeq_epi32_mask(
-        _mm512_and_si512(bits, _mm512_set1_epi32(0x1fff)),
-        _mm512_set1_epi32(0x1000),
-    ) | _mm512_cmplt_epi32_mask(
-        _mm512_and_si512(bits, _mm512_set1_epi32(0x7f80_0000)),
-        _mm512_set1_epi32(0x3880_0000),
-    );
-    if maybe == 0 {
-        return s;
-    }
-    // The sum's rounding error (TwoSum).
-    let p = _mm512_mul_ps(a, b);
-    let pb = _mm512_sub_ps(s, p);
-    let e = _mm512_add_ps(_mm512_sub_ps(p, _mm512_sub_ps(s, pb)), _mm512_sub_ps(c, pb));
-    // is_f16_tie(s): the halfway bit of an F16 at s's exponent set, none below.
-    let exp = _mm512_sub_epi32(
-        _mm512_and_si512(_mm512_srli_epi32::<23>(bits), _mm512_set1_epi32(0xff)),
-        _mm512_set1_epi32(127),
-    );
-    let half_bit = _mm512_max_epi32(
-        _mm512_set1_epi32(12),
-        _mm512_sub_epi32(_mm512_set1_epi32(-2), exp),
-    );
-    let mant = _mm512_or_si512(
-        _mm512_and_si512(bits, _mm512_set1_epi32(0x7f_ffff)),
-        _mm512_set1_epi32(0x80_0000),
-    );
-    let one = _mm512_set1_epi32(1);
-    let below = _mm512_sub_epi32(_mm512_sllv_epi32(_mm512_set1_epi32(2), half_bit), one);
-    let tie = _mm512_cmpeq_epi32_mask(
-        _mm512_and_si512(mant, below),
-        _mm512_sllv_epi32(one, half_bit),
-    ) & _mm512_cmpgt_epi32_mask(exp, _mm512_set1_epi32(-26));
-    let fix = tie & _mm512_cmp_ps_mask::<_CMP_NEQ_UQ>(e, _mm512_setzero_ps());
-    // One f32 step towards the exact sum: +1 on the bits (away from zero) when e and s share a
-    // sign, -1 when their signs differ.
-    let differ = _mm512_cmplt_epi32_mask(
-        _mm512_xor_si512(_mm512_castps_si512(e), bits),
-        _mm512_setzero_si512(),
-    );
-    let step = _mm512_mask_blend_epi32(differ, one, _mm512_set1_epi32(-1));
-    _mm512_castsi512_ps(_mm512_mask_add_epi32(bits, fix, bits, step))
+    let down = _mm512_fmadd_round_ps::<{ _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC }>(a, b, c);
+    let up = _mm512_fmadd_round_ps::<{ _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC }>(a, b, c);
+    let odd = _mm512_test_epi32_mask(_mm512_castps_si512(down), _mm512_set1_epi32(1));
+    _mm512_mask_blend_ps(odd, up, down)
 }
 
 #[cfg(target_arch = "x86_64")]
