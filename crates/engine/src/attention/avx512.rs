@@ -213,7 +213,10 @@ unsafe fn by_width<const CH: usize, const R: usize>(
 ) {
     assert!(scratch.len() >= jobs.len(), "a scratch per head");
     let side = (16 / if R > 0 { R } else { CH }).clamp(1, 4);
-    for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks_mut(side)) {
+    // Staged scores hold no query in registers: four heads a block whatever the width, each
+    // key register serving all of them; the value passes then go `side` heads at a time.
+    let group = if staged.is_some() { 4 } else { side };
+    for (jobs, scratch) in jobs.chunks_mut(group).zip(scratch.chunks_mut(group)) {
         // Heads of one KV head that see the same positions (a token's GQA group) share each
         // key and value row's widening.
         let shared = jobs.iter().all(|j| {
@@ -233,7 +236,26 @@ unsafe fn by_width<const CH: usize, const R: usize>(
         for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
             weights(job.n_pos, sc);
         }
-        let scratch = &*scratch;
+        for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {
+            // SAFETY: R > 0 only on a CPU with AVX512-FP16 (this function's caller's word).
+            unsafe { values_side::<CH, R>(s, jobs, scratch, staged) };
+        }
+    }
+}
+
+/// [`by_width`]'s value pass over up to four heads side by side.
+///
+/// # Safety
+/// With `R > 0`, the CPU must have AVX512-FP16.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn values_side<const CH: usize, const R: usize>(
+    s: &AttnShape,
+    jobs: &mut [HeadJob],
+    scratch: &[HeadScratch],
+    staged: Option<&Staged>,
+) {
+    {
         if R > 0 {
             debug_assert!(16 * CH / F16_STEP * F16_STEP == 16 * CH && 2 * R == CH);
             // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
@@ -558,14 +580,18 @@ fn staged_blocks<const CH: usize, const T: usize>(
         let kt = &kt[bb * hd * 16..][..hd * 16];
         for l in 0..16 {
             let mut a = [[zero; 4]; T];
-            for c in 0..CH {
-                let d = 16 * c + l;
-                // SAFETY: dimension d of the block's sixteen keys (hd * 16 values).
-                let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add(16 * d)) };
-                for i in 0..T {
-                    // SAFETY: AVX-512 F (the callers' features).
-                    a[i][c % 4] =
-                        unsafe { _mm512_fmadd_ps(_mm512_set1_ps(q[i][d]), k, a[i][c % 4]) };
+            // Registers c = 4 c4 + r into accumulator r: the index of each accumulator known
+            // where it is used, so that they stay in registers when the loop over c4 does not
+            // unroll (four heads of 256 values).
+            for c4 in 0..CH / 4 {
+                for r in 0..4 {
+                    let d = 16 * (4 * c4 + r) + l;
+                    // SAFETY: dimension d of the block's sixteen keys (hd * 16 values).
+                    let k = unsafe { _mm512_loadu_ps(kt.as_ptr().add(16 * d)) };
+                    for i in 0..T {
+                        // SAFETY: AVX-512 F (the callers' features).
+                        a[i][r] = unsafe { _mm512_fmadd_ps(_mm512_set1_ps(q[i][d]), k, a[i][r]) };
+                    }
                 }
             }
             for i in 0..T {
