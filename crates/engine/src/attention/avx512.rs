@@ -196,8 +196,9 @@ pub(super) unsafe fn heads_with(
     }
 }
 
-/// [`heads`] for `CH` registers of sixteen values a head: each head's scores and weights, then
-/// the heads side by side, as many as fit sixteen registers of accumulators. With `R > 0`
+/// [`heads`] for `CH` registers of sixteen values a head, four heads at a time: their scores
+/// and weights, then their value passes side by side, as many heads as fit sixteen registers of
+/// accumulators. With `R > 0`
 /// (heads whose values all take ggml's F16 path, `R = CH / 2`), the accumulator is `R`
 /// registers of 32 F16 values and the pass runs in AVX512-FP16.
 ///
@@ -213,10 +214,10 @@ unsafe fn by_width<const CH: usize, const R: usize>(
 ) {
     assert!(scratch.len() >= jobs.len(), "a scratch per head");
     let side = (16 / if R > 0 { R } else { CH }).clamp(1, 4);
-    // Staged scores hold no query in registers: four heads a block whatever the width, each
-    // key register serving all of them; the value passes then go `side` heads at a time.
-    let group = if staged.is_some() { 4 } else { side };
-    for (jobs, scratch) in jobs.chunks_mut(group).zip(scratch.chunks_mut(group)) {
+    // The scores go four heads at a time whatever the width, each key register serving all of
+    // them (staged scores hold no query in registers; unstaged ones take the queries of wide
+    // heads from memory); the value passes then go `side` heads at a time.
+    for (jobs, scratch) in jobs.chunks_mut(4).zip(scratch.chunks_mut(4)) {
         // Heads of one KV head that see the same positions (a token's GQA group) share each
         // key and value row's widening.
         let shared = jobs.iter().all(|j| {
