@@ -1224,6 +1224,93 @@ mod tests {
         );
     }
 
+    /// The AVX-512 multiply-add rounded to odd gives, once rounded to F16, the exact sum's F16
+    /// rounding: on `fma_for_f16_rounds_once`'s cases (ties where rounding the f32 sum twice
+    /// errs), and on random F16 operands of every sign and magnitude, subnormals included.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fma_for_f16_zmm_rounds_once() {
+        use rand::{Rng, SeedableRng};
+        use std::arch::x86_64::*;
+        if !crate::has_avx512f() {
+            eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): fma_for_f16_zmm is never used");
+            return;
+        }
+        let round = |x: f32| half::f16::from_f32(x).to_f32();
+        let mut cases = Vec::new();
+        let tiny = 2f32.powi(-24);
+        for i in 0..64 {
+            for j in 0..64 {
+                for k in [0, 3, 11, 12, 13, 20, 24, 26, 30] {
+                    for c in [1.0, 1.0 + 1.0 / 1024.0, 1.999, 0.0, tiny, 7.0 * tiny] {
+                        let a = 1.0 + i as f32 / 1024.0;
+                        let b = round(-(1.0 - j as f32 / 2048.0) * 0.5f32.powi(k));
+                        cases.push((a, b, c));
+                        cases.push((a, -b, -c));
+                    }
+                }
+            }
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let f16_val = |rng: &mut rand::rngs::StdRng| loop {
+            let h = half::f16::from_bits(rng.gen());
+            if h.is_finite() {
+                return h.to_f32();
+            }
+        };
+        for _ in 0..200_000 {
+            let a = f16_val(&mut rng);
+            let b = f16_val(&mut rng);
+            // Sums near cancellation half the time, as an accumulator meets a weighted value.
+            let c = if rng.gen() {
+                f16_val(&mut rng)
+            } else {
+                round(-a * b)
+            };
+            cases.push((a, b, c));
+        }
+        let (mut twice, mut n) = (0usize, 0usize);
+        for chunk in cases.chunks_exact(16) {
+            let lanes = |f: fn(&(f32, f32, f32)) -> f32| -> [f32; 16] {
+                std::array::from_fn(|l| f(&chunk[l]))
+            };
+            let (a, b, c) = (lanes(|x| x.0), lanes(|x| x.1), lanes(|x| x.2));
+            let mut got = [0.0f32; 16];
+            // SAFETY: the CPU has AVX-512 F (checked above), and FMA and F16C with it.
+            unsafe {
+                let s = fma_for_f16_zmm(
+                    _mm512_loadu_ps(a.as_ptr()),
+                    _mm512_loadu_ps(b.as_ptr()),
+                    _mm512_loadu_ps(c.as_ptr()),
+                );
+                _mm512_storeu_ps(got.as_mut_ptr(), round_f16_zmm(s));
+            }
+            for l in 0..16 {
+                let exact = a[l] as f64 * b[l] as f64 + c[l] as f64;
+                // F16 rounds to infinity from halfway past its largest value (65504) on.
+                let want = if exact.abs() >= 65520.0 {
+                    f32::INFINITY.copysign(exact as f32)
+                } else {
+                    nearest_f16(exact)
+                };
+                assert_eq!(
+                    got[l].to_bits(),
+                    want.to_bits(),
+                    "{} * {} + {}",
+                    a[l],
+                    b[l],
+                    c[l]
+                );
+                twice += (round(a[l].mul_add(b[l], c[l])) != want) as usize;
+                n += 1;
+            }
+        }
+        assert!(
+            twice > 0,
+            "no case where rounding the f32 sum twice differs ({n} cases)"
+        );
+    }
+
     /// `V3`'s vector F16 arithmetic gives `Scalar`'s bits: the multiply-add on the cases of
     /// `fma_for_f16_rounds_once` (ties included) and on random F16 operands of every sign and
     /// magnitude, and the widening and rounding on every F16 value and random f32s.
