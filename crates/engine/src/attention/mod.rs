@@ -1224,18 +1224,16 @@ mod tests {
         );
     }
 
-    /// The AVX-512 multiply-add rounded to odd gives, once rounded to F16, the exact sum's F16
-    /// rounding: on `fma_for_f16_rounds_once`'s cases (ties where rounding the f32 sum twice
-    /// errs), and on random F16 operands of every sign and magnitude, subnormals included.
+    /// The vector F16 multiply-adds, once rounded to F16, give the exact sum's F16 rounding:
+    /// AVX2's ([`fma_for_f16_ymm`]: a test for possible ties, then the exact path) and
+    /// AVX-512's ([`fma_for_f16_zmm`]: the sum rounded to odd), on `fma_for_f16_rounds_once`'s
+    /// cases (ties where rounding the f32 sum twice errs, F16 normals and subnormals), and on
+    /// random F16 operands of every sign and magnitude, half of them near cancellation.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn fma_for_f16_zmm_rounds_once() {
+    fn vector_fma_for_f16_rounds_once() {
         use rand::{Rng, SeedableRng};
         use std::arch::x86_64::*;
-        if !crate::has_avx512f() {
-            eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): fma_for_f16_zmm is never used");
-            return;
-        }
         let round = |x: f32| half::f16::from_f32(x).to_f32();
         let mut cases = Vec::new();
         let tiny = 2f32.powi(-24);
@@ -1261,7 +1259,6 @@ mod tests {
         for _ in 0..200_000 {
             let a = f16_val(&mut rng);
             let b = f16_val(&mut rng);
-            // Sums near cancellation half the time, as an accumulator meets a weighted value.
             let c = if rng.gen() {
                 f16_val(&mut rng)
             } else {
@@ -1269,46 +1266,91 @@ mod tests {
             };
             cases.push((a, b, c));
         }
-        let (mut twice, mut n) = (0usize, 0usize);
-        for chunk in cases.chunks_exact(16) {
-            let lanes = |f: fn(&(f32, f32, f32)) -> f32| -> [f32; 16] {
-                std::array::from_fn(|l| f(&chunk[l]))
+        // Sums among the F16 subnormals: small normal operands (2^-14..2^-9) and a subnormal
+        // accumulator, where the product's low bits reach below f32's last place (about one
+        // case in forty thousand is a tie that rounding twice gets wrong).
+        for _ in 0..1_000_000 {
+            let small = |rng: &mut rand::rngs::StdRng| {
+                half::f16::from_bits(rng.gen_range(0x0400..0x1800)).to_f32()
             };
-            let (a, b, c) = (lanes(|x| x.0), lanes(|x| x.1), lanes(|x| x.2));
-            let mut got = [0.0f32; 16];
-            // SAFETY: the CPU has AVX-512 F (checked above), and FMA and F16C with it.
-            unsafe {
-                let s = fma_for_f16_zmm(
-                    _mm512_loadu_ps(a.as_ptr()),
-                    _mm512_loadu_ps(b.as_ptr()),
-                    _mm512_loadu_ps(c.as_ptr()),
-                );
-                _mm512_storeu_ps(got.as_mut_ptr(), round_f16_zmm(s));
-            }
-            for l in 0..16 {
-                let exact = a[l] as f64 * b[l] as f64 + c[l] as f64;
-                // F16 rounds to infinity from halfway past its largest value (65504) on.
-                let want = if exact.abs() >= 65520.0 {
+            let (a, b) = (small(&mut rng), small(&mut rng));
+            let c = half::f16::from_bits(rng.gen_range(0..0x0400)).to_f32();
+            cases.push((a, b, if rng.gen() { c } else { -c }));
+        }
+        // What each case must give: F16 rounds to infinity from halfway past 65504 on.
+        let want: Vec<f32> = cases
+            .iter()
+            .map(|&(a, b, c)| {
+                let exact = a as f64 * b as f64 + c as f64;
+                if exact.abs() >= 65520.0 {
                     f32::INFINITY.copysign(exact as f32)
                 } else {
                     nearest_f16(exact)
-                };
-                assert_eq!(
-                    got[l].to_bits(),
-                    want.to_bits(),
-                    "{} * {} + {}",
-                    a[l],
-                    b[l],
-                    c[l]
-                );
-                twice += (round(a[l].mul_add(b[l], c[l])) != want) as usize;
-                n += 1;
+                }
+            })
+            .collect();
+        // The cases must hold ties that rounding the f32 sum twice gets wrong, among F16
+        // normals and among subnormals (whose halfway bit the tests for ties find apart).
+        let wrong_twice = |sub: bool| {
+            cases.iter().zip(&want).any(|(&(a, b, c), &w)| {
+                round(a.mul_add(b, c)) != w && (w.abs() < 2f32.powi(-14)) == sub
+            })
+        };
+        assert!(wrong_twice(false), "no ties among F16 normals in the cases");
+        assert!(wrong_twice(true), "no ties among F16 subnormals in the cases");
+        let check = |got: &[f32], at: usize| {
+            for (l, &g) in got.iter().enumerate() {
+                let (a, b, c) = cases[at + l];
+                assert_eq!(g.to_bits(), want[at + l].to_bits(), "{a} * {b} + {c}");
             }
+        };
+        let lanes = |at: usize, n: usize| -> [Vec<f32>; 3] {
+            let part = &cases[at..at + n];
+            [
+                part.iter().map(|x| x.0).collect(),
+                part.iter().map(|x| x.1).collect(),
+                part.iter().map(|x| x.2).collect(),
+            ]
+        };
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            for at in (0..cases.len() - 7).step_by(8) {
+                let [a, b, c] = lanes(at, 8);
+                let mut got = [0.0f32; 8];
+                // SAFETY: the CPU has AVX2, FMA and F16C (checked above); eight floats each.
+                unsafe {
+                    let s = fma_for_f16_ymm(
+                        _mm256_loadu_ps(a.as_ptr()),
+                        _mm256_loadu_ps(b.as_ptr()),
+                        _mm256_loadu_ps(c.as_ptr()),
+                    );
+                    _mm256_storeu_ps(got.as_mut_ptr(), round_f16_ymm(s));
+                }
+                check(&got, at);
+            }
+        } else {
+            eprintln!("not run: this CPU lacks AVX2, FMA or F16C (fma_for_f16_ymm)");
         }
-        assert!(
-            twice > 0,
-            "no case where rounding the f32 sum twice differs ({n} cases)"
-        );
+        if crate::has_avx512f() {
+            for at in (0..cases.len() - 15).step_by(16) {
+                let [a, b, c] = lanes(at, 16);
+                let mut got = [0.0f32; 16];
+                // SAFETY: the CPU has AVX-512 F (checked above), and FMA and F16C with it.
+                unsafe {
+                    let s = fma_for_f16_zmm(
+                        _mm512_loadu_ps(a.as_ptr()),
+                        _mm512_loadu_ps(b.as_ptr()),
+                        _mm512_loadu_ps(c.as_ptr()),
+                    );
+                    _mm512_storeu_ps(got.as_mut_ptr(), round_f16_zmm(s));
+                }
+                check(&got, at);
+            }
+        } else {
+            eprintln!("not run: no AVX-512 F (CPU or SYNAPSE_ISA): fma_for_f16_zmm is never used");
+        }
     }
 
     /// `V3`'s vector F16 arithmetic gives `Scalar`'s bits: the multiply-add on the cases of
