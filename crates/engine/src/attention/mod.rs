@@ -756,26 +756,23 @@ fn round_f16_ymm(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
     _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x))
 }
 
-/// Lanes of `s` that may lie halfway between two F16 values: the halfway pattern of an F16
-/// normal in the low thirteen bits, or a magnitude below the smallest F16 normal (2^-14), whose
-/// halfway bit is lower (zero among them). Few sums are: [`fma_for_f16_ymm`] and the AVX2
-/// value pass take the exact path only for registers with such a lane.
+/// Nonzero in the lanes of `s` that may lie halfway between two F16 values: the halfway
+/// pattern of an F16 normal in the low thirteen bits, or a magnitude below the smallest F16
+/// normal (2^-14), whose halfway bit is lower (zero among them). Few sums are: [`fma_for_f16_ymm`]
+/// and the AVX2 value pass take the exact path only for registers with such a lane.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn may_be_f16_tie_ymm(s: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256i {
     use std::arch::x86_64::*;
-    let bits = _mm256_castps_si256(s);
-    _mm256_or_si256(
-        _mm256_cmpeq_epi32(
-            _mm256_and_si256(bits, _mm256_set1_epi32(0x1fff)),
-            _mm256_set1_epi32(0x1000),
-        ),
-        _mm256_cmpgt_epi32(
-            _mm256_set1_epi32(0x3880_0000),
-            _mm256_and_si256(bits, _mm256_set1_epi32(0x7f80_0000)),
-        ),
-    )
+    // Both tests at once on 16-bit halves: the high half keeps the exponent (below 0x3880
+    // under 2^-14), the low half the low thirteen bits less the halfway pattern (zero for
+    // it, never negative); `0x3880 > high` and `1 > low` in one signed 16-bit compare.
+    let u = _mm256_and_si256(
+        _mm256_xor_si256(_mm256_castps_si256(s), _mm256_set1_epi32(0x1000)),
+        _mm256_set1_epi32(0x7f80_1fff),
+    );
+    _mm256_cmpgt_epi16(_mm256_set1_epi32(0x3880_0001), u)
 }
 
 /// [`fma_for_f16`] lane by lane, eight lanes.
