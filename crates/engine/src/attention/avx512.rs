@@ -256,27 +256,25 @@ unsafe fn values_side<const CH: usize, const R: usize>(
     scratch: &[HeadScratch],
     staged: Option<&Staged>,
 ) {
-    {
-        if R > 0 {
-            debug_assert!(16 * CH / F16_STEP * F16_STEP == 16 * CH && 2 * R == CH);
-            // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
-            unsafe {
-                match jobs.len() {
-                    1 => values_f16::<R, 1>(s, jobs, scratch),
-                    2 => values_f16::<R, 2>(s, jobs, scratch),
-                    3 => values_f16::<R, 3>(s, jobs, scratch),
-                    4 => values_f16::<R, 4>(s, jobs, scratch),
-                    n => unreachable!("{n} heads side by side"),
-                }
-            }
-        } else {
+    if R > 0 {
+        debug_assert!(16 * CH / F16_STEP * F16_STEP == 16 * CH && 2 * R == CH);
+        // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
+        unsafe {
             match jobs.len() {
-                1 => values::<CH, 1>(s, jobs, scratch, staged),
-                2 => values::<CH, 2>(s, jobs, scratch, staged),
-                3 => values::<CH, 3>(s, jobs, scratch, staged),
-                4 => values::<CH, 4>(s, jobs, scratch, staged),
+                1 => values_f16::<R, 1>(s, jobs, scratch),
+                2 => values_f16::<R, 2>(s, jobs, scratch),
+                3 => values_f16::<R, 3>(s, jobs, scratch),
+                4 => values_f16::<R, 4>(s, jobs, scratch),
                 n => unreachable!("{n} heads side by side"),
             }
+        }
+    } else {
+        match jobs.len() {
+            1 => values::<CH, 1>(s, jobs, scratch, staged),
+            2 => values::<CH, 2>(s, jobs, scratch, staged),
+            3 => values::<CH, 3>(s, jobs, scratch, staged),
+            4 => values::<CH, 4>(s, jobs, scratch, staged),
+            n => unreachable!("{n} heads side by side"),
         }
     }
 }

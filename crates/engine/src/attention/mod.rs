@@ -758,8 +758,9 @@ fn round_f16_ymm(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
 
 /// Nonzero in the lanes of `s` that may lie halfway between two F16 values: the halfway
 /// pattern of an F16 normal in the low thirteen bits, or a magnitude below the smallest F16
-/// normal (2^-14), whose halfway bit is lower (zero among them). Few sums are: [`fma_for_f16_ymm`]
-/// and the AVX2 value pass take the exact path only for registers with such a lane.
+/// normal (2^-14), whose halfway bit is lower (zero among them). Few sums are:
+/// [`fma_for_f16_ymm`] and the AVX2 value pass take the exact path only for registers with such
+/// a lane.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1224,8 +1225,8 @@ mod tests {
     /// The vector F16 multiply-adds, once rounded to F16, give the exact sum's F16 rounding:
     /// AVX2's ([`fma_for_f16_ymm`]: a test for possible ties, then the exact path) and
     /// AVX-512's ([`fma_for_f16_zmm`]: the sum rounded to odd), on `fma_for_f16_rounds_once`'s
-    /// cases (ties where rounding the f32 sum twice errs, F16 normals and subnormals), and on
-    /// random F16 operands of every sign and magnitude, half of them near cancellation.
+    /// cases (ties where rounding the f32 sum twice errs), on random F16 operands of every sign
+    /// and magnitude, half of them near cancellation, and on sums among the F16 subnormals.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_fma_for_f16_rounds_once() {
@@ -1294,7 +1295,10 @@ mod tests {
             })
         };
         assert!(wrong_twice(false), "no ties among F16 normals in the cases");
-        assert!(wrong_twice(true), "no ties among F16 subnormals in the cases");
+        assert!(
+            wrong_twice(true),
+            "no ties among F16 subnormals in the cases"
+        );
         let check = |got: &[f32], at: usize| {
             for (l, &g) in got.iter().enumerate() {
                 let (a, b, c) = cases[at + l];
