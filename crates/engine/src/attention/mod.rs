@@ -1593,6 +1593,7 @@ mod tests {
             (64, 8, 2, 300, true, false, false),
             (64, 9, 3, 77, true, false, false),
             (128, 4, 1, 129, true, false, false),
+            (256, 4, 1, 97, true, false, false),
             (64, 8, 2, 203, false, true, false),
             (128, 6, 1, 150, false, true, false),
             (256, 3, 1, 61, false, true, false),
