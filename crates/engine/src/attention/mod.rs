@@ -1299,56 +1299,42 @@ mod tests {
             wrong_twice(true),
             "no ties among F16 subnormals in the cases"
         );
-        let check = |got: &[f32], at: usize| {
-            for (l, &g) in got.iter().enumerate() {
-                let (a, b, c) = cases[at + l];
-                assert_eq!(g.to_bits(), want[at + l].to_bits(), "{a} * {b} + {c}");
-            }
-        };
-        let lanes = |at: usize, n: usize| -> [Vec<f32>; 3] {
-            let part = &cases[at..at + n];
-            [
-                part.iter().map(|x| x.0).collect(),
-                part.iter().map(|x| x.1).collect(),
-                part.iter().map(|x| x.2).collect(),
-            ]
-        };
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            for at in (0..cases.len() - 7).step_by(8) {
-                let [a, b, c] = lanes(at, 8);
-                let mut got = [0.0f32; 8];
-                // SAFETY: the CPU has AVX2, FMA and F16C (checked above); eight floats each.
-                unsafe {
-                    let s = fma_for_f16_ymm(
-                        _mm256_loadu_ps(a.as_ptr()),
-                        _mm256_loadu_ps(b.as_ptr()),
-                        _mm256_loadu_ps(c.as_ptr()),
-                    );
-                    _mm256_storeu_ps(got.as_mut_ptr(), round_f16_ymm(s));
+        // Every case through `f`, `n` lanes at a time (a, b, c in, the rounded sums out).
+        type Lanes<'a> = dyn Fn([&[f32]; 3], &mut [f32]) + 'a;
+        let each = |n: usize, f: &Lanes| {
+            for (at, part) in cases.chunks_exact(n).enumerate().map(|(i, p)| (i * n, p)) {
+                let lane = |k: fn(&(f32, f32, f32)) -> f32| part.iter().map(k).collect::<Vec<_>>();
+                let mut got = vec![0.0f32; n];
+                f([&lane(|x| x.0), &lane(|x| x.1), &lane(|x| x.2)], &mut got);
+                for (l, &g) in got.iter().enumerate() {
+                    let (a, b, c) = part[l];
+                    assert_eq!(g.to_bits(), want[at + l].to_bits(), "{a} * {b} + {c}");
                 }
-                check(&got, at);
             }
+        };
+        if crate::has_x86_64_v3() {
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked); eight floats each way.
+            each(8, &|[a, b, c], got| unsafe {
+                let s = fma_for_f16_ymm(
+                    _mm256_loadu_ps(a.as_ptr()),
+                    _mm256_loadu_ps(b.as_ptr()),
+                    _mm256_loadu_ps(c.as_ptr()),
+                );
+                _mm256_storeu_ps(got.as_mut_ptr(), round_f16_ymm(s));
+            });
         } else {
-            eprintln!("not run: this CPU lacks AVX2, FMA or F16C (fma_for_f16_ymm)");
+            eprintln!("not run: no AVX2, FMA and F16C (CPU or SYNAPSE_ISA): fma_for_f16_ymm is never used");
         }
         if crate::has_avx512f() {
-            for at in (0..cases.len() - 15).step_by(16) {
-                let [a, b, c] = lanes(at, 16);
-                let mut got = [0.0f32; 16];
-                // SAFETY: the CPU has AVX-512 F (checked above), and FMA and F16C with it.
-                unsafe {
-                    let s = fma_for_f16_zmm(
-                        _mm512_loadu_ps(a.as_ptr()),
-                        _mm512_loadu_ps(b.as_ptr()),
-                        _mm512_loadu_ps(c.as_ptr()),
-                    );
-                    _mm512_storeu_ps(got.as_mut_ptr(), round_f16_zmm(s));
-                }
-                check(&got, at);
-            }
+            // SAFETY: the CPU has AVX-512 F, FMA and F16C (checked); sixteen floats each way.
+            each(16, &|[a, b, c], got| unsafe {
+                let s = fma_for_f16_zmm(
+                    _mm512_loadu_ps(a.as_ptr()),
+                    _mm512_loadu_ps(b.as_ptr()),
+                    _mm512_loadu_ps(c.as_ptr()),
+                );
+                _mm512_storeu_ps(got.as_mut_ptr(), round_f16_zmm(s));
+            });
         } else {
             eprintln!("not run: no AVX-512 F (CPU or SYNAPSE_ISA): fma_for_f16_zmm is never used");
         }
