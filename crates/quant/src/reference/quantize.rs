@@ -45,6 +45,15 @@ fn q8_scale(x: &[f32]) -> (f32, f32) {
     (d, id)
 }
 
+/// `v` rounded to the nearest integer, ties to even, for `|v| < 2^22` (ggml's `nearest_int`):
+/// adding 1.5 * 2^23 leaves the integer in the low bits. Integer operations only, so that the
+/// quantizers' loops vectorise (a float-to-int cast kept them scalar); the default NaN gives 0,
+/// as a cast does.
+#[inline(always)]
+fn nearest_int(v: f32) -> i32 {
+    ((v + 12_582_912.0).to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
+}
+
 /// Scale and reciprocal as ggml-cpu's vectorised quantizers compute them.
 #[inline(always)]
 fn q8_scale_act(x: &[f32]) -> (f32, f32) {
@@ -58,8 +67,9 @@ fn q8_scale_act(x: &[f32]) -> (f32, f32) {
 pub fn quantize_q8_0_act(x: &[f32], y: &mut BlockQ8_0) {
     let (d, id) = q8_scale_act(x);
     y.d = f16::from_f32(d);
+    // |v * id| <= 127 (id = 127 / amax): the clamp only keeps the cast's saturation.
     for (q, &v) in y.qs.iter_mut().zip(x) {
-        *q = (v * id).round_ties_even() as i8;
+        *q = nearest_int(v * id).clamp(-128, 127) as i8;
     }
 }
 
@@ -70,7 +80,7 @@ pub fn quantize_q8_1_act(x: &[f32], y: &mut BlockQ8_1) {
     y.d = f16::from_f32(d);
     let mut sum = 0i32;
     for (q, &v) in y.qs.iter_mut().zip(x) {
-        *q = (v * id).round_ties_even() as i8;
+        *q = nearest_int(v * id).clamp(-128, 127) as i8;
         sum += *q as i32;
     }
     y.s = f16::from_f32(d * sum as f32);
@@ -117,7 +127,8 @@ pub fn quantize_q8_k(x: &[f32], y: &mut BlockQ8K) {
     }
     let iscale = -127.0 / max;
     for (q, &v) in y.qs.iter_mut().zip(x) {
-        *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        // |iscale * v| <= 127: ggml's `nearest_int` applies.
+        *q = nearest_int(iscale * v).min(127) as i8;
     }
     for (s, g) in y.bsums.iter_mut().zip(y.qs.chunks_exact(16)) {
         *s = g.iter().map(|&q| q as i16).sum();
