@@ -342,6 +342,15 @@ fn glu(act: Activation, gate: &mut [f32], up: &[f32]) {
 /// slower).
 fn glu_dispatch(act: Activation, gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
+    if crate::has_avx512f() {
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+        unsafe fn v4(act: Activation, gate: &mut [f32], up: &[f32]) {
+            glu(act, gate, up)
+        }
+        // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+        return unsafe { v4(act, gate, up) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::has_x86_64_v3() {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn v3(act: Activation, gate: &mut [f32], up: &[f32]) {

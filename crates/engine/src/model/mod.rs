@@ -289,10 +289,31 @@ pub(crate) fn forward<M: ForwardBody>(
 ) -> Result<(), ModelError> {
     crate::check_forward(m.info(), st, tokens, logits, out)?;
     #[cfg(target_arch = "x86_64")]
+    if crate::has_avx512f() {
+        // SAFETY: the CPU has AVX-512 F besides AVX2, FMA and F16C (just checked).
+        return unsafe { forward_v4(m, st, tokens, logits, out, threads) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if crate::has_x86_64_v3() {
         // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
         return unsafe { forward_v3(m, st, tokens, logits, out, threads) };
     }
+    m.forward_body(st, tokens, logits, out, threads)
+}
+
+/// [`forward_v3`] with AVX-512 F as well: the element-wise steps (norms, SwiGLU's
+/// exponentials, residual adds) in sixteen lanes. Each step is element by element or a sum
+/// in a fixed order, which the compiler may not reassociate: the same bits at either width.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn forward_v4<M: ForwardBody>(
+    m: &M,
+    st: &mut State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
     m.forward_body(st, tokens, logits, out, threads)
 }
 
