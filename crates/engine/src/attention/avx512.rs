@@ -495,8 +495,8 @@ fn scores<const CH: usize, const N: usize>(
 
 /// [`reduce_lanes`]'s halves, quarters and last pairs for four positions at once (`v[p]`:
 /// position `p`'s `(a0 + a2) + (a1 + a3)`), their sums in lanes 0..4: the same adds on the
-/// same values, two positions a register where `reduce_lanes` takes one a register and then
-/// one a half.
+/// same values, with two or four positions sharing each register where `reduce_lanes` gives
+/// every step a register of its own.
 #[inline(always)]
 fn reduce_lanes4(v: [__m512; 4]) -> __m128 {
     // SAFETY: AVX-512 F (the callers' features).
