@@ -663,6 +663,61 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
     }
 }
 
+/// Packed F16 matrices (sixteen rows a register, chain by chain: a layout of their own, with
+/// the values past the last 64-value step kept apart) give the row kernel's bits for row
+/// lengths on both sides of the steps, with and without values left over, over odd row
+/// counts, and for every pass shape of a batch (tokens 1..=17, 64 and 93); where this CPU
+/// packs F16 at all.
+#[test]
+fn packed_f16_matrices_are_bit_identical_to_the_row_kernel() {
+    let mut rng = StdRng::seed_from_u64(9);
+    let ty = GgmlType::F16;
+    let row_kernel = synapse_quant::matrix_kernel(ty, false).unwrap();
+    let mut packed = 0;
+    for k in [1, 37, 64, 100, 128, 200, 576, 2048 + 37] {
+        for rows in [16, 33, 50, 64] {
+            let w = random_weights(&mut rng, ty, rows * k);
+            let row_bytes = 2 * k;
+            let Some(p) = synapse_quant::pack_matrix(ty, false, &w, row_bytes, &|_| ()).unwrap()
+            else {
+                continue;
+            };
+            packed += 1;
+            assert_eq!(p.rows(), rows / 16 * 16);
+            for n_tok in (1..=17).chain([64, 93]) {
+                let x: Vec<f32> = (0..n_tok * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                let a = quantize(ty, &x).unwrap();
+                let mut out = vec![f32::NAN; p.rows() * n_tok];
+                p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+                for t in 0..n_tok {
+                    for r in 0..p.rows() {
+                        let want = (row_kernel.f)(
+                            &w[r * row_bytes..(r + 1) * row_bytes],
+                            &a[t * row_bytes..(t + 1) * row_bytes],
+                        )
+                        .unwrap();
+                        assert_eq!(
+                            out[t * p.rows() + r].to_bits(),
+                            want.to_bits(),
+                            "F16 packed, {k} values: row {r} of {rows}, token {t} of {n_tok}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if synapse_quant::kernel_isa() == "avx512vnni"
+        && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
+    {
+        assert_eq!(
+            packed, 32,
+            "AVX-512 packs every F16 matrix of sixteen rows or more"
+        );
+    }
+    eprintln!("{packed} packed F16 matrices checked");
+}
+
 /// A matrix large enough that packing splits it into pieces over the threads (about 1 MiB
 /// each) gives the row kernel's bits in every row, and hands every packed row back once.
 #[test]

@@ -2739,6 +2739,25 @@ packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0
 packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>, LANES32_TILE_WEIGHTS);
 packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>, LANES32_TILE_WEIGHTS);
 
+/// F16 matrices, sixteen rows a register chain by chain (`super::f16`'s packed layout: the
+/// reference's 64 sums of an output each a chain of steps): batches run on it without a
+/// transposition a call. Calls of about 1024 x 2048 weights: each lays its tokens out chain by
+/// chain first.
+pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
+    pack: |w, row_bytes, groups, release| {
+        if row_bytes % 2 != 0 || w.len() < groups * ROWS * row_bytes {
+            return Err(PackError::Quant(QuantError::ByteLength {
+                ty: GgmlType::F16,
+                bytes: w.len(),
+            }));
+        }
+        super::f16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
+    },
+    kernel: super::f16::packed_kernel,
+    block_bytes: ROWS * 2,
+    tile_weights: 1024 * 2048,
+};
+
 /// The AVX-512 VNNI packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
 /// repacked order), if there is one.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
@@ -2756,6 +2775,7 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
         (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
         (GgmlType::Q4_1, _) => Some(&Q4_1),
         (GgmlType::Q5_1, _) => Some(&Q5_1),
+        (GgmlType::F16, _) => Some(&F16_PACKED),
         _ => None,
     }
 }

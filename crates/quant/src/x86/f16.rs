@@ -14,13 +14,16 @@
 //! - [`gemm_512`], [`gemm_avx2`]: tiles for batches, rows x tokens, one register of an
 //!   output's accumulators at a time (a quarter of them in 512-bit registers, an eighth in
 //!   256-bit ones), the tokens and the rows widened to f32 once per call ([`gemm_by`]).
+//! - [`packed_kernel`]: F16 matrices packed at load time on AVX-512 CPUs, sixteen rows in the
+//!   lanes of each of the reference's chains ([`pack_rows`]), one token and batches (the
+//!   tiles keep F32 matrices and the rows of an F16 matrix past its last group of sixteen).
 
 use std::arch::x86_64::*;
 
 use half::f16;
 
 use super::avx2::hsum;
-use super::{prefetch_lines_by, PREFETCH_BOTH};
+use super::{prefetch_lines, prefetch_lines_by, PREFETCH_BOTH};
 use crate::QuantError;
 
 /// An element type these kernels take, weights and activations alike: F16 (widened exactly
@@ -579,4 +582,503 @@ pub unsafe fn quantize_f16(x: &[f32], y: &mut [f16]) {
     for (o, v) in y[i..n].iter_mut().zip(&x[i..n]) {
         *o = f16::from_f32(*v);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// F16 matrices packed at load time, sixteen rows in the lanes (AVX-512). The reference's 64
+// chains of an output are separate sums, chain `l` over the values `64 i + l` in order of `i`;
+// a register holds chain `l` of sixteen rows, so a batch step multiplies one register of
+// weights by one token's value broadcast (three groups of rows by eight tokens: three loads and
+// eight broadcasts for 24 multiply-adds, where the tiles of values in the lanes take ten
+// full-width loads, which an AMD Zen 5 issues once a cycle). A group of sixteen rows of `k`
+// values is laid out as the `np = 64 s` values of its chains, then the `k - np` left over:
+//
+// - for `m` in 0..16, for step `i` in 0..s, for `q` in 0..4: chain `m + 16 q`'s value of step
+//   `i`, sixteen rows (32 bytes): the four chains that [`reduce_add_16`]'s first adds pair
+//   (`(a0 + a2) + (a1 + a3)`, lanes `m` of the reference's four accumulators) side by side, so
+//   that one token reads the group as one stream;
+// - then each row's `k - np` values, row by row.
+//
+// [`reduce_add_16`]: crate::reference::dot::reduce_add_16
+
+/// Rows of a packed group.
+const GROUP: usize = 16;
+
+/// Sixteen registers of sixteen f32 transposed: lane `c` of register `r` to lane `r` of
+/// register `c`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    // (Loops, not `from_fn`: a closure would not share the callers' features.)
+    // SAFETY: the caller's CPU.
+    unsafe {
+        // Per 128-bit lane `q`: rows 2k, 2k + 1 of columns 4q, 4q + 1 (`a[2k]`), 4q + 2, 4q + 3.
+        let mut a = [_mm512_setzero_ps(); 16];
+        for k in 0..8 {
+            a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+            a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+        }
+        // `b[4m + s]`, lane `q`: column 4q + s of rows 4m..4m + 4.
+        let mut b = [_mm512_setzero_ps(); 16];
+        for m in 0..4 {
+            for h in 0..2 {
+                let x = _mm512_castps_pd(a[4 * m + h]);
+                let y = _mm512_castps_pd(a[4 * m + 2 + h]);
+                b[4 * m + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(x, y));
+                b[4 * m + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(x, y));
+            }
+        }
+        let mut out = [_mm512_setzero_ps(); 16];
+        for s in 0..4 {
+            let c1 = _mm512_shuffle_f32x4::<0x44>(b[s], b[4 + s]);
+            let c2 = _mm512_shuffle_f32x4::<0xEE>(b[s], b[4 + s]);
+            let c3 = _mm512_shuffle_f32x4::<0x44>(b[8 + s], b[12 + s]);
+            let c4 = _mm512_shuffle_f32x4::<0xEE>(b[8 + s], b[12 + s]);
+            out[s] = _mm512_shuffle_f32x4::<0x88>(c1, c3);
+            out[4 + s] = _mm512_shuffle_f32x4::<0xDD>(c1, c3);
+            out[8 + s] = _mm512_shuffle_f32x4::<0x88>(c2, c4);
+            out[12 + s] = _mm512_shuffle_f32x4::<0xDD>(c2, c4);
+        }
+        out
+    }
+}
+
+/// A group's chains summed in the reference's order, lane by lane: `c[l]` holds chain `l` of
+/// sixteen rows; `(a0 + a2) + (a1 + a3)` over the four 16-lane accumulators, then
+/// [`crate::reference::dot::reduce_add_16`]'s halves, quarters and pairs.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn reduce_chains(c: &[__m512; 64]) -> __m512 {
+    // SAFETY: the caller's CPU.
+    unsafe {
+        let mut v = [_mm512_setzero_ps(); 16];
+        for (m, v) in v.iter_mut().enumerate() {
+            *v = _mm512_add_ps(
+                _mm512_add_ps(c[m], c[32 + m]),
+                _mm512_add_ps(c[16 + m], c[48 + m]),
+            );
+        }
+        reduce_pairs(v)
+    }
+}
+
+/// [`reduce_chains`] from the sixteen `(a0 + a2) + (a1 + a3)` sums.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn reduce_pairs(mut v: [__m512; 16]) -> __m512 {
+    // SAFETY: the caller's CPU.
+    unsafe {
+        for i in 0..8 {
+            v[i] = _mm512_add_ps(v[i], v[i + 8]);
+        }
+        for i in 0..4 {
+            v[i] = _mm512_add_ps(v[i], v[i + 4]);
+        }
+        _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3]))
+    }
+}
+
+/// Pack the first `groups` groups of sixteen rows of an F16 matrix (`w`: its rows,
+/// `row_bytes` each) in the layout above, into new anonymous memory (as
+/// `avx512_packed::pack_groups`: huge pages asked for, pieces over the cores, `release` given
+/// each piece's rows once packed).
+pub(crate) fn pack_rows(
+    w: &[u8],
+    row_bytes: usize,
+    groups: usize,
+    release: &(dyn Fn(&[u8]) + Sync),
+) -> std::io::Result<memmap2::Mmap> {
+    let k = row_bytes / 2;
+    let s = k / 64;
+    let np = 64 * s;
+    let group_bytes = GROUP * row_bytes;
+    let bytes = groups * group_bytes;
+    let mut map = memmap2::MmapMut::map_anon(bytes.max(1))?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    let pack_group = |g: usize, out: &mut [u8]| {
+        let rows: &[u16] = bytemuck::cast_slice(&w[g * group_bytes..(g + 1) * group_bytes]);
+        let out: &mut [u16] = bytemuck::cast_slice_mut(out);
+        // Sixteen rows' values of a column each: columns c and c + 1 of every row gathered as
+        // one word a row, split into the two columns' halves.
+        let (chains, tails) = out.split_at_mut(GROUP * np);
+        // SAFETY: `pack_rows` is handed out only on AVX-512 CPUs (as the format's kernel).
+        unsafe { gather_columns(rows, k, s, chains) };
+        if k > np {
+            for (r, d) in tails.chunks_exact_mut(k - np).enumerate() {
+                d.copy_from_slice(&rows[r * k + np..(r + 1) * k]);
+            }
+        }
+    };
+    // Pieces of about 1 MiB, dealt to the threads round-robin.
+    let per_piece = (1 << 20) / group_bytes.max(1) + 1;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut pieces: Vec<(usize, &mut [u8])> = map[..bytes]
+        .chunks_mut(per_piece * group_bytes)
+        .enumerate()
+        .map(|(i, out)| (i * per_piece, out))
+        .collect();
+    let pack_piece = |first: usize, out: &mut [u8]| {
+        for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
+            pack_group(first + i, out);
+        }
+        let n = out.len() / group_bytes;
+        release(&w[first * group_bytes..(first + n) * group_bytes]);
+    };
+    if threads <= 1 || pieces.len() <= 1 {
+        for (first, out) in pieces {
+            pack_piece(first, out);
+        }
+    } else {
+        let mut shares: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, p) in pieces.drain(..).enumerate() {
+            shares[i % threads].push(p);
+        }
+        std::thread::scope(|sc| {
+            for share in shares {
+                sc.spawn(|| {
+                    for (first, out) in share {
+                        pack_piece(first, out);
+                    }
+                });
+            }
+        });
+    }
+    map.make_read_only()
+}
+
+/// The chains of a group (`rows`: sixteen rows of `k` values, as bits) into `chains` in the
+/// packed layout: for chain `m + 16 q` at step `i`, its sixteen rows at `((m s + i) 4 + q)
+/// 16`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[target_feature(enable = "avx512f")]
+unsafe fn gather_columns(rows: &[u16], k: usize, s: usize, chains: &mut [u16]) {
+    assert!(rows.len() >= GROUP * k && chains.len() >= GROUP * 64 * s && 64 * s <= k);
+    // Byte offsets of the sixteen rows.
+    let at = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((2 * k) as i32),
+    );
+    let dst = |m: usize, i: usize, q: usize| ((m * s + i) * 4 + q) * GROUP;
+    for i in 0..s {
+        for q in 0..4 {
+            for m in (0..16).step_by(2) {
+                let c = 64 * i + 16 * q + m;
+                // SAFETY: columns c, c + 1 < 64 s <= k of every row: four bytes at each
+                // offset, inside `rows`; sixteen u16 at each destination, inside `chains`.
+                unsafe {
+                    let v = _mm512_i32gather_epi32::<1>(at, rows[c..].as_ptr().cast());
+                    let lo = _mm512_cvtepi32_epi16(v);
+                    let hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(v));
+                    _mm256_storeu_si256(chains[dst(m, i, q)..][..GROUP].as_mut_ptr().cast(), lo);
+                    _mm256_storeu_si256(
+                        chains[dst(m + 1, i, q)..][..GROUP].as_mut_ptr().cast(),
+                        hi,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The packed kernels' copies: the call's tokens as f32 (one token: its values in the order
+/// they are read), and for a batch the tokens in blocks of sixteen chain by chain, a pass's
+/// rows widened, its chains' sums.
+type PackedCopies = (Vec<f32>, Vec<__m512>, Vec<__m512>, Vec<__m512>);
+
+thread_local! {
+    static PACKED_COPIES: std::cell::RefCell<PackedCopies> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// Groups of sixteen packed rows (`p`, `k` values a row) times one token (`y`: its `np`
+/// values as f32, in the order of the group's chains, `(m s + i) 4 + q` for chain `m + 16 q`
+/// at step `i`; `y16`: as given, for the tails), into `out` (sixteen a group): each group and
+/// the token read as one stream each, four of the group's chains at a time.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and F16C; `p` holds whole groups, `y` `k` values, `out` sixteen
+/// a group.
+#[inline(always)]
+unsafe fn gemv_packed(p: &[f16], k: usize, (y, y16): (&[f32], &[f16]), out: &mut [f32]) {
+    let s = k / 64;
+    let np = 64 * s;
+    for (g, out) in p.chunks_exact(GROUP * k).zip(out.chunks_exact_mut(GROUP)) {
+        // SAFETY: the caller's CPU.
+        let mut v = [unsafe { _mm512_setzero_ps() }; 16];
+        for (m, v) in v.iter_mut().enumerate() {
+            let x = &g[m * s * 4 * GROUP..][..s * 4 * GROUP];
+            // SAFETY: the caller's CPU.
+            let mut acc = [unsafe { _mm512_setzero_ps() }; 4];
+            for i in 0..s {
+                let xi = &x[i * 4 * GROUP..][..4 * GROUP];
+                // This step's two lines, their bytes ahead (past the group: the next one's).
+                prefetch_lines(xi.as_ptr().cast(), 0..2);
+                for (q, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: the caller's CPU; sixteen values of `xi`, chain m + 16 q's value
+                    // of step i in `y` (below np).
+                    unsafe {
+                        let w =
+                            _mm512_cvtph_ps(_mm256_loadu_si256(xi[q * GROUP..].as_ptr().cast()));
+                        *a = _mm512_fmadd_ps(w, _mm512_set1_ps(y[(m * s + i) * 4 + q]), *a);
+                    }
+                }
+            }
+            // SAFETY: the caller's CPU.
+            *v = unsafe {
+                _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]))
+            };
+        }
+        let mut sums = [0f32; 16];
+        // SAFETY: the caller's CPU; sixteen f32.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), reduce_pairs(v)) };
+        let tails = &g[GROUP * np..];
+        let tail = k - np;
+        for (r, (o, sum)) in out.iter_mut().zip(sums).enumerate() {
+            *o = tail_f16(sum, &tails[r * tail..][..tail], &y16[np..k]);
+        }
+    }
+}
+
+/// The reference's sum of the values left past the 64-value steps, `x` against `y`, onto
+/// `sum`: [`Elem::tail`] for F16 (none left: `sum` itself).
+#[inline(always)]
+fn tail_f16(sum: f32, x: &[f16], y: &[f16]) -> f32 {
+    if x.is_empty() {
+        return sum;
+    }
+    <f16 as Elem>::tail(sum, x, y, 0)
+}
+
+/// Chain `l` of `G` groups of sixteen rows (`x[g]`: the chain's `s` registers) times `T`
+/// tokens (`y`: the chain's value of step `i` for token `t` at `16 i + t`), summed over the
+/// steps, into `p[(g * T + t) * 64 + l]`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `y` holds `16 (s - 1) + T` values (`s > 0`).
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `g` and `t` index the accumulators and the operands
+unsafe fn chain_pass<const G: usize, const T: usize>(
+    x: [&[__m512]; G],
+    y: &[f32],
+    s: usize,
+    (p, l): (&mut [__m512], usize),
+) {
+    let y = &y[..(s - 1) * GROUP + T];
+    let x = x.map(|x| &x[..s]);
+    // SAFETY: the caller's CPU.
+    let mut acc = [[unsafe { _mm512_setzero_ps() }; T]; G];
+    for i in 0..s {
+        let xv: [__m512; G] = std::array::from_fn(|g| x[g][i]);
+        for t in 0..T {
+            // SAFETY: the caller's CPU.
+            unsafe {
+                let yv = _mm512_set1_ps(y[i * GROUP + t]);
+                for g in 0..G {
+                    acc[g][t] = _mm512_fmadd_ps(xv[g], yv, acc[g][t]);
+                }
+            }
+        }
+    }
+    for g in 0..G {
+        for t in 0..T {
+            p[(g * T + t) * 64 + l] = acc[g][t];
+        }
+    }
+}
+
+/// Groups a batch pass takes, and tokens.
+const PASS_GROUPS: usize = 3;
+const PASS_TOKENS: usize = 8;
+
+/// Groups of sixteen packed rows (`p`, `k` values a row) times the `n_tok` tokens of `y`
+/// (`k` values each), into `out` (`(n_tok, rows)`): the tokens widened and laid out chain by
+/// chain once a call (blocks of sixteen, [`transpose16`]); for each block of up to
+/// [`PASS_GROUPS`] groups, its rows widened to f32 chain by chain, then passes of
+/// [`PASS_TOKENS`] tokens ([`chain_pass`]), each output's chains reduced in the reference's
+/// order ([`reduce_chains`]), then its tail.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, AVX2, FMA and F16C; `p` holds whole groups, `y` `n_tok k`
+/// values, `out` `n_tok` outputs a row.
+#[inline(always)]
+unsafe fn gemm_packed(
+    p: &[f16],
+    k: usize,
+    y: &[f16],
+    n_tok: usize,
+    out: &mut [f32],
+    (yp, wf, sums): (&mut Vec<__m512>, &mut Vec<__m512>, &mut Vec<__m512>),
+) {
+    let s = k / 64;
+    let np = 64 * s;
+    let groups = p.len() / (GROUP * k);
+    let rows = GROUP * groups;
+    // SAFETY: (the whole body) this function's caller's CPU; the reads below stay inside the
+    // slices (sliced to their lengths first), the passes' `y` holds 16 (s - 1) + nt values.
+    unsafe {
+        let zero = _mm512_setzero_ps();
+        let blocks = n_tok.div_ceil(GROUP);
+        yp.clear();
+        yp.resize(blocks * 64 * s, zero);
+        for (b, at) in yp
+            .chunks_exact_mut((64 * s).max(1))
+            .take(blocks)
+            .enumerate()
+        {
+            let tokens = b * GROUP..((b + 1) * GROUP).min(n_tok);
+            for i in 0..s {
+                for j in 0..4 {
+                    let mut v = [zero; 16];
+                    for (v, t) in v.iter_mut().zip(tokens.clone()) {
+                        *v = <f16 as Elem>::load16(y[t * k + 64 * i + 16 * j..][..16].as_ptr());
+                    }
+                    let v = transpose16(v);
+                    for (c, v) in v.into_iter().enumerate() {
+                        at[(16 * j + c) * s + i] = v;
+                    }
+                }
+            }
+        }
+        wf.resize(PASS_GROUPS * 64 * s, zero);
+        sums.resize(PASS_GROUPS * PASS_TOKENS * 64, zero);
+        for g0 in (0..groups).step_by(PASS_GROUPS) {
+            let n_g = (groups - g0).min(PASS_GROUPS);
+            for g in 0..n_g {
+                let x = &p[(g0 + g) * GROUP * k..][..GROUP * np];
+                let at = &mut wf[g * 64 * s..][..64 * s];
+                for m in 0..16 {
+                    for i in 0..s {
+                        for q in 0..4 {
+                            let from = x[((m * s + i) * 4 + q) * GROUP..][..GROUP].as_ptr();
+                            at[(m + 16 * q) * s + i] = <f16 as Elem>::load16(from);
+                        }
+                    }
+                }
+            }
+            for t0 in (0..n_tok).step_by(PASS_TOKENS) {
+                let nt = (n_tok - t0).min(PASS_TOKENS);
+                if s > 0 {
+                    // The block of token t0 as f32, from token t0 % 16 on.
+                    let b = &yp[t0 / GROUP * 64 * s..][..64 * s];
+                    let yb = std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len() * GROUP);
+                    for l in 0..64 {
+                        let yl = &yb[l * s * GROUP + t0 % GROUP..];
+                        let x3: [&[__m512]; PASS_GROUPS] =
+                            std::array::from_fn(|g| &wf[(g * 64 + l) * s..][..s]);
+                        macro_rules! pass {
+                            ($g:literal; $($t:literal)*) => {{
+                                let x: [&[__m512]; $g] = std::array::from_fn(|g| x3[g]);
+                                match nt {
+                                    $($t => chain_pass::<$g, $t>(x, yl, s, (sums, l)),)*
+                                    _ => unreachable!("a pass takes 1..=PASS_TOKENS tokens"),
+                                }
+                            }};
+                        }
+                        match n_g {
+                            1 => pass!(1; 1 2 3 4 5 6 7 8),
+                            2 => pass!(2; 1 2 3 4 5 6 7 8),
+                            _ => pass!(3; 1 2 3 4 5 6 7 8),
+                        }
+                    }
+                } else {
+                    sums[..n_g * nt * 64].fill(zero);
+                }
+                for g in 0..n_g {
+                    let tails = &p[(g0 + g) * GROUP * k + GROUP * np..][..GROUP * (k - np)];
+                    for t in 0..nt {
+                        let c: &[__m512; 64] = sums[(g * nt + t) * 64..][..64].try_into().unwrap();
+                        let mut row_sums = [0f32; 16];
+                        _mm512_storeu_ps(row_sums.as_mut_ptr(), reduce_chains(c));
+                        let yt = &y[(t0 + t) * k + np..][..k - np];
+                        for (r, sum) in row_sums.into_iter().enumerate() {
+                            let x = &tails[r * (k - np)..][..k - np];
+                            out[(t0 + t) * rows + (g0 + g) * GROUP + r] = tail_f16(sum, x, yt);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The packed F16 kernel (`avx512_packed::PackedFn`): `p` whole groups of `k = per_row`
+/// values a row, `a` the `n_tok` tokens' F16 activations, `out` `(n_tok, rows)`.
+pub(crate) fn packed_kernel(
+    p: &[u8],
+    per_row: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let k = per_row;
+    let bad = || QuantError::DotLength {
+        ty: crate::GgmlType::F16,
+        act: crate::GgmlType::F16,
+        weights: p.len() / 2,
+        activations: a.len() / 2,
+    };
+    let x: &[f16] = bytemuck::try_cast_slice(p).map_err(|_| bad())?;
+    let y: &[f16] = bytemuck::try_cast_slice(a).map_err(|_| bad())?;
+    let group = GROUP * k;
+    if k == 0 || x.len() % group != 0 || y.len() != n_tok * k || out.len() != n_tok * (x.len() / k)
+    {
+        return Err(bad());
+    }
+    PACKED_COPIES.with_borrow_mut(|(yf, yp, wf, sums)| {
+        if n_tok == 1 {
+            // The token's values in the order the group's chains are read (a row of 8192
+            // values read in column order missed the first-level cache: `ffn_down` streamed
+            // at 27 GB/s, the other matrices at 34).
+            let s = k / 64;
+            yf.clear();
+            for m in 0..16 {
+                for i in 0..s {
+                    yf.extend((0..4).map(|q| y[64 * i + 16 * q + m].to_f32()));
+                }
+            }
+            // SAFETY: `crate::packed` hands this format out only on AVX-512 CPUs (with AVX2,
+            // FMA and F16C); the sizes agree (checked above).
+            unsafe { gemv_entry(x, k, (yf, y), out) };
+        } else {
+            // SAFETY: as above.
+            unsafe { gemm_entry(x, k, y, n_tok, out, (yp, wf, sums)) };
+        }
+    });
+    Ok(())
+}
+
+/// [`gemv_packed`] compiled for its features.
+///
+/// # Safety
+/// As [`gemv_packed`].
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gemv_entry(p: &[f16], k: usize, y: (&[f32], &[f16]), out: &mut [f32]) {
+    // SAFETY: the caller's.
+    unsafe { gemv_packed(p, k, y, out) }
+}
+
+/// [`gemm_packed`] compiled for its features.
+///
+/// # Safety
+/// As [`gemm_packed`].
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn gemm_entry(
+    p: &[f16],
+    k: usize,
+    y: &[f16],
+    n_tok: usize,
+    out: &mut [f32],
+    copies: (&mut Vec<__m512>, &mut Vec<__m512>, &mut Vec<__m512>),
+) {
+    // SAFETY: the caller's.
+    unsafe { gemm_packed(p, k, y, n_tok, out, copies) }
 }
