@@ -723,7 +723,11 @@ fn packed_f16_matrices_are_bit_identical_to_the_row_kernel() {
 #[test]
 fn packing_a_large_matrix_over_threads_keeps_every_row() {
     let mut rng = StdRng::seed_from_u64(8);
-    for (ty, repacked) in [(GgmlType::Q8_0, false), (GgmlType::Q4_K, true)] {
+    for (ty, repacked) in [
+        (GgmlType::Q8_0, false),
+        (GgmlType::Q4_K, true),
+        (GgmlType::F16, false),
+    ] {
         let (rows, cols) = (1040, 2048);
         let w = random_weights(&mut rng, ty, rows * cols / ty.block_len());
         let row_bytes = w.len() / rows;

@@ -82,10 +82,7 @@ pub(crate) fn pack_groups<P: Pack>(
     #[cfg(target_os = "linux")]
     let _ = map.advise(memmap2::Advice::HugePage);
     let packed: &mut [P] = bytemuck::cast_slice_mut(&mut map[..bytes]);
-    // Pieces of about 1 MiB, dealt to the threads round-robin.
-    let piece = (1 << 20) / (per_row * size_of::<P>()).max(1) + 1;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pack_piece = |first: usize, out: &mut [P]| {
+    in_pieces(packed, per_row, &|first, out: &mut [P]| {
         for (i, group) in out.chunks_exact_mut(per_row).enumerate() {
             let g = first + i;
             for (b, p) in group.iter_mut().enumerate() {
@@ -94,32 +91,44 @@ pub(crate) fn pack_groups<P: Pack>(
         }
         let rows = &w[ROWS * first * per_row..ROWS * (first + out.len() / per_row) * per_row];
         release(bytemuck::cast_slice(rows));
-    };
-    let mut pieces: Vec<(usize, &mut [P])> = packed
-        .chunks_mut(piece * per_row)
+    });
+    map.make_read_only()
+}
+
+/// `out` (whole groups of `per_group` elements) filled piece by piece over the machine's
+/// cores: pieces of about 1 MiB, dealt to the threads round-robin, each given to `fill` with
+/// the index of its first group.
+pub(crate) fn in_pieces<T: Send>(
+    out: &mut [T],
+    per_group: usize,
+    fill: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let piece = (1 << 20) / (per_group * size_of::<T>()).max(1) + 1;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut pieces: Vec<(usize, &mut [T])> = out
+        .chunks_mut(piece * per_group.max(1))
         .enumerate()
         .map(|(i, out)| (i * piece, out))
         .collect();
     if threads <= 1 || pieces.len() <= 1 {
         for (first, out) in pieces {
-            pack_piece(first, out);
+            fill(first, out);
         }
-    } else {
-        let mut shares: Vec<Vec<(usize, &mut [P])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (i, p) in pieces.drain(..).enumerate() {
-            shares[i % threads].push(p);
-        }
-        std::thread::scope(|s| {
-            for share in shares {
-                s.spawn(|| {
-                    for (first, out) in share {
-                        pack_piece(first, out);
-                    }
-                });
-            }
-        });
+        return;
     }
-    map.make_read_only()
+    let mut shares: Vec<Vec<(usize, &mut [T])>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, p) in pieces.drain(..).enumerate() {
+        shares[i % threads].push(p);
+    }
+    std::thread::scope(|s| {
+        for share in shares {
+            s.spawn(|| {
+                for (first, out) in share {
+                    fill(first, out);
+                }
+            });
+        }
+    });
 }
 
 /// Sixteen consecutive u32 as a register.

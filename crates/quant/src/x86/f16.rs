@@ -716,40 +716,13 @@ pub(crate) fn pack_rows(
             }
         }
     };
-    // Pieces of about 1 MiB, dealt to the threads round-robin.
-    let per_piece = (1 << 20) / group_bytes.max(1) + 1;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut pieces: Vec<(usize, &mut [u8])> = map[..bytes]
-        .chunks_mut(per_piece * group_bytes)
-        .enumerate()
-        .map(|(i, out)| (i * per_piece, out))
-        .collect();
-    let pack_piece = |first: usize, out: &mut [u8]| {
+    super::avx512_packed::in_pieces(&mut map[..bytes], group_bytes, &|first, out| {
         for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
             pack_group(first + i, out);
         }
         let n = out.len() / group_bytes;
         release(&w[first * group_bytes..(first + n) * group_bytes]);
-    };
-    if threads <= 1 || pieces.len() <= 1 {
-        for (first, out) in pieces {
-            pack_piece(first, out);
-        }
-    } else {
-        let mut shares: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
-        for (i, p) in pieces.drain(..).enumerate() {
-            shares[i % threads].push(p);
-        }
-        std::thread::scope(|sc| {
-            for share in shares {
-                sc.spawn(|| {
-                    for (first, out) in share {
-                        pack_piece(first, out);
-                    }
-                });
-            }
-        });
-    }
+    });
     map.make_read_only()
 }
 
