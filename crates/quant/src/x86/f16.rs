@@ -778,8 +778,8 @@ thread_local! {
 /// the token read as one stream each, four of the group's chains at a time.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F and F16C; `p` holds whole groups, `y` `k` values, `out` sixteen
-/// a group.
+/// The CPU must have AVX-512 F and F16C; `p` holds whole groups, `y` `np` values and `y16`
+/// `k`, `out` sixteen a group.
 #[inline(always)]
 unsafe fn gemv_packed(p: &[f16], k: usize, (y, y16): (&[f32], &[f16]), out: &mut [f32]) {
     let s = k / 64;
