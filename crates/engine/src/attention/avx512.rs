@@ -466,11 +466,7 @@ fn scores<const CH: usize, const N: usize>(
             prefetch_row(keys, j + p + ROWS_AHEAD, kv_dim, hd);
             let kf = Rows::F16(keys).row::<CH>(j + p, kv_dim);
             for (v, q) in v.iter_mut().zip(&q) {
-                let mut acc = [_mm512_setzero_ps(); 4];
-                for c in 0..CH {
-                    acc[c % 4] = _mm512_fmadd_ps(q[c], kf[c], acc[c % 4]);
-                }
-                v[p] = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+                v[p] = pair_sums(q, &kf);
             }
         }
         for (v, sc) in v.iter().zip(scratch.iter_mut()) {
@@ -484,12 +480,23 @@ fn scores<const CH: usize, const N: usize>(
         prefetch_row(keys, j + ROWS_AHEAD, kv_dim, hd);
         let kf = Rows::F16(keys).row::<CH>(j, kv_dim);
         for (i, q) in q.iter().enumerate() {
-            let mut acc = [_mm512_setzero_ps(); 4];
-            for c in 0..CH {
-                acc[c % 4] = _mm512_fmadd_ps(q[c], kf[c], acc[c % 4]);
-            }
-            scratch[i].scores[j] = reduce_lanes(acc) * s.scale;
+            scratch[i].scores[j] = reduce_pairs(pair_sums(q, &kf)) * s.scale;
         }
+    }
+}
+
+/// One position's `q . k` in ggml's four 16-lane accumulators (register `c` into accumulator
+/// `c % 4`), then their first adds, `(a0 + a2) + (a1 + a3)`: what [`reduce_pairs`] (one
+/// position) or [`reduce_lanes4`] (four) finish.
+#[inline(always)]
+fn pair_sums<const CH: usize>(q: &[__m512; CH], k: &[__m512; CH]) -> __m512 {
+    // SAFETY: AVX-512 F (the callers' features).
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for c in 0..CH {
+            acc[c % 4] = _mm512_fmadd_ps(q[c], k[c], acc[c % 4]);
+        }
+        _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]))
     }
 }
 
@@ -540,12 +547,20 @@ fn query<const CH: usize>(q: &[f32]) -> [__m512; CH] {
 }
 
 /// ggml's sum of its four 16-lane accumulators: `(a0 + a2) + (a1 + a3)`, then
-/// `reduce_add_16`'s halves, quarters and last pairs.
+/// `reduce_add_16`'s halves, quarters and last pairs ([`reduce_pairs`]).
 #[inline(always)]
 pub(super) fn reduce_lanes(acc: [__m512; 4]) -> f32 {
     // SAFETY: AVX-512 F (the callers' features).
+    let v = unsafe { _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])) };
+    reduce_pairs(v)
+}
+
+/// `reduce_add_16`'s halves, quarters and last pairs of `v`, the first adds of ggml's four
+/// accumulators.
+#[inline(always)]
+fn reduce_pairs(v: __m512) -> f32 {
+    // SAFETY: AVX-512 F (the callers' features).
     unsafe {
-        let v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
         let t8 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
         let t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps::<1>(t8));

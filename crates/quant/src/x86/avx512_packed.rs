@@ -75,12 +75,7 @@ pub(crate) fn pack_groups<P: Pack>(
     release: &(dyn Fn(&[u8]) + Sync),
 ) -> std::io::Result<memmap2::Mmap> {
     let bytes = groups * per_row * size_of::<P>();
-    // Zeroed pages straight from the system (page-aligned), as transparent huge pages where
-    // the system gives them: a five-hundredth of the page faults while packing, and of the
-    // TLB misses while streaming the weights.
-    let mut map = memmap2::MmapMut::map_anon(bytes.max(1))?;
-    #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
+    let mut map = anon_pages(bytes)?;
     let packed: &mut [P] = bytemuck::cast_slice_mut(&mut map[..bytes]);
     in_pieces(packed, per_row, &|first, out: &mut [P]| {
         for (i, group) in out.chunks_exact_mut(per_row).enumerate() {
@@ -93,6 +88,16 @@ pub(crate) fn pack_groups<P: Pack>(
         release(bytemuck::cast_slice(rows));
     });
     map.make_read_only()
+}
+
+/// `bytes` of zeroed pages straight from the system (page-aligned) for a packed matrix, as
+/// transparent huge pages where the system gives them: a five-hundredth of the page faults
+/// while packing, and of the TLB misses while streaming the weights.
+pub(crate) fn anon_pages(bytes: usize) -> std::io::Result<memmap2::MmapMut> {
+    let map = memmap2::MmapMut::map_anon(bytes.max(1))?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    Ok(map)
 }
 
 /// `out` (whole groups of `per_group` elements) filled piece by piece over the machine's
