@@ -4,7 +4,10 @@
 //! then the packed matrix, where the CPU has one). Each is timed `TILEBENCH_REPS` times (20
 //! unless set; more for a profile), the best reported. `TILEBENCH_ONLY=row`, `packed` or `tiles`
 //! runs that part alone (`none`: only the set-up), for counting a part's instructions apart, as
-//! under qemu-user on aarch64 (see docs/PERF.md).
+//! under qemu-user on aarch64 (see docs/PERF.md). `TILEBENCH_COLD=MIB` times the packed matrix
+//! cold instead, as prefill meets it: copies of it packed until they fill `MIB` MiB, each rep on
+//! the next copy. `TILEBENCH_IN_TILES=1` calls the packed matrix tile by tile, `tile_rows()` rows
+//! a call, as the engine's prefill does.
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -70,23 +73,40 @@ fn main() {
         );
     }
     // The packed matrix (made once, as the engine does at load time), where this CPU has one.
-    let packed = if runs("packed") {
-        synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap()
+    let cold_mib: usize = std::env::var("TILEBENCH_COLD").map_or(0, |m| m.parse().unwrap());
+    let in_tiles = std::env::var_os("TILEBENCH_IN_TILES").is_some();
+    let copies = (cold_mib << 20).div_ceil(w.len()).max(1);
+    let packed: Vec<_> = if runs("packed") {
+        (0..copies)
+            .map_while(|_| {
+                synapse_quant::pack_matrix(ty, repacked, &w, row_bytes, &|_| ()).unwrap()
+            })
+            .collect()
     } else {
-        None
+        Vec::new()
     };
-    if let Some(p) = packed {
-        let mut out = vec![0f32; p.rows() * n_tok];
+    if let Some(p0) = packed.first() {
+        let mut out = vec![0f32; p0.rows() * n_tok];
         let mut best = f64::MAX;
-        for _ in 0..reps {
+        for r in 0..reps {
+            let p = &packed[r % packed.len()];
             let t = Instant::now();
-            p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+            if in_tiles {
+                for r0 in (0..p.rows()).step_by(p.tile_rows()) {
+                    let r1 = (r0 + p.tile_rows()).min(p.rows());
+                    p.gemm(r0..r1, &a, n_tok, &mut out[..(r1 - r0) * n_tok])
+                        .unwrap();
+                }
+            } else {
+                p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+            }
             best = best.min(t.elapsed().as_secs_f64());
         }
-        let gmac = (p.rows() * cols * n_tok) as f64 / best / 1e9;
+        let gmac = (p0.rows() * cols * n_tok) as f64 / best / 1e9;
+        let part = if copies > 1 { "packed cold" } else { "packed" };
         println!(
             "{ty} repacked={repacked} {:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s",
-            "packed",
+            part,
             best * 1e3
         );
     }
