@@ -2769,8 +2769,13 @@ pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
     },
     kernel: super::f16::packed_kernel,
     block_bytes: ROWS * 2,
-    tile_weights: 1024 * 2048,
+    tile_weights: F16_TILE_WEIGHTS,
 };
+
+/// Weights of an F16 batch call. Each call lays its tokens out chain by chain first (a
+/// sixteenth of a pass's work per call of 1024 x 2048 weights, measured): calls of up to a
+/// whole 8192 x 2048 matrix do that once a matrix.
+const F16_TILE_WEIGHTS: usize = 8192 * 2048;
 
 /// The AVX-512 VNNI packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
 /// repacked order), if there is one.

@@ -652,28 +652,9 @@ unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
     }
 }
 
-/// A group's chains summed in the reference's order, lane by lane: `c[l]` holds chain `l` of
-/// sixteen rows; `(a0 + a2) + (a1 + a3)` over the four 16-lane accumulators, then
+/// Sixteen rows' chains summed in the reference's order, lane by lane, from the sixteen
+/// `(a0 + a2) + (a1 + a3)` sums of its four 16-lane accumulators (`v[m]`: lanes `m`): then
 /// [`crate::reference::dot::reduce_add_16`]'s halves, quarters and pairs.
-///
-/// # Safety
-/// The CPU must have AVX-512 F.
-#[inline(always)]
-unsafe fn reduce_chains(c: &[__m512; 64]) -> __m512 {
-    // SAFETY: the caller's CPU.
-    unsafe {
-        let mut v = [_mm512_setzero_ps(); 16];
-        for (m, v) in v.iter_mut().enumerate() {
-            *v = _mm512_add_ps(
-                _mm512_add_ps(c[m], c[32 + m]),
-                _mm512_add_ps(c[16 + m], c[48 + m]),
-            );
-        }
-        reduce_pairs(v)
-    }
-}
-
-/// [`reduce_chains`] from the sixteen `(a0 + a2) + (a1 + a3)` sums.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
@@ -768,13 +749,13 @@ unsafe fn gather_columns(rows: &[u16], k: usize, s: usize, chains: &mut [u16]) {
 }
 
 /// The packed kernels' copies: the call's tokens as f32 (one token: its values in the order
-/// they are read), and for a batch the tokens in blocks of sixteen chain by chain, a pass's
-/// rows widened, its chains' sums.
-type PackedCopies = (Vec<f32>, Vec<__m512>, Vec<__m512>, Vec<__m512>);
+/// they are read), and for a batch the tokens in blocks of sixteen chain by chain and a pass's
+/// sums.
+type PackedCopies = (Vec<f32>, Vec<f32>, Vec<__m512>);
 
 thread_local! {
     static PACKED_COPIES: std::cell::RefCell<PackedCopies> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new(), Vec::new())) };
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// Groups of sixteen packed rows (`p`, `k` values a row) times one token (`y`: its `np`
@@ -837,39 +818,48 @@ fn tail_f16(sum: f32, x: &[f16], y: &[f16]) -> f32 {
     <f16 as Elem>::tail(sum, x, y, 0)
 }
 
-/// Chain `l` of `G` groups of sixteen rows (`x[g]`: the chain's `s` registers) times `T`
-/// tokens (`y`: the chain's value of step `i` for token `t` at `16 i + t`), summed over the
-/// steps, into `p[(g * T + t) * 64 + l]`.
+/// Chain `m + 16 q` of `G` groups of sixteen packed rows times `T` tokens, summed over its `s`
+/// steps, into `c[g * T + t]`: `x[g]` is group `g` from the chain's step 0 on (step `i` at
+/// `64 i` values further, [`chain_at`]), widened as it is read; `y` the chain's value of step
+/// `i` for token `t` at `PASS_TOKENS i + t`.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F; `y` holds `16 (s - 1) + T` values (`s > 0`).
+/// The CPU must have AVX-512 F and F16C.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `g` and `t` index the accumulators and the operands
 unsafe fn chain_pass<const G: usize, const T: usize>(
-    x: [&[__m512]; G],
+    x: [&[f16]; G],
     y: &[f32],
     s: usize,
-    (p, l): (&mut [__m512], usize),
+    c: &mut [__m512],
 ) {
-    let y = &y[..(s - 1) * GROUP + T];
-    let x = x.map(|x| &x[..s]);
-    // SAFETY: the caller's CPU.
-    let mut acc = [[unsafe { _mm512_setzero_ps() }; T]; G];
-    for i in 0..s {
-        let xv: [__m512; G] = std::array::from_fn(|g| x[g][i]);
-        for t in 0..T {
-            // SAFETY: the caller's CPU.
-            unsafe {
-                let yv = _mm512_set1_ps(y[i * GROUP + t]);
+    if s == 0 {
+        return;
+    }
+    for x in x {
+        assert!(x.len() >= 64 * (s - 1) + GROUP);
+    }
+    assert!(T <= PASS_TOKENS && y.len() >= PASS_TOKENS * (s - 1) + T && c.len() >= G * T);
+    // SAFETY: the caller's CPU; step `i < s` reads sixteen values of `x[g]` from `64 i` and
+    // value `PASS_TOKENS i + t` of `y`, inside both (asserted above).
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); T]; G];
+        for i in 0..s {
+            let mut xv = [_mm512_setzero_ps(); G];
+            for g in 0..G {
+                xv[g] = _mm512_cvtph_ps(_mm256_loadu_si256(x[g].as_ptr().add(64 * i).cast()));
+            }
+            for t in 0..T {
+                let yv = _mm512_set1_ps(*y.as_ptr().add(i * PASS_TOKENS + t));
                 for g in 0..G {
                     acc[g][t] = _mm512_fmadd_ps(xv[g], yv, acc[g][t]);
                 }
             }
         }
-    }
-    for g in 0..G {
-        for t in 0..T {
-            p[(g * T + t) * 64 + l] = acc[g][t];
+        for g in 0..G {
+            for t in 0..T {
+                c[g * T + t] = acc[g][t];
+            }
         }
     }
 }
@@ -877,13 +867,19 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
 /// Groups a batch pass takes, and tokens.
 const PASS_GROUPS: usize = 3;
 const PASS_TOKENS: usize = 8;
+/// Outputs of a pass (sixteen rows each).
+const PASS_OUT: usize = PASS_GROUPS * PASS_TOKENS;
 
 /// Groups of sixteen packed rows (`p`, `k` values a row) times the `n_tok` tokens of `y`
 /// (`k` values each), into `out` (`(n_tok, rows)`): the tokens widened and laid out chain by
-/// chain once a call (blocks of sixteen, [`transpose16`]); for each block of up to
-/// [`PASS_GROUPS`] groups, its rows widened to f32 chain by chain, then passes of
-/// [`PASS_TOKENS`] tokens ([`chain_pass`]), each output's chains reduced in the reference's
-/// order ([`reduce_chains`]), then its tail.
+/// chain once a call (in blocks of [`PASS_TOKENS`], transposed sixteen at a time,
+/// [`transpose16`]); then for each block of up to [`PASS_GROUPS`] groups, lane by lane (the
+/// region of a lane's four chains in each group, read where it is packed: from memory once,
+/// then from cache), passes of [`PASS_TOKENS`] tokens over the four chains ([`chain_pass`])
+/// and their first adds; last each output's halves, quarters and pairs ([`reduce_pairs`]) and
+/// its tail. (Passes over all 64 chains token block by token block read a block's rows once a
+/// token block, from the second-level cache or, for rows of 8192 values, beyond it: 85 GMAC/s
+/// there against 100 with rows of 2048.)
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C; `p` holds whole groups, `y` `n_tok k`
@@ -895,25 +891,25 @@ unsafe fn gemm_packed(
     y: &[f16],
     n_tok: usize,
     out: &mut [f32],
-    (yp, wf, sums): (&mut Vec<__m512>, &mut Vec<__m512>, &mut Vec<__m512>),
+    (yp, sums): (&mut Vec<f32>, &mut Vec<__m512>),
 ) {
     let s = k / 64;
     let np = 64 * s;
     let groups = p.len() / (GROUP * k);
     let rows = GROUP * groups;
     // SAFETY: (the whole body) this function's caller's CPU; the reads below stay inside the
-    // slices (sliced to their lengths first), the passes' `y` holds 16 (s - 1) + nt values.
+    // slices (sliced to their lengths first).
     unsafe {
         let zero = _mm512_setzero_ps();
-        let blocks = n_tok.div_ceil(GROUP);
+        // Each block of PASS_TOKENS tokens: chain `l`'s value of step `i` for token `t` at
+        // `(l s + i) PASS_TOKENS + t`.
+        const PT: usize = PASS_TOKENS;
+        let block_len = 64 * s * PT;
         yp.clear();
-        yp.resize(blocks * 64 * s, zero);
-        for (b, at) in yp
-            .chunks_exact_mut((64 * s).max(1))
-            .take(blocks)
-            .enumerate()
-        {
+        yp.resize(n_tok.div_ceil(GROUP) * 2 * block_len, 0.0);
+        for (b, at) in yp.chunks_exact_mut((2 * block_len).max(1)).enumerate() {
             let tokens = b * GROUP..((b + 1) * GROUP).min(n_tok);
+            let (lo, hi) = at.split_at_mut(block_len);
             for i in 0..s {
                 for j in 0..4 {
                     let mut v = [zero; 16];
@@ -922,42 +918,56 @@ unsafe fn gemm_packed(
                     }
                     let v = transpose16(v);
                     for (c, v) in v.into_iter().enumerate() {
-                        at[(16 * j + c) * s + i] = v;
+                        let at = ((16 * j + c) * s + i) * PT;
+                        let v = _mm512_castps_pd(v);
+                        let (v0, v1) = (_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd::<1>(v));
+                        _mm256_storeu_pd(lo[at..][..PT].as_mut_ptr().cast(), v0);
+                        _mm256_storeu_pd(hi[at..][..PT].as_mut_ptr().cast(), v1);
                     }
                 }
             }
         }
-        wf.resize(PASS_GROUPS * 64 * s, zero);
-        sums.resize(PASS_GROUPS * PASS_TOKENS * 64, zero);
+        // The four chains of a lane's first adds, then the sixteen sums of each output
+        // (`(g, t)` of a block at `g n_tok + t`).
+        sums.resize(4 * PASS_OUT + 16 * PASS_GROUPS * n_tok, zero);
+        let (c4, v) = sums.split_at_mut(4 * PASS_OUT);
+        // A region: a group's four chains of one lane `m` (their `s` steps side by side).
+        let region = 4 * s * GROUP;
+        let passes = 4 * n_tok.div_ceil(PT);
         for g0 in (0..groups).step_by(PASS_GROUPS) {
             let n_g = (groups - g0).min(PASS_GROUPS);
-            for g in 0..n_g {
-                let x = &p[(g0 + g) * GROUP * k..][..GROUP * np];
-                let at = &mut wf[g * 64 * s..][..64 * s];
-                for m in 0..16 {
-                    for i in 0..s {
-                        for q in 0..4 {
-                            let from = x[chain_at(s, m, i, q) * GROUP..][..GROUP].as_ptr();
-                            at[(m + 16 * q) * s + i] = <f16 as Elem>::load16(from);
+            let block = &p[g0 * GROUP * k..(g0 + n_g) * GROUP * k];
+            for m in 0..if s > 0 { 16 } else { 0 } {
+                // The block's regions two lanes on (the next block's first two), requested a
+                // share a pass: every pass of lane m reads its region again, from cache, and
+                // the rows stream in once.
+                let (ahead, g_ahead) = match m + 2 {
+                    a if a < 16 => (a, g0),
+                    a => (a - 16, g0 + n_g),
+                };
+                let lines = 2 * region / 64;
+                let per_pass = lines.div_ceil(passes);
+                let mut requested = 0;
+                for t0 in (0..n_tok).step_by(PT) {
+                    let nt = (n_tok - t0).min(PT);
+                    let yb = &yp[t0 / PT * block_len..][..block_len];
+                    for q in 0..4 {
+                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
+                            let at =
+                                p[(g * k + chain_at(s, ahead, 0, 0)) * GROUP..][..region].as_ptr();
+                            for line in requested..(requested + per_pass).min(lines) {
+                                _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().add(64 * line));
+                            }
                         }
-                    }
-                }
-            }
-            for t0 in (0..n_tok).step_by(PASS_TOKENS) {
-                let nt = (n_tok - t0).min(PASS_TOKENS);
-                if s > 0 {
-                    // The block of token t0 as f32, from token t0 % 16 on.
-                    let b = &yp[t0 / GROUP * 64 * s..][..64 * s];
-                    let yb = std::slice::from_raw_parts(b.as_ptr().cast::<f32>(), b.len() * GROUP);
-                    for l in 0..64 {
-                        let yl = &yb[l * s * GROUP + t0 % GROUP..];
-                        let x3: [&[__m512]; PASS_GROUPS] =
-                            std::array::from_fn(|g| &wf[(g * 64 + l) * s..][..s]);
+                        requested = (requested + per_pass).min(lines);
+                        let yl = &yb[(m + 16 * q) * s * PT..];
+                        let c = &mut c4[q * PASS_OUT..][..PASS_OUT];
+                        let x = |g: usize| &block[(g * k + chain_at(s, m, 0, q)) * GROUP..];
                         macro_rules! pass {
                             ($g:literal; $($t:literal)*) => {{
-                                let x: [&[__m512]; $g] = std::array::from_fn(|g| x3[g]);
+                                let x: [&[f16]; $g] = std::array::from_fn(x);
                                 match nt {
-                                    $($t => chain_pass::<$g, $t>(x, yl, s, (sums, l)),)*
+                                    $($t => chain_pass::<$g, $t>(x, yl, s, c),)*
                                     _ => unreachable!("a pass takes 1..=PASS_TOKENS tokens"),
                                 }
                             }};
@@ -968,20 +978,30 @@ unsafe fn gemm_packed(
                             _ => pass!(3; 1 2 3 4 5 6 7 8),
                         }
                     }
-                } else {
-                    sums[..n_g * nt * 64].fill(zero);
-                }
-                for g in 0..n_g {
-                    let tails = &p[(g0 + g) * GROUP * k + GROUP * np..][..GROUP * (k - np)];
-                    for t in 0..nt {
-                        let c: &[__m512; 64] = sums[(g * nt + t) * 64..][..64].try_into().unwrap();
-                        let mut row_sums = [0f32; 16];
-                        _mm512_storeu_ps(row_sums.as_mut_ptr(), reduce_chains(c));
-                        let yt = &y[(t0 + t) * k + np..][..k - np];
-                        for (r, sum) in row_sums.into_iter().enumerate() {
-                            let x = &tails[r * (k - np)..][..k - np];
-                            out[(t0 + t) * rows + (g0 + g) * GROUP + r] = tail_f16(sum, x, yt);
+                    // `(a0 + a2) + (a1 + a3)`: chains m, m + 32, m + 16 and m + 48.
+                    for g in 0..n_g {
+                        for t in 0..nt {
+                            let c = |q: usize| c4[q * PASS_OUT + g * nt + t];
+                            v[16 * (g * n_tok + t0 + t) + m] =
+                                _mm512_add_ps(_mm512_add_ps(c(0), c(2)), _mm512_add_ps(c(1), c(3)));
                         }
+                    }
+                }
+            }
+            for g in 0..n_g {
+                let tails = &block[g * GROUP * k + GROUP * np..][..GROUP * (k - np)];
+                for t in 0..n_tok {
+                    let vs: [__m512; 16] = if s > 0 {
+                        v[16 * (g * n_tok + t)..][..16].try_into().unwrap()
+                    } else {
+                        [zero; 16]
+                    };
+                    let mut row_sums = [0f32; 16];
+                    _mm512_storeu_ps(row_sums.as_mut_ptr(), reduce_pairs(vs));
+                    let yt = &y[t * k + np..][..k - np];
+                    for (r, sum) in row_sums.into_iter().enumerate() {
+                        let x = &tails[r * (k - np)..][..k - np];
+                        out[t * rows + (g0 + g) * GROUP + r] = tail_f16(sum, x, yt);
                     }
                 }
             }
@@ -1012,7 +1032,7 @@ pub(crate) fn packed_kernel(
     {
         return Err(bad());
     }
-    PACKED_COPIES.with_borrow_mut(|(yf, yp, wf, sums)| {
+    PACKED_COPIES.with_borrow_mut(|(yf, yp, sums)| {
         if n_tok == 1 {
             // The token's values in the order the group's chains are read (a row of 8192
             // values read in column order missed the first-level cache: `ffn_down` streamed
@@ -1029,7 +1049,7 @@ pub(crate) fn packed_kernel(
             unsafe { gemv_entry(x, k, (yf, y), out) };
         } else {
             // SAFETY: as above.
-            unsafe { gemm_entry(x, k, y, n_tok, out, (yp, wf, sums)) };
+            unsafe { gemm_entry(x, k, y, n_tok, out, (yp, sums)) };
         }
     });
     Ok(())
@@ -1058,7 +1078,7 @@ unsafe fn gemm_entry(
     y: &[f16],
     n_tok: usize,
     out: &mut [f32],
-    copies: (&mut Vec<__m512>, &mut Vec<__m512>, &mut Vec<__m512>),
+    copies: (&mut Vec<f32>, &mut Vec<__m512>),
 ) {
     // SAFETY: the caller's.
     unsafe { gemm_packed(p, k, y, n_tok, out, copies) }
