@@ -264,6 +264,18 @@ fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
     prefetch_lines(at, lines * part / parts..lines * (part + 1) / parts);
 }
 
+/// Part `part` of `parts` of the lines of `bytes`, asked for now: what a batch's passes over
+/// one group request of the group after it, a share a pass, so that unpacking it does not
+/// wait for memory.
+#[inline(always)]
+pub(super) fn prefetch_share(bytes: &[u8], part: usize, parts: usize) {
+    let lines = bytes.len().div_ceil(64);
+    for line in lines * part / parts.max(1)..lines * (part + 1) / parts.max(1) {
+        // SAFETY: a prefetch reads nothing into the program and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().wrapping_add(64 * line).cast()) };
+    }
+}
+
 /// Rows of `w` with the activation row `a`, `R` rows at a time through `dot` (the last
 /// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
 /// checked as [`crate::codec::gemv_rows`] checks them. The kernels ask for their rows' bytes
