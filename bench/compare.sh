@@ -70,7 +70,7 @@ else
     n=32
     layers_1b=16
     layers_fmt=4
-    formats=(Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS F16)
+    formats=(Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K IQ4_NL IQ4_XS F16 BF16)
     outside_reps=7
 fi
 rounds=${ROUNDS:-$rounds}
@@ -96,7 +96,7 @@ files+=("$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf")
 for ty in "${formats[@]}"; do
     name="fmt-L$layers_fmt-$ty"
     case $ty in
-    F16 | Q8_0) synth "$name" llama-3.2-1b "$layers_fmt" "$ty" ;;
+    F16 | BF16 | Q8_0) synth "$name" llama-3.2-1b "$layers_fmt" "$ty" ;;
     *) synth "$name" llama-3.2-1b "$layers_fmt" "$ty" --pure ;;
     esac
     files+=("$models/$name.gguf")

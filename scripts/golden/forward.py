@@ -40,7 +40,7 @@ TOP_K = 64
 TINY_FTYPES = {
     "Q4_0": "Q4_0", "Q4_1": "Q4_1", "Q5_0": "Q5_0", "Q5_1": "Q5_1", "Q8_0": "Q8_0",
     "Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M", "Q6_K": "Q6_K",
-    "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS", "F16": "F16", "F32": "F32",
+    "IQ4_NL": "IQ4_NL", "IQ4_XS": "IQ4_XS", "F16": "F16", "BF16": "BF16", "F32": "F32",
 }
 TINY_IDS = [int(x) for x in np.random.default_rng(7).integers(0, 256, 96)]
 

@@ -80,7 +80,7 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
 
 const TINY: &[&str] = &[
     "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
-    "IQ4_XS", "F16", "F32",
+    "IQ4_XS", "F16", "BF16", "F32",
 ];
 
 /// The formats llama.cpp repacks on x86, in files with a tied output (no `output.weight`, 264

@@ -80,6 +80,25 @@ mod x86 {
         alone!("vpandd", "vpandd");
         alone!("vpshufb", "vpshufb");
         alone!("vfmadd231ps", "vfmadd231ps");
+        if is_x86_feature_detected!("avx512bf16") {
+            alone!("vdpbf16ps", "vdpbf16ps");
+            // Twelve chains: one instruction's latency over more than eight in flight.
+            let ns = time_body!(
+                "vdpbf16ps zmm0, zmm13, zmm14",
+                "vdpbf16ps zmm1, zmm13, zmm14",
+                "vdpbf16ps zmm2, zmm13, zmm14",
+                "vdpbf16ps zmm3, zmm13, zmm14",
+                "vdpbf16ps zmm4, zmm13, zmm14",
+                "vdpbf16ps zmm5, zmm13, zmm14",
+                "vdpbf16ps zmm6, zmm13, zmm14",
+                "vdpbf16ps zmm7, zmm13, zmm14",
+                "vdpbf16ps zmm8, zmm13, zmm14",
+                "vdpbf16ps zmm9, zmm13, zmm14",
+                "vdpbf16ps zmm10, zmm13, zmm14",
+                "vdpbf16ps zmm11, zmm13, zmm14",
+            );
+            println!("| vdpbf16ps (12 chains) | {:.1} |", 12.0 / ns);
+        }
         println!();
         // 512 products of four-value sums, each scaled by its group's scale.
         // One `vpmaddubsw` pair-sum step into accumulator `$acc` through `$tmp`.

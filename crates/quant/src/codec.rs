@@ -84,7 +84,7 @@ macro_rules! impl_blocks {
 impl_blocks! {
     f32: F32, dq::dequantize_f32, quantize qz::quantize_f32, dot f32 => dot::vec_dot_f32_f32;
     f16: F16, dq::dequantize_f16, quantize qz::quantize_f16, dot f16 => dot::vec_dot_f16_f16;
-    bf16: BF16, dq::dequantize_bf16, quantize qz::quantize_bf16, dot f32 => dot::vec_dot_bf16_f32;
+    bf16: BF16, dq::dequantize_bf16, quantize qz::quantize_bf16, dot bf16 => dot::vec_dot_bf16_bf16;
     BlockQ4_0: Q4_0, dq::dequantize_q4_0, dot BlockQ8_0 => dot::vec_dot_q4_0_q8_0;
     BlockQ4_1: Q4_1, dq::dequantize_q4_1, dot BlockQ8_1 => dot::vec_dot_q4_1_q8_1;
     BlockQ5_0: Q5_0, dq::dequantize_q5_0, dot BlockQ8_0 => dot::vec_dot_q5_0_q8_0;
@@ -309,6 +309,9 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
             };
             kernels.extend(k.map(|k| ("avx512vnni", k)));
         }
+        if ty == GgmlType::BF16 && crate::x86::bf16::has_avx512_bf16() {
+            kernels.push(("avx512bf16", crate::x86::bf16::gemm_bf16));
+        }
         if crate::x86::f16::has_avx512() {
             match ty {
                 GgmlType::F16 => kernels.push(("avx512", crate::x86::f16::gemm_512::<f16>)),
@@ -482,10 +485,11 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 
 /// The dot product the kernels run for a weight type, chosen at run time from the CPU's
 /// features: on x86-64 with AVX-512, its kernels for Q4_0, Q4_1, Q8_0, Q6_K (with VNNI), F16
-/// and F32 (`crate::x86::avx512`, `crate::x86::f16`); with AVX-VNNI, the 32-value formats'
+/// and F32 (`crate::x86::avx512`, `crate::x86::f16`) and, with AVX512-BF16, BF16
+/// (`crate::x86::bf16`: the reference's own `vdpbf16ps`); with AVX-VNNI, the 32-value formats'
 /// (`crate::x86::avxvnni`); with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
 /// formats, the K-quants, IQ4_NL, IQ4_XS, F16 and F32 (`crate::x86::avx2`, `crate::x86::f16`)
-/// and, for BF16, the reference compiled a
+/// and, for BF16 without AVX512-BF16, the reference compiled a
 /// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.

@@ -215,10 +215,11 @@ fn dot_products_match_ggml() {
         let want = floats(&f, &format!("{tag}.dot"));
         let ty = t.info.ggml_type;
         // The float formats were stored with F32 activations; the others in their dot type.
-        // F16 dots with F16 activations (as llama.cpp): round them, as its runtime does.
-        let act: Vec<u8> = if ty == GgmlType::F16 {
+        // F16 and BF16 dot with activations of their own type (as llama.cpp): round them, as
+        // its runtime does.
+        let act: Vec<u8> = if matches!(ty, GgmlType::F16 | GgmlType::BF16) {
             let x = dequantize(a.info.ggml_type, a.data).unwrap();
-            synapse_quant::quantize(GgmlType::F16, &x).unwrap()
+            synapse_quant::quantize(ty, &x).unwrap()
         } else {
             a.data.to_vec()
         };
@@ -247,11 +248,12 @@ fn dot_products_match_ggml() {
                     | GgmlType::IQ4_XS
                     | GgmlType::IQ4_NL
             );
-            // The golden F16 dots are float64 dots with the F32 activations: rounding those to
-            // F16 moves each term by at most 2^-11 of its size.
+            // The golden F16 and BF16 dots are float64 dots with the F32 activations: rounding
+            // those to F16 (BF16) moves each term by at most 2^-11 (2^-8) of its size.
             let tol = match ty {
                 _ if exact => 0.0,
                 GgmlType::F16 => (2f32.powi(-11) + 2e-5) * scale + 1e-30,
+                GgmlType::BF16 => (2f32.powi(-8) + 2e-5) * scale + 1e-30,
                 _ => 2e-5 * scale + 1e-30,
             };
             assert!(

@@ -261,6 +261,106 @@ fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
     assert!(dequantize(GgmlType::BF16, &q).unwrap()[0].is_nan());
 }
 
+/// BF16 values for the BF16 kernel tests: mostly of modest size (`tiny`: all near 1e-20, so
+/// that products and sums fall below f32's normal range, where `vdpbf16ps` flushes them to
+/// zero, and some near 1e18), some subnormal (which it takes as zero), some tinier, some
+/// negative zeros.
+fn bf16_values(rng: &mut StdRng, n: usize, odd: bool, tiny: bool) -> Vec<u8> {
+    let size = if tiny { 1e-20 } else { 3.0 };
+    let v: Vec<u16> = (0..n)
+        .map(|_| {
+            let bits = |x: f32| (x.to_bits() >> 16) as u16;
+            match rng.gen_range(0..if odd { 10 } else { 100 }) {
+                0 => rng.gen_range(1..0x80) | (rng.gen_range(0..2) << 15), // subnormal
+                1 => bits(rng.gen_range(-1.0f32..1.0) * 1e-20),
+                2 => bits(rng.gen_range(-1.0f32..1.0) * 1e-36),
+                3 => 0x8000,
+                // Against a subnormal, large enough that taking it as zero shows.
+                4 if tiny => bits(rng.gen_range(-1.0f32..1.0) * 1e18),
+                _ => bits(rng.gen_range(-1.0f32..1.0) * size),
+            }
+        })
+        .collect();
+    bytemuck::cast_slice(&v).to_vec()
+}
+
+/// The BF16 kernels this CPU runs (one row, rows, tiles of a batch) give the reference's bits
+/// (`vec_dot_bf16_bf16`: `vdpbf16ps` emulated, subnormals included) on every row length from
+/// one value to past several 64-value steps, and with values at the edges of f32's range.
+#[test]
+fn bf16_kernels_are_bit_identical_to_the_reference() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let ty = GgmlType::BF16;
+    let kernel = synapse_quant::vec_dot_kernel(ty).unwrap();
+    let matrix = synapse_quant::matrix_kernel(ty, false).unwrap();
+    let tiles = synapse_quant::gemm_kernels(ty, false);
+    let mut steps = 0;
+    for n in (1..=200).chain([255, 256, 257, 320, 1000]) {
+        let (odd, tiny) = (n % 3 == 0, n % 4 == 1);
+        let (rows, n_tok) = (rng.gen_range(1..6), rng.gen_range(1..15));
+        let w = bf16_values(&mut rng, rows * n, odd, tiny);
+        let a = bf16_values(&mut rng, n_tok * n, odd, tiny);
+        let (rb, ab) = (2 * n, 2 * n);
+        let want: Vec<f32> = (0..n_tok)
+            .flat_map(|t| {
+                let a = &a[t * ab..][..ab];
+                (0..rows)
+                    .map(|r| vec_dot(ty, &w[r * rb..][..rb], a).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let at = |t: usize, r: usize| want[t * rows + r].to_bits();
+        for t in 0..n_tok {
+            let a = &a[t * ab..][..ab];
+            for r in 0..rows {
+                let got = (kernel.f)(&w[r * rb..][..rb], a).unwrap();
+                assert_eq!(
+                    got.to_bits(),
+                    at(t, r),
+                    "one row: {n} values, row {r}, token {t}"
+                );
+            }
+            let mut out = vec![f32::NAN; rows];
+            (matrix.gemv)(&w, rb, a, &mut out).unwrap();
+            for (r, got) in out.iter().enumerate() {
+                assert_eq!(
+                    got.to_bits(),
+                    at(t, r),
+                    "rows: {n} values, row {r}, token {t}"
+                );
+            }
+        }
+        for (isa, gemm) in &tiles {
+            let mut out = vec![f32::NAN; rows * n_tok];
+            gemm(&w, rb, &a, n_tok, &mut out).unwrap();
+            for t in 0..n_tok {
+                for r in 0..rows {
+                    let got = out[t * rows + r].to_bits();
+                    assert_eq!(got, at(t, r), "{isa} tile: {n} values, row {r}, token {t}");
+                }
+            }
+        }
+        steps += n / 64;
+    }
+    assert!(steps > 20);
+    // A subnormal against a large value, in each place of a pair: `vdpbf16ps` takes it as zero
+    // (without that the product, about 3e-9, would be the sum).
+    for e in [4, 5, 36, 63] {
+        let mut w = vec![0u16; 128];
+        let mut a = vec![0u16; 128];
+        w[e] = 0x0040;
+        a[e] = (1e30f32.to_bits() >> 16) as u16;
+        let (w, a): (&[u8], &[u8]) = (bytemuck::cast_slice(&w), bytemuck::cast_slice(&a));
+        let want = vec_dot(ty, w, a).unwrap();
+        assert_eq!(want, 0.0, "value {e}: the reference keeps a subnormal");
+        assert_eq!(
+            (kernel.f)(w, a).unwrap().to_bits(),
+            want.to_bits(),
+            "value {e}"
+        );
+    }
+}
+
 /// The kernel chosen for this CPU (the reference recompiled for x86-64-v3 where the CPU has it)
 /// gives the reference's bits, on every format and odd block counts.
 #[test]
@@ -671,51 +771,65 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
 #[test]
 fn packed_f16_matrices_are_bit_identical_to_the_row_kernel() {
     let mut rng = StdRng::seed_from_u64(9);
-    let ty = GgmlType::F16;
-    let row_kernel = synapse_quant::matrix_kernel(ty, false).unwrap();
-    let mut packed = 0;
-    for k in [1, 37, 64, 100, 128, 200, 576, 2048 + 37] {
-        for rows in [16, 33, 50, 64] {
-            let w = random_weights(&mut rng, ty, rows * k);
-            let row_bytes = 2 * k;
-            let Some(p) = synapse_quant::pack_matrix(ty, false, &w, row_bytes, &|_| ()).unwrap()
-            else {
-                continue;
-            };
-            packed += 1;
-            assert_eq!(p.rows(), rows / 16 * 16);
-            for n_tok in (1..=17).chain([64, 93]) {
-                let x: Vec<f32> = (0..n_tok * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
-                let a = quantize(ty, &x).unwrap();
-                let mut out = vec![f32::NAN; p.rows() * n_tok];
-                p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
-                for t in 0..n_tok {
-                    for r in 0..p.rows() {
-                        let want = (row_kernel.f)(
-                            &w[r * row_bytes..(r + 1) * row_bytes],
-                            &a[t * row_bytes..(t + 1) * row_bytes],
-                        )
-                        .unwrap();
-                        assert_eq!(
-                            out[t * p.rows() + r].to_bits(),
-                            want.to_bits(),
-                            "F16 packed, {k} values: row {r} of {rows}, token {t} of {n_tok}"
-                        );
+    for ty in [GgmlType::F16, GgmlType::BF16] {
+        let row_kernel = synapse_quant::matrix_kernel(ty, false).unwrap();
+        let mut packed = 0;
+        for k in [1, 37, 64, 100, 128, 200, 576, 2048 + 37] {
+            for rows in [16, 33, 50, 64] {
+                // BF16: values at the edges of f32's range too (see `bf16_values`).
+                let (odd, tiny) = (rows == 33, rows == 50);
+                let w = match ty {
+                    GgmlType::BF16 => bf16_values(&mut rng, rows * k, odd, tiny),
+                    _ => random_weights(&mut rng, ty, rows * k),
+                };
+                let row_bytes = 2 * k;
+                let Some(p) =
+                    synapse_quant::pack_matrix(ty, false, &w, row_bytes, &|_| ()).unwrap()
+                else {
+                    continue;
+                };
+                packed += 1;
+                assert_eq!(p.rows(), rows / 16 * 16);
+                for n_tok in (1..=17).chain([64, 93]) {
+                    let a = match ty {
+                        GgmlType::BF16 => bf16_values(&mut rng, n_tok * k, odd, tiny),
+                        _ => {
+                            let x: Vec<f32> =
+                                (0..n_tok * k).map(|_| rng.gen_range(-3.0..3.0)).collect();
+                            quantize(ty, &x).unwrap()
+                        }
+                    };
+                    let mut out = vec![f32::NAN; p.rows() * n_tok];
+                    p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+                    for t in 0..n_tok {
+                        for r in 0..p.rows() {
+                            let want = (row_kernel.f)(
+                                &w[r * row_bytes..(r + 1) * row_bytes],
+                                &a[t * row_bytes..(t + 1) * row_bytes],
+                            )
+                            .unwrap();
+                            assert_eq!(
+                                out[t * p.rows() + r].to_bits(),
+                                want.to_bits(),
+                                "{ty} packed, {k} values: row {r} of {rows}, token {t} of {n_tok}"
+                            );
+                        }
                     }
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        if synapse_quant::kernel_isa() == "avx512vnni"
+            && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
+            && (ty == GgmlType::F16 || std::arch::is_x86_feature_detected!("avx512bf16"))
+        {
+            assert_eq!(
+                packed, 32,
+                "AVX-512 packs every {ty} matrix of sixteen rows or more"
+            );
+        }
+        eprintln!("{packed} packed {ty} matrices checked");
     }
-    #[cfg(target_arch = "x86_64")]
-    if synapse_quant::kernel_isa() == "avx512vnni"
-        && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
-    {
-        assert_eq!(
-            packed, 32,
-            "AVX-512 packs every F16 matrix of sixteen rows or more"
-        );
-    }
-    eprintln!("{packed} packed F16 matrices checked");
 }
 
 /// A matrix large enough that packing splits it into pieces over the threads (about 1 MiB

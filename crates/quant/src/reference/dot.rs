@@ -100,9 +100,73 @@ pub fn reduce_add_16(v: [f32; 16]) -> f32 {
     (t4[0] + t4[2]) + (t4[1] + t4[3])
 }
 
+/// BF16 weights with BF16 activations (llama.cpp rounds activations to BF16 for BF16 weights,
+/// [`crate::reference::quantize::quantize_bf16`]), in the order of ggml's `ggml_vec_dot_bf16`
+/// as llama.cpp's x86-64 build runs it on a CPU with AVX512-BF16 (the reference's): two
+/// accumulators of sixteen f32 lanes over 64-value steps, lane `l` of accumulator `j` taking
+/// the pair of values `64 i + 32 j + 2 l` and `+ 1` as `vdpbf16ps` does ([`dpbf16_lane`]: the
+/// odd one first); each accumulator reduced as `_mm512_reduce_add_ps` does
+/// ([`reduce_add_16`]) and added to an f64 sum, then the `n % 64` values left over, each
+/// product (exact in f32) added in f64.
 #[inline]
-pub fn vec_dot_bf16_f32(x: &[bf16], y: &[f32]) -> f32 {
-    x.iter().zip(y).map(|(a, b)| a.to_f32() * b).sum()
+pub fn vec_dot_bf16_bf16(x: &[bf16], y: &[bf16]) -> f32 {
+    let n = x.len().min(y.len());
+    let np = n & !63;
+    let mut acc = [[0.0f32; 16]; 2];
+    for i in (0..np).step_by(64) {
+        for (j, lanes) in acc.iter_mut().enumerate() {
+            for (l, a) in lanes.iter_mut().enumerate() {
+                let e = i + 32 * j + 2 * l;
+                *a = dpbf16_lane(*a, [x[e], x[e + 1]], [y[e], y[e + 1]]);
+            }
+        }
+    }
+    bf16_finish(acc, &x[np..n], &y[np..n])
+}
+
+/// The end of [`vec_dot_bf16_bf16`]: its two accumulators' lanes `acc` reduced and added in
+/// f64, then the values left over past the 64-value steps (`x`, `y`).
+#[inline]
+pub fn bf16_finish(acc: [[f32; 16]; 2], x: &[bf16], y: &[bf16]) -> f32 {
+    bf16_tail(reduce_add_16(acc[0]), reduce_add_16(acc[1]), x, y)
+}
+
+/// [`bf16_finish`] from its two reduced accumulators: ggml's f64 sum from zero (so that two
+/// negative zeros give a positive one), then the leftovers.
+#[inline]
+pub fn bf16_tail(r0: f32, r1: f32, x: &[bf16], y: &[bf16]) -> f32 {
+    let mut sum = 0.0f64;
+    sum += r0 as f64;
+    sum += r1 as f64;
+    for (x, y) in x.iter().zip(y) {
+        sum += (x.to_f32() * y.to_f32()) as f64;
+    }
+    sum as f32
+}
+
+/// One lane of `vdpbf16ps`: `acc + x1 y1`, then `+ x0 y0`, each a fused multiply-add rounded to
+/// nearest even, with subnormal inputs taken as zero and subnormal results flushed to zero (of
+/// their sign), as the instruction does whatever MXCSR says. (A product of two BF16 values is
+/// exact in f32, so fused or not is the same but for underflow.)
+#[inline(always)]
+pub fn dpbf16_lane(acc: f32, x: [bf16; 2], y: [bf16; 2]) -> f32 {
+    let daz = |v: bf16| {
+        let f = v.to_f32();
+        if f.is_subnormal() {
+            0.0f32.copysign(f)
+        } else {
+            f
+        }
+    };
+    let ftz = |v: f32| {
+        if v.is_subnormal() {
+            0.0f32.copysign(v)
+        } else {
+            v
+        }
+    };
+    let a = ftz(daz(x[1]).mul_add(daz(y[1]), ftz(acc)));
+    ftz(daz(x[0]).mul_add(daz(y[0]), a))
 }
 
 /// Σ over a 32-value block of `w(j) * y[j]`, with `w(j)` the integer weight of value `j`.

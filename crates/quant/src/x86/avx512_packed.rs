@@ -2779,6 +2779,23 @@ pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
     tile_weights: F16_TILE_WEIGHTS,
 };
 
+/// BF16 matrices, sixteen rows a register chain by chain (`super::bf16`'s packed layout), as
+/// F16's.
+pub(crate) static BF16_PACKED: PackedFormat = PackedFormat {
+    pack: |w, row_bytes, groups, release| {
+        if row_bytes % 2 != 0 || w.len() < groups * ROWS * row_bytes {
+            return Err(PackError::Quant(QuantError::ByteLength {
+                ty: GgmlType::BF16,
+                bytes: w.len(),
+            }));
+        }
+        super::bf16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
+    },
+    kernel: super::bf16::packed_kernel,
+    block_bytes: ROWS * 2,
+    tile_weights: F16_TILE_WEIGHTS,
+};
+
 /// Weights of an F16 batch call. Each call lays its tokens out chain by chain first (a
 /// sixteenth of a pass's work per call of 1024 x 2048 weights, measured): calls of up to a
 /// whole 8192 x 2048 matrix do that once a matrix.
@@ -2802,6 +2819,7 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
         (GgmlType::Q4_1, _) => Some(&Q4_1),
         (GgmlType::Q5_1, _) => Some(&Q5_1),
         (GgmlType::F16, _) => Some(&F16_PACKED),
+        (GgmlType::BF16, _) if super::bf16::has_avx512_bf16() => Some(&BF16_PACKED),
         _ => None,
     }
 }

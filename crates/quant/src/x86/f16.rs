@@ -659,7 +659,7 @@ unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
 /// # Safety
 /// The CPU must have AVX-512 F.
 #[inline(always)]
-unsafe fn reduce_pairs(mut v: [__m512; 16]) -> __m512 {
+pub(super) unsafe fn reduce_pairs(mut v: [__m512; 16]) -> __m512 {
     // SAFETY: the caller's CPU.
     unsafe {
         for i in 0..8 {

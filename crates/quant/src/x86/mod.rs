@@ -44,6 +44,7 @@ pub mod avx512_nl;
 pub(crate) mod avx512_packed;
 pub mod avx512_tile;
 pub mod avxvnni;
+pub mod bf16;
 pub mod f16;
 #[cfg(test)]
 mod tests;
@@ -442,11 +443,35 @@ float_512_entry! {
     f32_512, f32_512_gemv: f32;
 }
 
+/// Type-erased entry to the AVX512-BF16 kernel.
+pub fn bf16_512(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+    // SAFETY: `avx512_vec_dot` hands this entry out only after `bf16::has_avx512_bf16`.
+    dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16::<1>([x], y)[0] })
+}
+
+/// Type-erased entry to the AVX512-BF16 kernel over consecutive rows, one at a time (as F16's
+/// on AMD CPUs, where one row streams faster than four side by side).
+pub fn bf16_512_gemv(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let one = |x: [&[half::bf16]; 1], y: &[half::bf16]| {
+        // SAFETY: as above.
+        unsafe { bf16::dot_bf16::<1>(x, y) }
+    };
+    gemv_by::<half::bf16, 1>(w, row_bytes, a, out, one, one)
+}
+
 type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
 /// The AVX-512 VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has those
 /// features and there is one.
 pub(crate) fn avx512_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
+    if ty == GgmlType::BF16 && bf16::has_avx512_bf16() {
+        return Some((bf16_512 as DotFn, bf16_512_gemv as GemvFn));
+    }
     if f16::has_avx512() {
         match ty {
             GgmlType::F16 => return Some((f16_512 as DotFn, f16_512_gemv as GemvFn)),

@@ -1,0 +1,625 @@
+//! BF16 weights against BF16 activations with `vdpbf16ps` (AVX512-BF16), in the order of
+//! ggml's `ggml_vec_dot_bf16` as llama.cpp's x86-64 build runs it on such a CPU
+//! ([`crate::reference::dot::vec_dot_bf16_bf16`]): two accumulators of sixteen lanes over
+//! 64-value steps, each lane taking a pair of values a step with the very instruction the
+//! reference names, then each accumulator reduced and the leftovers added in f64
+//! ([`crate::reference::dot::bf16_finish`]; here the reductions run in registers). Every
+//! output runs exactly those operations; only how many outputs share a loop differs:
+//!
+//! - [`dot_bf16`]: `R` rows at once, one token.
+//! - [`gemm_bf16`]: tiles for batches, [`TILE_ROWS`] rows by [`TILE_TOKENS`] tokens, each step
+//!   loading a row's and a token's 64 values once for the whole tile (for the rows of a
+//!   matrix past its last group of sixteen).
+//! - [`packed_kernel`]: matrices packed at load time, sixteen rows in the lanes of each of the
+//!   reference's 32 chains ([`pack_rows`]), one token and batches: a batch step is one
+//!   instruction for sixteen outputs, and the lanes' reduction is vertical.
+//!
+//! A CPU without AVX512-BF16 runs the reference (compiled for AVX2 where it has it).
+
+use std::arch::x86_64::*;
+
+use half::bf16;
+
+use super::{prefetch_lines_by, PREFETCH_BOTH};
+use crate::reference::dot::bf16_tail;
+use crate::QuantError;
+
+/// Whether this CPU has AVX-512 F with BF16 (and `SYNAPSE_ISA` allows the AVX-512 tier).
+pub fn has_avx512_bf16() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        super::tier_allowed("avx512vnni")
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bf16")
+    })
+}
+
+/// 32 values from `p` as the pairs `vdpbf16ps` takes.
+///
+/// # Safety
+/// `p..p + 32` must be readable; the CPU must have AVX-512 F and BF16.
+#[inline(always)]
+unsafe fn load32(p: *const bf16) -> __m512bh {
+    // SAFETY: the caller's bounds; any 64 bytes are 32 BF16 values.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(p.cast())) }
+}
+
+/// Sixteen lanes summed in [`crate::reference::dot::reduce_add_16`]'s order (that of
+/// `_mm512_reduce_add_ps`): halves, quarters, then the last four pairwise.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn reduce16(v: __m512) -> f32 {
+    // SAFETY: the caller's CPU.
+    unsafe {
+        let v = _mm512_castps_pd(v);
+        let h = _mm256_add_ps(
+            _mm256_castpd_ps(_mm512_castpd512_pd256(v)),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(v)),
+        );
+        let q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        // Lanes 0, 1: t0 + t2, t1 + t3.
+        let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)))
+    }
+}
+
+/// An output's two accumulators reduced and its leftovers added
+/// ([`crate::reference::dot::bf16_finish`]).
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn finish(acc: [__m512; 2], x: &[bf16], y: &[bf16]) -> f32 {
+    // SAFETY: the caller's CPU.
+    unsafe { bf16_tail(reduce16(acc[0]), reduce16(acc[1]), x, y) }
+}
+
+/// `R` rows (each at least `y.len()` long) with one activation row.
+#[target_feature(enable = "avx512f,avx512bf16")]
+pub fn dot_bf16<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [f32; R] {
+    let n = y.len();
+    let x = x.map(|r| &r[..n]);
+    let np = n & !63;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let mut i = 0;
+    while i < np {
+        // Each row's bytes ahead of this step's 64 values (two lines), as the F16 rows ask.
+        for r in x {
+            prefetch_lines_by(r.as_ptr().wrapping_add(i).cast(), 0..2, PREFETCH_BOTH);
+        }
+        // SAFETY: i + 64 <= np <= n, the length of `y` and of every row.
+        unsafe {
+            let yv = [load32(y.as_ptr().add(i)), load32(y.as_ptr().add(i + 32))];
+            for (acc, x) in acc.iter_mut().zip(&x) {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    *a = _mm512_dpbf16_ps(*a, load32(x.as_ptr().add(i + 32 * j)), yv[j]);
+                }
+            }
+        }
+        i += 64;
+    }
+    // (A loop, not `from_fn`: a closure would not share this function's features.)
+    let mut out = [0f32; R];
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: this function's features.
+        *o = unsafe { finish(acc[r], &x[r][np..], &y[np..]) };
+    }
+    out
+}
+
+/// Rows and tokens of a batch tile.
+pub const TILE_ROWS: usize = 2;
+pub const TILE_TOKENS: usize = 4;
+
+/// `R` rows times `T` tokens (each `k` values), into `out[t][r]`: both of each output's
+/// accumulators in registers, each step loading a row's and a token's 64 values once for the
+/// tile.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16; every slice holds `k` values.
+#[inline(always)]
+unsafe fn tile<const R: usize, const T: usize>(
+    x: [&[bf16]; R],
+    y: [&[bf16]; T],
+    k: usize,
+) -> [[f32; R]; T] {
+    const { assert!(R * T <= TILE_ROWS * TILE_TOKENS) };
+    let np = k & !63;
+    // SAFETY: (the whole body) the caller's CPU; step i reads values i..i + 64 <= np <= k of
+    // each slice.
+    unsafe {
+        let zero = std::mem::transmute::<__m512i, __m512bh>(_mm512_setzero_si512());
+        let xp = x.map(|x| x.as_ptr());
+        let yp = y.map(|y| y.as_ptr());
+        let mut acc = [[_mm512_setzero_ps(); 2]; TILE_ROWS * TILE_TOKENS];
+        let mut i = 0;
+        while i < np {
+            let mut xv = [[zero; 2]; R];
+            for r in 0..R {
+                prefetch_lines_by(xp[r].wrapping_add(i).cast(), 0..2, PREFETCH_BOTH);
+                xv[r] = [load32(xp[r].add(i)), load32(xp[r].add(i + 32))];
+            }
+            for t in 0..T {
+                let yv = [load32(yp[t].add(i)), load32(yp[t].add(i + 32))];
+                for r in 0..R {
+                    for j in 0..2 {
+                        acc[t * R + r][j] = _mm512_dpbf16_ps(acc[t * R + r][j], xv[r][j], yv[j]);
+                    }
+                }
+            }
+            i += 64;
+        }
+        // (Loops, not `from_fn`: a closure would not share the callers' features.)
+        let mut out = [[0f32; R]; T];
+        for t in 0..T {
+            for r in 0..R {
+                out[t][r] = finish(acc[t * R + r], &x[r][np..k], &y[t][np..k]);
+            }
+        }
+        out
+    }
+}
+
+/// Rows of `w` (`k` values each) times the `n_tok` tokens of `y`, into `out` (`(n_tok,
+/// rows)`), in tiles of [`TILE_ROWS`] x [`TILE_TOKENS`] (smaller at the edges), blocks of
+/// rows at a time ([`BLOCK_BYTES`]).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16; `w` holds whole rows, `y` `n_tok k` values and `out`
+/// `n_tok` outputs a row.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn gemm_unchecked(w: &[bf16], y: &[bf16], k: usize, out: &mut [f32]) {
+    let rows = w.len() / k.max(1);
+    let n_tok = y.len() / k.max(1);
+    let row = |r: usize| &w[r * k..][..k];
+    let tok = |t: usize| &y[t * k..][..k];
+    let block = (BLOCK_BYTES / (2 * k).max(1))
+        .clamp(1, 64)
+        .next_multiple_of(TILE_ROWS);
+    for b0 in (0..rows).step_by(block) {
+        let b1 = rows.min(b0 + block);
+        for t0 in (0..n_tok).step_by(TILE_TOKENS) {
+            for r0 in (b0..b1).step_by(TILE_ROWS) {
+                macro_rules! run {
+                    ($r:literal, $t:literal) => {{
+                        let x: [&[bf16]; $r] = std::array::from_fn(|r| row(r0 + r));
+                        let ys: [&[bf16]; $t] = std::array::from_fn(|t| tok(t0 + t));
+                        // SAFETY: this function's features; every slice holds k values.
+                        let v = unsafe { tile::<$r, $t>(x, ys, k) };
+                        for (t, v) in v.iter().enumerate() {
+                            out[(t0 + t) * rows + r0..][..$r].copy_from_slice(v);
+                        }
+                    }};
+                }
+                macro_rules! rows {
+                    ($r:literal) => {
+                        match (n_tok - t0).min(TILE_TOKENS) {
+                            4 => run!($r, 4),
+                            3 => run!($r, 3),
+                            2 => run!($r, 2),
+                            _ => run!($r, 1),
+                        }
+                    };
+                }
+                match (b1 - r0).min(TILE_ROWS) {
+                    2 => rows!(2),
+                    _ => rows!(1),
+                }
+            }
+        }
+    }
+}
+
+/// Weight bytes of the rows a batch takes together, each token tile passing over all of them
+/// before the next (so that they stay in the second-level cache while the tile's tokens stay
+/// in the first).
+const BLOCK_BYTES: usize = 128 << 10;
+
+tiled_entry! {
+    /// The AVX512-BF16 tile entry ([`crate::GemmFn`]).
+    gemm_bf16: bf16 => gemm_unchecked
+}
+
+// ---------------------------------------------------------------------------------------------
+// BF16 matrices packed at load time (as F16's, `super::f16`): sixteen rows in the lanes of each
+// of the reference's 32 chains (accumulator `j`, lane `m`: the pairs `64 i + 32 j + 2 m`, `+ 1`
+// of step `i`), so that a step of a batch is one `vdpbf16ps` of a weight register by one
+// token's pair, broadcast, for sixteen outputs at once, and the lanes' reduction is vertical.
+// A group of sixteen rows of `k` values (`s = k / 64` steps, `np = 64 s`):
+//
+// - for `m` in 0..16, for step `i` in 0..s, for `j` in 0..2: chain `16 j + m`'s pair of step
+//   `i`, sixteen rows (64 bytes): both accumulators' lane `m` side by side, so that one token
+//   reads the group as one stream;
+// - then each row's `k - np` values, row by row.
+
+/// Rows of a packed group.
+const GROUP: usize = 16;
+
+/// Where chain `16 j + m`'s step `i` lies in a packed group of `s` steps, in registers of
+/// sixteen rows' pairs (its 32-bit words at `16 *` that): the layout above.
+#[inline(always)]
+fn chain_at(s: usize, m: usize, i: usize, j: usize) -> usize {
+    (m * s + i) * 2 + j
+}
+
+/// Pack the first `groups` groups of sixteen rows of a BF16 matrix (`w`: its rows, `row_bytes`
+/// each) in the layout above, into new anonymous memory (as F16's `pack_rows`).
+pub(crate) fn pack_rows(
+    w: &[u8],
+    row_bytes: usize,
+    groups: usize,
+    release: &(dyn Fn(&[u8]) + Sync),
+) -> std::io::Result<memmap2::Mmap> {
+    let k = row_bytes / 2;
+    let s = k / 64;
+    let np = 64 * s;
+    let group_bytes = GROUP * row_bytes;
+    let bytes = groups * group_bytes;
+    let mut map = super::avx512_packed::anon_pages(bytes)?;
+    let pack_group = |g: usize, out: &mut [u8]| {
+        let rows = &w[g * group_bytes..(g + 1) * group_bytes];
+        let (chains, tails) = out.split_at_mut(2 * GROUP * np);
+        // SAFETY: `pack_rows` is handed out only on AVX-512 CPUs (as the format's kernel).
+        unsafe { gather_pairs(rows, k, s, chains) };
+        if k > np {
+            for (r, d) in tails.chunks_exact_mut(2 * (k - np)).enumerate() {
+                d.copy_from_slice(&rows[r * row_bytes + 2 * np..(r + 1) * row_bytes]);
+            }
+        }
+    };
+    super::avx512_packed::in_pieces(&mut map[..bytes], group_bytes, &|first, out| {
+        for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
+            pack_group(first + i, out);
+        }
+        let n = out.len() / group_bytes;
+        release(&w[first * group_bytes..(first + n) * group_bytes]);
+    });
+    map.make_read_only()
+}
+
+/// The chains of a group (`rows`: sixteen rows of `k` values, as bytes) into `chains` in the
+/// packed layout.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[target_feature(enable = "avx512f")]
+unsafe fn gather_pairs(rows: &[u8], k: usize, s: usize, chains: &mut [u8]) {
+    assert!(rows.len() >= GROUP * 2 * k && chains.len() >= GROUP * 4 * 32 * s && 64 * s <= k);
+    // Byte offsets of the sixteen rows.
+    let at = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((2 * k) as i32),
+    );
+    for m in 0..16 {
+        for i in 0..s {
+            for j in 0..2 {
+                let value = 64 * i + 32 * j + 2 * m;
+                let dst = chain_at(s, m, i, j) * 64;
+                // SAFETY: values `value`, `value + 1` < 64 s <= k of every row: four bytes at
+                // each offset, inside `rows`; 64 bytes at `dst`, inside `chains`.
+                unsafe {
+                    let v = _mm512_i32gather_epi32::<1>(at, rows[2 * value..].as_ptr().cast());
+                    _mm512_storeu_si512(chains[dst..][..64].as_mut_ptr().cast(), v);
+                }
+            }
+        }
+    }
+}
+
+/// A token's pair `p` broadcast to every lane.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16.
+#[inline(always)]
+unsafe fn bcast(p: u32) -> __m512bh {
+    // SAFETY: any 64 bytes are 32 BF16 values; the caller's CPU.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(p as i32)) }
+}
+
+/// A packed register: sixteen rows' pairs.
+///
+/// # Safety
+/// `p..p + 16` must be readable; the CPU must have AVX-512 F and BF16.
+#[inline(always)]
+unsafe fn load_rows(p: *const u32) -> __m512bh {
+    // SAFETY: the caller's bounds and CPU.
+    unsafe { std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(p.cast())) }
+}
+
+/// Sixteen rows' two reduced accumulators (`v[j][m]`: accumulator `j`'s lane `m` of each row)
+/// into `out`, each row's leftovers added ([`bf16_tail`]; `tails`: the group's rows past
+/// `np`, `y`: the token's).
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+unsafe fn finish_group(v: &[[__m512; 16]; 2], tails: &[bf16], y: &[bf16], out: &mut [f32]) {
+    let mut r = [[0f32; 16]; 2];
+    for (r, v) in r.iter_mut().zip(v) {
+        // SAFETY: the caller's CPU; sixteen f32.
+        unsafe { _mm512_storeu_ps(r.as_mut_ptr(), super::f16::reduce_pairs(*v)) };
+    }
+    let tail = y.len();
+    for (row, o) in out.iter_mut().enumerate().take(GROUP) {
+        *o = bf16_tail(r[0][row], r[1][row], &tails[row * tail..][..tail], y);
+    }
+}
+
+/// Groups of sixteen packed rows (`p`, `k` values a row) times one token (`yc`: its pairs in
+/// the order of the group's chains, [`chain_at`]; `y`: its values, for the leftovers), into
+/// `out` (sixteen a group): each group and the token read as one stream each.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16; `p` holds whole groups, `yc` `32 s` pairs, `y` `k`
+/// values, `out` sixteen a group.
+#[target_feature(enable = "avx512f,avx512bf16")]
+#[allow(clippy::needless_range_loop)] // `m` indexes both accumulators' lanes
+unsafe fn gemv_packed(p: &[u32], k: usize, (yc, y): (&[u32], &[bf16]), out: &mut [f32]) {
+    let s = k / 64;
+    let np = 64 * s;
+    let group = GROUP * k / 2;
+    let (chains, yc) = (32 * s * GROUP, &yc[..32 * s]);
+    for (g, out) in p.chunks_exact(group).zip(out.chunks_exact_mut(GROUP)) {
+        let x = &g[..chains];
+        let mut v = [[_mm512_setzero_ps(); 16]; 2];
+        for m in 0..16 {
+            let mut acc = [_mm512_setzero_ps(); 2];
+            for i in 0..s {
+                let at = chain_at(s, m, i, 0);
+                prefetch_lines_by(x[16 * at..].as_ptr().cast(), 0..2, super::prefetch_plan());
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: this function's features; sixteen words of `x` at 16 (at + j) <
+                    // 32 s 16, pair at + j of `yc`.
+                    unsafe {
+                        let w = load_rows(x[16 * (at + j)..][..16].as_ptr());
+                        *a = _mm512_dpbf16_ps(*a, w, bcast(yc[at + j]));
+                    }
+                }
+            }
+            v[0][m] = acc[0];
+            v[1][m] = acc[1];
+        }
+        let tails: &[bf16] = bytemuck::cast_slice(&g[chains..]);
+        // SAFETY: this function's features.
+        unsafe { finish_group(&v, tails, &y[np..k], out) };
+    }
+}
+
+/// Groups a batch pass takes, and tokens.
+const PASS_GROUPS: usize = 3;
+const PASS_TOKENS: usize = 8;
+/// Outputs of a pass (sixteen rows each).
+const PASS_OUT: usize = PASS_GROUPS * PASS_TOKENS;
+
+/// Chain `16 j + m` of `G` groups of sixteen packed rows times `T` tokens, summed over its `s`
+/// steps, into `c[g * T + t]`: `x[g]` is group `g` from the chain's step 0 on (step `i` at
+/// `32 i` words further, [`chain_at`]); `y` the tokens' pairs of the chain, step `i` token `t`
+/// at `2 PASS_TOKENS i + t`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `g` and `t` index the accumulators and the operands
+unsafe fn chain_pass<const G: usize, const T: usize>(
+    x: [&[u32]; G],
+    y: &[u32],
+    s: usize,
+    c: &mut [__m512],
+) {
+    if s == 0 {
+        return;
+    }
+    for x in x {
+        assert!(x.len() >= 32 * (s - 1) + GROUP);
+    }
+    assert!(T <= PASS_TOKENS && y.len() >= 2 * PASS_TOKENS * (s - 1) + T && c.len() >= G * T);
+    // SAFETY: the caller's CPU; step `i < s` reads sixteen words of `x[g]` from `32 i` and
+    // word `2 PASS_TOKENS i + t` of `y`, inside both (asserted above).
+    unsafe {
+        let zero = std::mem::transmute::<__m512i, __m512bh>(_mm512_setzero_si512());
+        let mut acc = [[_mm512_setzero_ps(); T]; G];
+        for i in 0..s {
+            let mut xv = [zero; G];
+            for g in 0..G {
+                xv[g] = load_rows(x[g].as_ptr().add(32 * i));
+            }
+            for t in 0..T {
+                let yv = bcast(*y.as_ptr().add(2 * PASS_TOKENS * i + t));
+                for g in 0..G {
+                    acc[g][t] = _mm512_dpbf16_ps(acc[g][t], xv[g], yv);
+                }
+            }
+        }
+        for g in 0..G {
+            for t in 0..T {
+                c[g * T + t] = acc[g][t];
+            }
+        }
+    }
+}
+
+/// The pair of values `v`, `v + 1` of a token, as `vdpbf16ps` takes it.
+#[inline(always)]
+fn pair(y: &[bf16], v: usize) -> u32 {
+    y[v].to_bits() as u32 | (y[v + 1].to_bits() as u32) << 16
+}
+
+/// Groups of sixteen packed rows (`p`, `k` values a row) times the `n_tok` tokens of `y`
+/// (`k` values each), into `out` (`(n_tok, rows)`), as F16's batch kernel: the tokens' pairs
+/// laid out chain by chain once a call (blocks of [`PASS_TOKENS`]); then for each block of up
+/// to [`PASS_GROUPS`] groups, lane by lane (the region of a lane's two chains in each group,
+/// read from memory once, then from cache, the region two lanes on requested a share a pass),
+/// passes of [`PASS_TOKENS`] tokens over its two chains ([`chain_pass`]); last each output's
+/// two accumulators reduced and its leftovers added ([`finish_group`]).
+///
+/// # Safety
+/// The CPU must have AVX-512 F and BF16; `p` holds whole groups, `y` `n_tok k` values, `out`
+/// `n_tok` outputs a row.
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn gemm_packed(
+    p: &[u32],
+    k: usize,
+    y: &[bf16],
+    n_tok: usize,
+    out: &mut [f32],
+    (yp, sums): (&mut Vec<u32>, &mut Vec<__m512>),
+) {
+    const PT: usize = PASS_TOKENS;
+    let s = k / 64;
+    let np = 64 * s;
+    let group = GROUP * k / 2;
+    let groups = p.len() / group;
+    let rows = GROUP * groups;
+    // Each block of PT tokens: chain `16 j + m`'s pair of step `i` for token `t` at
+    // `chain_at(s, m, i, j) PT + t`.
+    let block_len = 32 * s * PT;
+    yp.clear();
+    yp.resize(n_tok.div_ceil(PT) * block_len, 0);
+    for t in 0..n_tok {
+        let (yt, at) = (&y[t * k..][..k], &mut yp[t / PT * block_len..][..block_len]);
+        for m in 0..16 {
+            for i in 0..s {
+                for j in 0..2 {
+                    at[chain_at(s, m, i, j) * PT + t % PT] = pair(yt, 64 * i + 32 * j + 2 * m);
+                }
+            }
+        }
+    }
+    // SAFETY: (the whole body) this function's CPU; the reads below stay inside the slices
+    // (sliced to their lengths first).
+    unsafe {
+        let zero = _mm512_setzero_ps();
+        // A pass's two chains, then the 32 lanes' sums of each output (`(g, t)` of a block at
+        // `32 (g n_tok + t)`, accumulator j's lane m at `16 j + m`).
+        sums.resize(2 * PASS_OUT + 32 * PASS_GROUPS * n_tok, zero);
+        let (c2, v) = sums.split_at_mut(2 * PASS_OUT);
+        // A region: a group's two chains of one lane `m` (their `s` steps side by side).
+        let region = 32 * s;
+        let lines = 4 * region / 64;
+        let per_pass = lines.div_ceil(2 * n_tok.div_ceil(PT));
+        for g0 in (0..groups).step_by(PASS_GROUPS) {
+            let n_g = (groups - g0).min(PASS_GROUPS);
+            let block = &p[g0 * group..(g0 + n_g) * group];
+            for m in 0..if s > 0 { 16 } else { 0 } {
+                let (ahead, g_ahead) = match m + 2 {
+                    a if a < 16 => (a, g0),
+                    a => (a - 16, g0 + n_g),
+                };
+                let mut requested = 0;
+                for t0 in (0..n_tok).step_by(PT) {
+                    let nt = (n_tok - t0).min(PT);
+                    let yb = &yp[t0 / PT * block_len..][..block_len];
+                    for j in 0..2 {
+                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
+                            let at = p[g * group + chain_at(s, ahead, 0, 0) * GROUP..][..region]
+                                .as_ptr();
+                            for line in requested..(requested + per_pass).min(lines) {
+                                _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().add(64 * line));
+                            }
+                        }
+                        requested = (requested + per_pass).min(lines);
+                        let yl = &yb[chain_at(s, m, 0, j) * PT..];
+                        let c = &mut c2[j * PASS_OUT..][..PASS_OUT];
+                        let x = |g: usize| &block[g * group + chain_at(s, m, 0, j) * GROUP..];
+                        macro_rules! pass {
+                            ($g:literal; $($t:literal)*) => {{
+                                let x: [&[u32]; $g] = std::array::from_fn(x);
+                                match nt {
+                                    $($t => chain_pass::<$g, $t>(x, yl, s, c),)*
+                                    _ => unreachable!("a pass takes 1..=PASS_TOKENS tokens"),
+                                }
+                            }};
+                        }
+                        match n_g {
+                            1 => pass!(1; 1 2 3 4 5 6 7 8),
+                            2 => pass!(2; 1 2 3 4 5 6 7 8),
+                            _ => pass!(3; 1 2 3 4 5 6 7 8),
+                        }
+                    }
+                    for g in 0..n_g {
+                        for t in 0..nt {
+                            let o = 32 * (g * n_tok + t0 + t);
+                            v[o + m] = c2[g * nt + t];
+                            v[o + 16 + m] = c2[PASS_OUT + g * nt + t];
+                        }
+                    }
+                }
+            }
+            for g in 0..n_g {
+                let tails: &[bf16] = bytemuck::cast_slice(
+                    &block[g * group + 32 * s * GROUP..][..group - 32 * s * GROUP],
+                );
+                for t in 0..n_tok {
+                    let mut acc = [[zero; 16]; 2];
+                    if s > 0 {
+                        let o = 32 * (g * n_tok + t);
+                        acc[0].copy_from_slice(&v[o..o + 16]);
+                        acc[1].copy_from_slice(&v[o + 16..o + 32]);
+                    }
+                    let o = &mut out[t * rows + (g0 + g) * GROUP..][..GROUP];
+                    finish_group(&acc, tails, &y[t * k + np..(t + 1) * k], o);
+                }
+            }
+        }
+    }
+}
+
+/// The packed kernels' copies: one token's pairs in the order they are read, a batch's in
+/// blocks of tokens, and a batch's sums.
+type PackedCopies = (Vec<u32>, Vec<u32>, Vec<__m512>);
+
+thread_local! {
+    static PACKED_COPIES: std::cell::RefCell<PackedCopies> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+}
+
+/// The packed BF16 kernel (`avx512_packed::PackedFn`): `p` whole groups of `k = per_row`
+/// values a row, `a` the `n_tok` tokens' BF16 activations, `out` `(n_tok, rows)`.
+pub(crate) fn packed_kernel(
+    p: &[u8],
+    per_row: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let k = per_row;
+    let bad = || QuantError::DotLength {
+        ty: crate::GgmlType::BF16,
+        act: crate::GgmlType::BF16,
+        weights: p.len() / 2,
+        activations: a.len() / 2,
+    };
+    let x: &[u32] = bytemuck::try_cast_slice(p).map_err(|_| bad())?;
+    let y: &[bf16] = bytemuck::try_cast_slice(a).map_err(|_| bad())?;
+    let group = GROUP * k / 2;
+    if k == 0
+        || x.len() % group != 0
+        || y.len() != n_tok * k
+        || out.len() != n_tok * GROUP * (x.len() / group)
+    {
+        return Err(bad());
+    }
+    PACKED_COPIES.with_borrow_mut(|(yc, yp, sums)| {
+        if n_tok == 1 {
+            let s = k / 64;
+            yc.clear();
+            yc.resize(32 * s, 0);
+            for m in 0..16 {
+                for i in 0..s {
+                    for j in 0..2 {
+                        yc[chain_at(s, m, i, j)] = pair(y, 64 * i + 32 * j + 2 * m);
+                    }
+                }
+            }
+            // SAFETY: `crate::packed` hands this format out only on CPUs with AVX512-BF16; the
+            // sizes agree (checked above).
+            unsafe { gemv_packed(x, k, (yc, y), out) };
+        } else {
+            // SAFETY: as above.
+            unsafe { gemm_packed(x, k, y, n_tok, out, (yp, sums)) };
+        }
+    });
+    Ok(())
+}
