@@ -489,8 +489,7 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 /// (`crate::x86::bf16`: the reference's own `vdpbf16ps`); with AVX-VNNI, the 32-value formats'
 /// (`crate::x86::avxvnni`); with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
 /// formats, the K-quants, IQ4_NL, IQ4_XS, F16 and F32 (`crate::x86::avx2`, `crate::x86::f16`)
-/// and, for BF16 without AVX512-BF16, the reference compiled a
-/// second time for those features; on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
+/// and BF16 (`vdpbf16ps` emulated, `crate::x86::bf16`); on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
@@ -573,14 +572,6 @@ fn has_v3() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod v3 {
-    use super::DotBlock;
-
-    /// # Safety
-    /// The CPU must support AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn vec_dot<B: DotBlock>(x: &[B], y: &[B::Act]) -> f32 {
-        B::vec_dot(x, y)
-    }
 
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
@@ -590,25 +581,6 @@ mod v3 {
             B::quantize_act(x, b);
         }
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn vec_dot_v3_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    // SAFETY: `vec_dot_kernel` hands this function out only after detecting AVX2, FMA and F16C.
-    dot_row::<B>(w, a, |x, y| unsafe { v3::vec_dot::<B>(x, y) })
-}
-
-#[cfg(target_arch = "x86_64")]
-fn gemv_v3_erased<B: DotBlock>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    out: &mut [f32],
-) -> Result<(), QuantError> {
-    // SAFETY: as in `vec_dot_v3_erased`.
-    gemv_rows::<B>(w, row_bytes, a, out, |x, y| unsafe {
-        v3::vec_dot::<B>(x, y)
-    })
 }
 
 /// The activation quantizer the kernels use for `ty` (see [`QuantizeBlock::quantize_act`]),
@@ -668,8 +640,8 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     ),
     (
         GgmlType::BF16,
-        vec_dot_v3_erased::<bf16>,
-        gemv_v3_erased::<bf16>,
+        crate::x86::bf16_avx2,
+        crate::x86::bf16_avx2_gemv,
     ),
     (GgmlType::Q4_0, crate::x86::q4_0, crate::x86::q4_0_gemv),
     (GgmlType::Q4_1, crate::x86::q4_1, crate::x86::q4_1_gemv),

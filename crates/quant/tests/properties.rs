@@ -266,10 +266,16 @@ fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
 /// zero, and some near 1e18), some subnormal (which it takes as zero), some tinier, some
 /// negative zeros.
 fn bf16_values(rng: &mut StdRng, n: usize, odd: bool, tiny: bool) -> Vec<u8> {
-    let size = if tiny { 1e-20 } else { 3.0 };
     let v: Vec<u16> = (0..n)
         .map(|_| {
             let bits = |x: f32| (x.to_bits() >> 16) as u16;
+            // Tiny: 1e-21..1e-18, so that products and partial sums cross into f32's
+            // subnormals and back.
+            let size = if tiny {
+                10f32.powf(rng.gen_range(-21.0..-18.0))
+            } else {
+                3.0
+            };
             match rng.gen_range(0..if odd { 10 } else { 100 }) {
                 0 => rng.gen_range(1..0x80) | (rng.gen_range(0..2) << 15), // subnormal
                 1 => bits(rng.gen_range(-1.0f32..1.0) * 1e-20),

@@ -14,7 +14,9 @@
 //!   reference's 32 chains ([`pack_rows`]), one token and batches: a batch step is one
 //!   instruction for sixteen outputs, and the lanes' reduction is vertical.
 //!
-//! A CPU without AVX512-BF16 runs the reference (compiled for AVX2 where it has it).
+//! - [`dot_bf16_avx2`]: CPUs without AVX512-BF16 but with AVX2 and FMA, one token: the
+//!   instruction emulated in f32 lanes, subnormals flushed by hand (batches run it token by
+//!   token).
 
 use std::arch::x86_64::*;
 
@@ -622,4 +624,99 @@ pub(crate) fn packed_kernel(
         }
     });
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPUs without AVX512-BF16 (AVX2 and FMA): `vdpbf16ps` emulated in f32 lanes, as the
+// reference does it. Each 32-bit word holds a pair (the even value in its low half): the odd
+// value is the word with its low half cleared, the even one the word shifted up, both exact
+// f32. Each step is a fused multiply-add (a product of two BF16 values is exact in f32); the
+// instruction's treatment of subnormals is done by hand: inputs with a zero exponent taken as
+// zero of their sign, and so results.
+
+/// `v` with every lane whose exponent is zero (a zero or a subnormal) made a zero of its sign.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn flush8(v: __m256i) -> __m256 {
+    // SAFETY: the caller's CPU.
+    unsafe {
+        let exp = _mm256_and_si256(v, _mm256_set1_epi32(0x7F80_0000));
+        let tiny = _mm256_cmpeq_epi32(exp, _mm256_setzero_si256());
+        let clear = _mm256_and_si256(tiny, _mm256_set1_epi32(0x7FFF_FFFF));
+        _mm256_castsi256_ps(_mm256_andnot_si256(clear, v))
+    }
+}
+
+/// Sixteen values from `p` as their pairs' odd and even values (lane `l`: pair `l`), taken as
+/// `vdpbf16ps` takes them.
+///
+/// # Safety
+/// `p..p + 16` must be readable; the CPU must have AVX2.
+#[inline(always)]
+unsafe fn pairs8(p: *const bf16) -> [__m256; 2] {
+    // SAFETY: the caller's bounds and CPU.
+    unsafe {
+        let v = _mm256_loadu_si256(p.cast());
+        let odd = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF_0000u32 as i32));
+        [flush8(odd), flush8(_mm256_slli_epi32::<16>(v))]
+    }
+}
+
+/// One `vdpbf16ps` step of eight lanes: `acc + odd products`, then `+ even products`, each
+/// result's subnormals flushed.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[inline(always)]
+unsafe fn dp8(acc: __m256, x: [__m256; 2], y: [__m256; 2]) -> __m256 {
+    // SAFETY: the caller's CPU.
+    unsafe {
+        let a = flush8(_mm256_castps_si256(_mm256_fmadd_ps(x[0], y[0], acc)));
+        flush8(_mm256_castps_si256(_mm256_fmadd_ps(x[1], y[1], a)))
+    }
+}
+
+/// `R` rows (each at least `y.len()` long) with one activation row, AVX2: each of the
+/// reference's 16-lane accumulators as two 8-lane halves.
+#[target_feature(enable = "avx2,fma")]
+pub fn dot_bf16_avx2<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [f32; R] {
+    let n = y.len();
+    let x = x.map(|r| &r[..n]);
+    let np = n & !63;
+    // acc[r][2 j + h]: lanes 8h..8h + 8 of accumulator j.
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let mut i = 0;
+    while i < np {
+        for r in x {
+            prefetch_lines_by(r.as_ptr().wrapping_add(i).cast(), 0..2, PREFETCH_BOTH);
+        }
+        for q in 0..4 {
+            // SAFETY: values i + 16 q..+16 < np <= n of `y` and of every row.
+            unsafe {
+                let yv = pairs8(y.as_ptr().add(i + 16 * q));
+                for (acc, x) in acc.iter_mut().zip(&x) {
+                    acc[q] = dp8(acc[q], pairs8(x.as_ptr().add(i + 16 * q)), yv);
+                }
+            }
+        }
+        i += 64;
+    }
+    // (Loops, not closures: a closure would not share this function's features.)
+    let mut out = [0f32; R];
+    for (r, o) in out.iter_mut().enumerate() {
+        let mut red = [0f32; 2];
+        for (j, red) in red.iter_mut().enumerate() {
+            *red = super::avx2::hsum(_mm256_add_ps(acc[r][2 * j], acc[r][2 * j + 1]));
+        }
+        *o = bf16_tail(red[0], red[1], &x[r][np..], &y[np..]);
+    }
+    out
+}
+
+/// One row with one activation row ([`dot_bf16_avx2`]).
+#[target_feature(enable = "avx2,fma")]
+pub fn dot_bf16_avx2_row(x: &[bf16], y: &[bf16]) -> f32 {
+    dot_bf16_avx2::<1>([x], y)[0]
 }
