@@ -100,6 +100,30 @@ pub(crate) fn anon_pages(bytes: usize) -> std::io::Result<memmap2::MmapMut> {
     Ok(map)
 }
 
+/// `groups` groups of sixteen rows of `w` (`row_bytes` each) packed by `pack_group(g, out)`
+/// (group `g`'s bytes into `out`, as many) into new anonymous memory ([`anon_pages`]), piece
+/// by piece over the cores ([`in_pieces`]), `release` given each piece's rows once packed: the
+/// float formats' packing, whose groups are bytes laid out anew rather than blocks.
+pub(crate) fn pack_row_groups(
+    w: &[u8],
+    row_bytes: usize,
+    groups: usize,
+    release: &(dyn Fn(&[u8]) + Sync),
+    pack_group: &(dyn Fn(usize, &mut [u8]) + Sync),
+) -> std::io::Result<memmap2::Mmap> {
+    let group_bytes = ROWS * row_bytes;
+    let bytes = groups * group_bytes;
+    let mut map = anon_pages(bytes)?;
+    in_pieces(&mut map[..bytes], group_bytes, &|first, out| {
+        for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
+            pack_group(first + i, out);
+        }
+        let n = out.len() / group_bytes;
+        release(&w[first * group_bytes..(first + n) * group_bytes]);
+    });
+    map.make_read_only()
+}
+
 /// `out` (whole groups of `per_group` elements) filled piece by piece over the machine's
 /// cores: pieces of about 1 MiB, dealt to the threads round-robin, each given to `fill` with
 /// the index of its first group.

@@ -686,8 +686,6 @@ pub(crate) fn pack_rows(
     let s = k / 64;
     let np = 64 * s;
     let group_bytes = GROUP * row_bytes;
-    let bytes = groups * group_bytes;
-    let mut map = super::avx512_packed::anon_pages(bytes)?;
     let pack_group = |g: usize, out: &mut [u8]| {
         let rows: &[u16] = bytemuck::cast_slice(&w[g * group_bytes..(g + 1) * group_bytes]);
         let out: &mut [u16] = bytemuck::cast_slice_mut(out);
@@ -702,14 +700,7 @@ pub(crate) fn pack_rows(
             }
         }
     };
-    super::avx512_packed::in_pieces(&mut map[..bytes], group_bytes, &|first, out| {
-        for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
-            pack_group(first + i, out);
-        }
-        let n = out.len() / group_bytes;
-        release(&w[first * group_bytes..(first + n) * group_bytes]);
-    });
-    map.make_read_only()
+    super::avx512_packed::pack_row_groups(w, row_bytes, groups, release, &pack_group)
 }
 
 /// The chains of a group (`rows`: sixteen rows of `k` values, as bits) into `chains` in the
