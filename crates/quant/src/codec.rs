@@ -572,7 +572,6 @@ fn has_v3() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod v3 {
-
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
