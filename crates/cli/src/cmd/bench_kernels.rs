@@ -77,6 +77,7 @@ const FORMATS: &[GgmlType] = &[
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::F16,
+    GgmlType::BF16,
 ];
 
 /// Deterministic pseudo-random bytes (xorshift), with each block's leading f16 scale(s) made
@@ -95,7 +96,12 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     // Random bits make some f16 scales huge or NaN; give every scale field the exponent of
     // 2^-8 (top byte 0b?00111??), keeping its sign and top mantissa bits.
     let block = ty.block_bytes();
-    if ty != GgmlType::F16 {
+    if ty == GgmlType::BF16 {
+        // Sign kept, exponent 126 or 127: values of magnitude 0.5..2.
+        for k in (1..v.len()).step_by(2) {
+            v[k] = (v[k] & 0x80) | 0x3F;
+        }
+    } else if ty != GgmlType::F16 {
         for b in v.chunks_exact_mut(block) {
             let at = match ty {
                 GgmlType::Q2_K => block - 4, // d, dmin at the end
