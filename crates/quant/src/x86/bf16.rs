@@ -22,6 +22,7 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
+use super::f16::{chain_passes, prefetch_regions};
 use super::{prefetch_lines_by, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
 use crate::QuantError;
@@ -505,31 +506,17 @@ unsafe fn gemm_packed(
                     let nt = (n_tok - t0).min(PT);
                     let yb = &yp[t0 / PT * block_len..][..block_len];
                     for j in 0..2 {
-                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
-                            let at = p[g * group + chain_at(s, ahead, 0, 0) * GROUP..][..region]
-                                .as_ptr();
-                            for line in requested..(requested + per_pass).min(lines) {
-                                _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().add(64 * line));
-                            }
-                        }
+                        let regions = (g_ahead..(g_ahead + PASS_GROUPS).min(groups)).map(|g| {
+                            p[g * group + chain_at(s, ahead, 0, 0) * GROUP..][..region]
+                                .as_ptr()
+                                .cast()
+                        });
+                        prefetch_regions(regions, requested..(requested + per_pass).min(lines));
                         requested = (requested + per_pass).min(lines);
                         let yl = &yb[chain_at(s, m, 0, j) * PT..];
                         let c = &mut c2[j * PASS_OUT..][..PASS_OUT];
                         let x = |g: usize| &block[g * group + chain_at(s, m, 0, j) * GROUP..];
-                        macro_rules! pass {
-                            ($g:literal; $($t:literal)*) => {{
-                                let x: [&[u32]; $g] = std::array::from_fn(x);
-                                match nt {
-                                    $($t => chain_pass::<$g, $t>(x, yl, s, c),)*
-                                    _ => unreachable!("a pass takes 1..=PASS_TOKENS tokens"),
-                                }
-                            }};
-                        }
-                        match n_g {
-                            1 => pass!(1; 1 2 3 4 5 6 7 8),
-                            2 => pass!(2; 1 2 3 4 5 6 7 8),
-                            _ => pass!(3; 1 2 3 4 5 6 7 8),
-                        }
+                        chain_passes!(u32, n_g, nt, x, (yl, s, c));
                     }
                     for g in 0..n_g {
                         for t in 0..nt {

@@ -855,6 +855,49 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
     }
 }
 
+/// `chain_pass::<G, T>` (the calling module's) for `$n_g` groups (1..=3) and `$nt` tokens
+/// (1..=8), group `g`'s rows from `$x(g)` (slices of `$elem`), then `($y, $s, $c)`: the
+/// dispatch of the F16 and BF16 batch passes, whose chain passes differ only in their types.
+macro_rules! chain_passes {
+    ($elem:ty, $n_g:expr, $nt:expr, $x:expr, $args:tt) => {
+        match $n_g {
+            1 => chain_passes!(@g 1, $elem, $nt, $x, $args),
+            2 => chain_passes!(@g 2, $elem, $nt, $x, $args),
+            _ => chain_passes!(@g 3, $elem, $nt, $x, $args),
+        }
+    };
+    (@g $g:literal, $elem:ty, $nt:expr, $x:expr, ($y:expr, $s:expr, $c:expr)) => {{
+        let x: [&[$elem]; $g] = std::array::from_fn($x);
+        match $nt {
+            1 => chain_pass::<$g, 1>(x, $y, $s, $c),
+            2 => chain_pass::<$g, 2>(x, $y, $s, $c),
+            3 => chain_pass::<$g, 3>(x, $y, $s, $c),
+            4 => chain_pass::<$g, 4>(x, $y, $s, $c),
+            5 => chain_pass::<$g, 5>(x, $y, $s, $c),
+            6 => chain_pass::<$g, 6>(x, $y, $s, $c),
+            7 => chain_pass::<$g, 7>(x, $y, $s, $c),
+            8 => chain_pass::<$g, 8>(x, $y, $s, $c),
+            _ => unreachable!("a pass takes 1..=8 tokens"),
+        }
+    }};
+}
+pub(super) use chain_passes;
+
+/// Lines `lines` (64 bytes each) from each of `starts`, asked for now (first level): a
+/// batch pass's share of the regions the passes after it read.
+#[inline(always)]
+pub(super) fn prefetch_regions(
+    starts: impl Iterator<Item = *const u8>,
+    lines: std::ops::Range<usize>,
+) {
+    for at in starts {
+        for line in lines.clone() {
+            // SAFETY: a prefetch reads nothing into the program and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line).cast()) };
+        }
+    }
+}
+
 /// Groups a batch pass takes, and tokens.
 const PASS_GROUPS: usize = 3;
 const PASS_TOKENS: usize = 8;
@@ -943,31 +986,17 @@ unsafe fn gemm_packed(
                     let nt = (n_tok - t0).min(PT);
                     let yb = &yp[t0 / PT * block_len..][..block_len];
                     for q in 0..4 {
-                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
-                            let at =
-                                p[(g * k + chain_at(s, ahead, 0, 0)) * GROUP..][..region].as_ptr();
-                            for line in requested..(requested + per_pass).min(lines) {
-                                _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().add(64 * line));
-                            }
-                        }
+                        let regions = (g_ahead..(g_ahead + PASS_GROUPS).min(groups)).map(|g| {
+                            p[(g * k + chain_at(s, ahead, 0, 0)) * GROUP..][..region]
+                                .as_ptr()
+                                .cast()
+                        });
+                        prefetch_regions(regions, requested..(requested + per_pass).min(lines));
                         requested = (requested + per_pass).min(lines);
                         let yl = &yb[(m + 16 * q) * s * PT..];
                         let c = &mut c4[q * PASS_OUT..][..PASS_OUT];
                         let x = |g: usize| &block[(g * k + chain_at(s, m, 0, q)) * GROUP..];
-                        macro_rules! pass {
-                            ($g:literal; $($t:literal)*) => {{
-                                let x: [&[f16]; $g] = std::array::from_fn(x);
-                                match nt {
-                                    $($t => chain_pass::<$g, $t>(x, yl, s, c),)*
-                                    _ => unreachable!("a pass takes 1..=PASS_TOKENS tokens"),
-                                }
-                            }};
-                        }
-                        match n_g {
-                            1 => pass!(1; 1 2 3 4 5 6 7 8),
-                            2 => pass!(2; 1 2 3 4 5 6 7 8),
-                            _ => pass!(3; 1 2 3 4 5 6 7 8),
-                        }
+                        chain_passes!(f16, n_g, nt, x, (yl, s, c));
                     }
                     // `(a0 + a2) + (a1 + a3)`: chains m, m + 32, m + 16 and m + 48.
                     for g in 0..n_g {
