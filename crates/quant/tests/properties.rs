@@ -775,7 +775,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
 /// counts, and for every pass shape of a batch (tokens 1..=17, 64 and 93); where this CPU
 /// packs F16 at all.
 #[test]
-fn packed_f16_matrices_are_bit_identical_to_the_row_kernel() {
+fn packed_float_matrices_are_bit_identical_to_the_row_kernel() {
     let mut rng = StdRng::seed_from_u64(9);
     for ty in [GgmlType::F16, GgmlType::BF16] {
         let row_kernel = synapse_quant::matrix_kernel(ty, false).unwrap();

@@ -2786,16 +2786,10 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 
 /// F16 matrices, sixteen rows a register chain by chain (`super::f16`'s packed layout: the
 /// reference's 64 sums of an output each a chain of steps): batches run on it without a
-/// transposition a call. Calls of about 1024 x 2048 weights: each lays its tokens out chain by
-/// chain first.
+/// transposition a call.
 pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
     pack: |w, row_bytes, groups, release| {
-        if row_bytes % 2 != 0 || w.len() < groups * ROWS * row_bytes {
-            return Err(PackError::Quant(QuantError::ByteLength {
-                ty: GgmlType::F16,
-                bytes: w.len(),
-            }));
-        }
+        float_rows(GgmlType::F16, w, row_bytes, groups)?;
         super::f16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
     },
     kernel: super::f16::packed_kernel,
@@ -2807,12 +2801,7 @@ pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
 /// F16's.
 pub(crate) static BF16_PACKED: PackedFormat = PackedFormat {
     pack: |w, row_bytes, groups, release| {
-        if row_bytes % 2 != 0 || w.len() < groups * ROWS * row_bytes {
-            return Err(PackError::Quant(QuantError::ByteLength {
-                ty: GgmlType::BF16,
-                bytes: w.len(),
-            }));
-        }
+        float_rows(GgmlType::BF16, w, row_bytes, groups)?;
         super::bf16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
     },
     kernel: super::bf16::packed_kernel,
@@ -2820,8 +2809,20 @@ pub(crate) static BF16_PACKED: PackedFormat = PackedFormat {
     tile_weights: F16_TILE_WEIGHTS,
 };
 
-/// Weights of an F16 batch call. Each call lays its tokens out chain by chain first (a
-/// sixteenth of a pass's work per call of 1024 x 2048 weights, measured): calls of up to a
+/// Whether `w` holds `groups` groups of sixteen rows of `row_bytes` of a two-byte float format
+/// `ty`: the float formats' packing takes rows of whole values.
+fn float_rows(ty: GgmlType, w: &[u8], row_bytes: usize, groups: usize) -> Result<(), PackError> {
+    if row_bytes % 2 != 0 || w.len() < groups * ROWS * row_bytes {
+        return Err(PackError::Quant(QuantError::ByteLength {
+            ty,
+            bytes: w.len(),
+        }));
+    }
+    Ok(())
+}
+
+/// Weights of an F16 (and BF16) batch call. Each call lays its tokens out chain by chain first
+/// (a sixteenth of a pass's work per call of 1024 x 2048 weights, measured): calls of up to a
 /// whole 8192 x 2048 matrix do that once a matrix.
 const F16_TILE_WEIGHTS: usize = 8192 * 2048;
 

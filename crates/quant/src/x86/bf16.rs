@@ -22,8 +22,8 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::f16::{chain_passes, prefetch_regions};
-use super::{prefetch_lines_by, PREFETCH_BOTH};
+use super::f16::chain_passes;
+use super::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
 use crate::QuantError;
 
@@ -434,10 +434,19 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
     }
 }
 
-/// The pair of values `v`, `v + 1` of a token, as `vdpbf16ps` takes it.
-#[inline(always)]
-fn pair(y: &[bf16], v: usize) -> u32 {
-    y[v].to_bits() as u32 | (y[v + 1].to_bits() as u32) << 16
+/// A token's pairs (`y`: its values), each with where [`chain_at`] puts it in a group of `s`
+/// steps: the pair of values `64 i + 32 j + 2 m` and `+ 1`, as `vdpbf16ps` takes it, at
+/// `chain_at(s, m, i, j)`.
+fn chain_pairs(y: &[bf16], s: usize) -> impl Iterator<Item = (usize, u32)> + '_ {
+    (0..16).flat_map(move |m| {
+        (0..s).flat_map(move |i| {
+            (0..2).map(move |j| {
+                let v = 64 * i + 32 * j + 2 * m;
+                let pair = y[v].to_bits() as u32 | (y[v + 1].to_bits() as u32) << 16;
+                (chain_at(s, m, i, j), pair)
+            })
+        })
+    })
 }
 
 /// Groups of sixteen packed rows (`p`, `k` values a row) times the `n_tok` tokens of `y`
@@ -472,13 +481,9 @@ unsafe fn gemm_packed(
     yp.clear();
     yp.resize(n_tok.div_ceil(PT) * block_len, 0);
     for t in 0..n_tok {
-        let (yt, at) = (&y[t * k..][..k], &mut yp[t / PT * block_len..][..block_len]);
-        for m in 0..16 {
-            for i in 0..s {
-                for j in 0..2 {
-                    at[chain_at(s, m, i, j) * PT + t % PT] = pair(yt, 64 * i + 32 * j + 2 * m);
-                }
-            }
+        let at = &mut yp[t / PT * block_len..][..block_len];
+        for (c, pair) in chain_pairs(&y[t * k..][..k], s) {
+            at[c * PT + t % PT] = pair;
         }
     }
     // SAFETY: (the whole body) this function's CPU; the reads below stay inside the slices
@@ -506,12 +511,13 @@ unsafe fn gemm_packed(
                     let nt = (n_tok - t0).min(PT);
                     let yb = &yp[t0 / PT * block_len..][..block_len];
                     for j in 0..2 {
-                        let regions = (g_ahead..(g_ahead + PASS_GROUPS).min(groups)).map(|g| {
-                            p[g * group + chain_at(s, ahead, 0, 0) * GROUP..][..region]
-                                .as_ptr()
-                                .cast()
-                        });
-                        prefetch_regions(regions, requested..(requested + per_pass).min(lines));
+                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
+                            let at = &p[g * group + chain_at(s, ahead, 0, 0) * GROUP..][..region];
+                            prefetch_now(
+                                at.as_ptr().cast(),
+                                requested..(requested + per_pass).min(lines),
+                            );
+                        }
                         requested = (requested + per_pass).min(lines);
                         let yl = &yb[chain_at(s, m, 0, j) * PT..];
                         let c = &mut c2[j * PASS_OUT..][..PASS_OUT];
@@ -565,33 +571,19 @@ pub(crate) fn packed_kernel(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let k = per_row;
-    let bad = || QuantError::DotLength {
-        ty: crate::GgmlType::BF16,
-        act: crate::GgmlType::BF16,
-        weights: p.len() / 2,
-        activations: a.len() / 2,
-    };
-    let x: &[u32] = bytemuck::try_cast_slice(p).map_err(|_| bad())?;
-    let y: &[bf16] = bytemuck::try_cast_slice(a).map_err(|_| bad())?;
-    let group = GROUP * k / 2;
-    if k == 0
-        || x.len() % group != 0
-        || y.len() != n_tok * k
-        || out.len() != n_tok * GROUP * (x.len() / group)
-    {
-        return Err(bad());
-    }
+    // A packed "block": one column of a group's sixteen rows (as 32-bit words: the pairs of
+    // two columns).
+    let bf16 = crate::GgmlType::BF16;
+    let (x, y) =
+        super::avx512_packed::operands::<[u32; GROUP / 2], bf16>(bf16, bf16, p, k, a, n_tok, out)?;
+    let x: &[u32] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yc, yp, sums)| {
         if n_tok == 1 {
             let s = k / 64;
             yc.clear();
             yc.resize(32 * s, 0);
-            for m in 0..16 {
-                for i in 0..s {
-                    for j in 0..2 {
-                        yc[chain_at(s, m, i, j)] = pair(y, 64 * i + 32 * j + 2 * m);
-                    }
-                }
+            for (c, pair) in chain_pairs(y, s) {
+                yc[c] = pair;
             }
             // SAFETY: `crate::packed` hands this format out only on CPUs with AVX512-BF16; the
             // sizes agree (checked above).

@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::hsum;
-use super::{prefetch_lines, prefetch_lines_by, PREFETCH_BOTH};
+use super::{prefetch_lines, prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::QuantError;
 
 /// An element type these kernels take, weights and activations alike: F16 (widened exactly
@@ -883,21 +883,6 @@ macro_rules! chain_passes {
 }
 pub(super) use chain_passes;
 
-/// Lines `lines` (64 bytes each) from each of `starts`, asked for now (first level): a
-/// batch pass's share of the regions the passes after it read.
-#[inline(always)]
-pub(super) fn prefetch_regions(
-    starts: impl Iterator<Item = *const u8>,
-    lines: std::ops::Range<usize>,
-) {
-    for at in starts {
-        for line in lines.clone() {
-            // SAFETY: a prefetch reads nothing into the program and never faults.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(64 * line).cast()) };
-        }
-    }
-}
-
 /// Groups a batch pass takes, and tokens.
 const PASS_GROUPS: usize = 3;
 const PASS_TOKENS: usize = 8;
@@ -986,12 +971,13 @@ unsafe fn gemm_packed(
                     let nt = (n_tok - t0).min(PT);
                     let yb = &yp[t0 / PT * block_len..][..block_len];
                     for q in 0..4 {
-                        let regions = (g_ahead..(g_ahead + PASS_GROUPS).min(groups)).map(|g| {
-                            p[(g * k + chain_at(s, ahead, 0, 0)) * GROUP..][..region]
-                                .as_ptr()
-                                .cast()
-                        });
-                        prefetch_regions(regions, requested..(requested + per_pass).min(lines));
+                        for g in g_ahead..(g_ahead + PASS_GROUPS).min(groups) {
+                            let at = &p[(g * k + chain_at(s, ahead, 0, 0)) * GROUP..][..region];
+                            prefetch_now(
+                                at.as_ptr().cast(),
+                                requested..(requested + per_pass).min(lines),
+                            );
+                        }
                         requested = (requested + per_pass).min(lines);
                         let yl = &yb[(m + 16 * q) * s * PT..];
                         let c = &mut c4[q * PASS_OUT..][..PASS_OUT];
@@ -1039,19 +1025,11 @@ pub(crate) fn packed_kernel(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let k = per_row;
-    let bad = || QuantError::DotLength {
-        ty: crate::GgmlType::F16,
-        act: crate::GgmlType::F16,
-        weights: p.len() / 2,
-        activations: a.len() / 2,
-    };
-    let x: &[f16] = bytemuck::try_cast_slice(p).map_err(|_| bad())?;
-    let y: &[f16] = bytemuck::try_cast_slice(a).map_err(|_| bad())?;
-    let group = GROUP * k;
-    if k == 0 || x.len() % group != 0 || y.len() != n_tok * k || out.len() != n_tok * (x.len() / k)
-    {
-        return Err(bad());
-    }
+    // A packed "block": one column of a group's sixteen rows.
+    let f16 = crate::GgmlType::F16;
+    let (x, y) =
+        super::avx512_packed::operands::<[f16; GROUP], f16>(f16, f16, p, k, a, n_tok, out)?;
+    let x: &[f16] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yf, yp, sums)| {
         if n_tok == 1 {
             // The token's values in the order the group's chains are read (a row of 8192

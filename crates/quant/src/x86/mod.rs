@@ -272,9 +272,21 @@ fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
 #[inline(always)]
 pub(super) fn prefetch_share(bytes: &[u8], part: usize, parts: usize) {
     let lines = bytes.len().div_ceil(64);
-    for line in lines * part / parts.max(1)..lines * (part + 1) / parts.max(1) {
+    let parts = parts.max(1);
+    prefetch_now(
+        bytes.as_ptr(),
+        lines * part / parts..lines * (part + 1) / parts,
+    );
+}
+
+/// Lines `lines` (64 bytes each) of the bytes at `p` asked for now, into the first level: what
+/// the batch kernels request of the rows their later passes read. A hint: it reads nothing and
+/// never faults, past the end of the weights too.
+#[inline(always)]
+pub(super) fn prefetch_now(p: *const u8, lines: std::ops::Range<usize>) {
+    for line in lines {
         // SAFETY: a prefetch reads nothing into the program and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().wrapping_add(64 * line).cast()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line).cast()) };
     }
 }
 
