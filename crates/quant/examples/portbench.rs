@@ -38,6 +38,9 @@ mod x86 {
                         out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
                         out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
                         out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+                        out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+                        out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+                        out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
                         options(nostack),
                     );
                 }
@@ -64,6 +67,41 @@ mod x86 {
         }};
     }
 
+    /// One instruction with its own source operands (`$src`), eight independent chains.
+    macro_rules! alone_imm {
+        ($name:literal, $op:literal, $src:literal) => {{
+            let ns = time_body!(
+                concat!($op, " zmm0, ", $src),
+                concat!($op, " zmm1, ", $src),
+                concat!($op, " zmm2, ", $src),
+                concat!($op, " zmm3, ", $src),
+                concat!($op, " zmm4, ", $src),
+                concat!($op, " zmm5, ", $src),
+                concat!($op, " zmm6, ", $src),
+                concat!($op, " zmm7, ", $src),
+            );
+            println!("| {} | {:.1} |", $name, 8.0 / ns);
+        }};
+    }
+
+    /// Two instructions interleaved, four chains of each: whether they share issue ports
+    /// (sharing: the pair's rate is the slower one's halved).
+    macro_rules! mixed {
+        ($name:literal, $a:literal, $b:literal, $src:literal) => {{
+            let ns = time_body!(
+                concat!($a, " zmm0, zmm13, zmm14"),
+                concat!($b, " zmm4, ", $src),
+                concat!($a, " zmm1, zmm13, zmm14"),
+                concat!($b, " zmm5, ", $src),
+                concat!($a, " zmm2, zmm13, zmm14"),
+                concat!($b, " zmm6, ", $src),
+                concat!($a, " zmm3, zmm13, zmm14"),
+                concat!($b, " zmm7, ", $src),
+            );
+            println!("| {} | {:.1} |", $name, 8.0 / ns);
+        }};
+    }
+
     pub fn run() {
         if !(is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")) {
             println!("portbench: needs AVX-512 BW and VNNI");
@@ -80,6 +118,66 @@ mod x86 {
         alone!("vpandd", "vpandd");
         alone!("vpshufb", "vpshufb");
         alone!("vfmadd231ps", "vfmadd231ps");
+        alone!("vpaddw", "vpaddw");
+        alone!("vpermt2w", "vpermt2w");
+        alone!("vpermb", "vpermb");
+        alone_imm!("vpslld imm", "vpslld", "zmm13, 4");
+        alone_imm!("vpsrlw imm", "vpsrlw", "zmm13, 4");
+        alone_imm!("vpsraw imm", "vpsraw", "zmm13, 8");
+        alone_imm!("vpsrlvd", "vpsrlvd", "zmm13, zmm14");
+        alone_imm!("vpternlogd", "vpternlogd", "zmm13, zmm14, 0xEA");
+        alone_imm!("vgf2p8affineqb", "vgf2p8affineqb", "zmm13, zmm14, 0");
+        alone!("vpmultishiftqb", "vpmultishiftqb");
+        println!(
+            "| vpmovsxbw | {:.1} |",
+            8.0 / time_body!(
+                "vpmovsxbw zmm0, ymm13",
+                "vpmovsxbw zmm1, ymm13",
+                "vpmovsxbw zmm2, ymm13",
+                "vpmovsxbw zmm3, ymm13",
+                "vpmovsxbw zmm4, ymm13",
+                "vpmovsxbw zmm5, ymm13",
+                "vpmovsxbw zmm6, ymm13",
+                "vpmovsxbw zmm7, ymm13",
+            )
+        );
+        println!();
+        println!("| two instructions, interleaved | per ns (both) |");
+        println!("|---|--:|");
+        mixed!("vpmaddubsw + vpslld", "vpmaddubsw", "vpslld", "zmm13, 4");
+        mixed!("vpdpbusd + vpslld", "vpdpbusd", "vpslld", "zmm13, 4");
+        mixed!("vpdpwssd + vpslld", "vpdpwssd", "vpslld", "zmm13, 4");
+        mixed!(
+            "vpmaddubsw + vgf2p8affineqb",
+            "vpmaddubsw",
+            "vgf2p8affineqb",
+            "zmm13, zmm14, 0"
+        );
+        mixed!(
+            "vpmaddubsw + vpshufb",
+            "vpmaddubsw",
+            "vpshufb",
+            "zmm13, zmm14"
+        );
+        mixed!(
+            "vpmaddubsw + vpermt2w",
+            "vpmaddubsw",
+            "vpermt2w",
+            "zmm13, zmm14"
+        );
+        mixed!(
+            "vpmaddubsw + vpaddw",
+            "vpmaddubsw",
+            "vpaddw",
+            "zmm13, zmm14"
+        );
+        mixed!(
+            "vpmaddubsw + vpternlogd",
+            "vpmaddubsw",
+            "vpternlogd",
+            "zmm13, zmm14, 0xEA"
+        );
+        mixed!("vpslld + vpshufb", "vpshufb", "vpslld", "zmm13, 4");
         if is_x86_feature_detected!("avx512bf16") {
             alone!("vdpbf16ps", "vdpbf16ps");
             // Twelve chains: one instruction's latency over more than eight in flight.
@@ -196,6 +294,222 @@ mod x86 {
         ] {
             println!("| {name} | {:.0} |", 512.0 / ns);
         }
+        println!();
+        q6_k_steps();
+    }
+
+    /// The unpacking of `vec_dot`'s 6-bit values (`ql` nibbles zmm13, zmm14, `qh` pairs zmm15;
+    /// masks zmm12) the present packed layout takes: four registers of values from three.
+    macro_rules! unpack_nibbles {
+        () => {
+            "
+        vpslld zmm4, zmm15, 4
+        vpandd zmm4, zmm4, zmm12
+        vpternlogd zmm4, zmm13, zmm12, 0xf8
+        vpslld zmm5, zmm15, 2
+        vpandd zmm5, zmm5, zmm12
+        vpternlogd zmm5, zmm14, zmm12, 0xf8
+        vpsrld zmm6, zmm13, 4
+        vpandd zmm7, zmm15, zmm12
+        vpternlogd zmm7, zmm6, zmm12, 0xf8
+        vpsrld zmm8, zmm14, 4
+        vpsrld zmm9, zmm15, 2
+        vpandd zmm9, zmm9, zmm12
+        vpternlogd zmm9, zmm8, zmm12, 0xf8"
+        };
+    }
+
+    /// Four registers of values from three holding three values in their low six bits and the
+    /// fourth's bits in their top two (shifts by 6, 4 and 2, masks).
+    macro_rules! unpack_tops {
+        () => {
+            "
+        vpandd zmm4, zmm13, zmm12
+        vpandd zmm5, zmm14, zmm12
+        vpandd zmm7, zmm15, zmm12
+        vpsrld zmm6, zmm13, 6
+        vpsrld zmm8, zmm14, 4
+        vpsrld zmm9, zmm15, 2
+        vpandd zmm9, zmm9, zmm12
+        vpternlogd zmm6, zmm8, zmm12, 0xe4
+        vpternlogd zmm9, zmm6, zmm12, 0xf8"
+        };
+    }
+
+    /// As [`unpack_tops`], each top pair moved by a `vgf2p8affineqb` (no masks).
+    macro_rules! unpack_tops_gf {
+        () => {
+            "
+        vpandd zmm4, zmm13, zmm12
+        vpandd zmm5, zmm14, zmm12
+        vpandd zmm7, zmm15, zmm12
+        vgf2p8affineqb zmm6, zmm13, zmm12, 0
+        vgf2p8affineqb zmm8, zmm14, zmm12, 0
+        vgf2p8affineqb zmm9, zmm15, zmm12, 0
+        vpternlogd zmm9, zmm6, zmm8, 0xfe"
+        };
+    }
+
+    /// The products of the four value registers, two groups' sums a word: by `vpdpbusd`,
+    /// shifted into halves.
+    macro_rules! pair_dpbusd {
+        ($a:literal, $b:literal, $c:literal, $d:literal) => {
+            concat!(
+                "vpxor xmm10, xmm10, xmm10\n",
+                "vpdpbusd zmm10, zmm4, zmm13\n",
+                "vpxor xmm11, xmm11, xmm11\n",
+                "vpdpbusd zmm11, zmm5, zmm13\n",
+                "vpslld zmm11, zmm11, 16\n",
+                "vpternlogd zmm11, zmm12, zmm10, 0xf8\n",
+                "vpdpwssd zmm",
+                $a,
+                ", zmm11, zmm15\n",
+                "vpxor xmm10, xmm10, xmm10\n",
+                "vpdpbusd zmm10, zmm7, zmm13\n",
+                "vpxor xmm11, xmm11, xmm11\n",
+                "vpdpbusd zmm11, zmm9, zmm13\n",
+                "vpslld zmm11, zmm11, 16\n",
+                "vpternlogd zmm11, zmm12, zmm10, 0xf8\n",
+                "vpdpwssd zmm",
+                $b,
+                ", zmm11, zmm15\n",
+            )
+        };
+    }
+
+    /// The same, the two groups' values interleaved a word each in the registers: two
+    /// `vpmaddubsw` added as words.
+    macro_rules! pair_maddubs {
+        ($a:literal, $b:literal, $c:literal, $d:literal) => {
+            concat!(
+                "vpmaddubsw zmm10, zmm4, zmm13\n",
+                "vpmaddubsw zmm11, zmm5, zmm13\n",
+                "vpaddw zmm10, zmm10, zmm11\n",
+                "vpdpwssd zmm",
+                $a,
+                ", zmm10, zmm15\n",
+                "vpmaddubsw zmm10, zmm7, zmm13\n",
+                "vpmaddubsw zmm11, zmm9, zmm13\n",
+                "vpaddw zmm10, zmm10, zmm11\n",
+                "vpdpwssd zmm",
+                $b,
+                ", zmm10, zmm15\n",
+            )
+        };
+    }
+
+    /// As [`pair_maddubs`], the scaling by `vpmaddwd` and an add.
+    macro_rules! pair_maddwd {
+        ($a:literal, $b:literal, $c:literal, $d:literal) => {
+            concat!(
+                "vpmaddubsw zmm10, zmm4, zmm13\n",
+                "vpmaddubsw zmm11, zmm5, zmm13\n",
+                "vpaddw zmm10, zmm10, zmm11\n",
+                "vpmaddwd zmm10, zmm10, zmm15\n",
+                "vpaddd zmm",
+                $a,
+                ", zmm",
+                $a,
+                ", zmm10\n",
+                "vpmaddubsw zmm10, zmm7, zmm13\n",
+                "vpmaddubsw zmm11, zmm9, zmm13\n",
+                "vpaddw zmm10, zmm10, zmm11\n",
+                "vpmaddwd zmm10, zmm10, zmm15\n",
+                "vpaddd zmm",
+                $b,
+                ", zmm",
+                $b,
+                ", zmm10\n",
+            )
+        };
+    }
+
+    /// Each group's products by `vpmaddubsw` and `vpdpwssd` by (s, s).
+    macro_rules! plain {
+        ($a:literal, $b:literal, $c:literal, $d:literal) => {
+            concat!(
+                "vpmaddubsw zmm10, zmm4, zmm13\n",
+                "vpdpwssd zmm",
+                $a,
+                ", zmm10, zmm15\n",
+                "vpmaddubsw zmm11, zmm5, zmm13\n",
+                "vpdpwssd zmm",
+                $b,
+                ", zmm11, zmm15\n",
+                "vpmaddubsw zmm10, zmm7, zmm13\n",
+                "vpdpwssd zmm",
+                $c,
+                ", zmm10, zmm15\n",
+                "vpmaddubsw zmm11, zmm9, zmm13\n",
+                "vpdpwssd zmm",
+                $d,
+                ", zmm11, zmm15\n",
+            )
+        };
+    }
+
+    /// One token's step of the 6-bit kernel (sixteen rows times sixteen values: unpacking and
+    /// products), in the forms a packed layout could take; products per ns.
+    fn q6_k_steps() {
+        println!("| 6-bit step: unpack + products (256 products) | products per ns |");
+        println!("|---|--:|");
+        macro_rules! step {
+            ($name:expr, $unpack:expr, $products:ident) => {{
+                let ns = time_body!(
+                    $unpack,
+                    $products!(0, 1, 2, 3),
+                    $unpack,
+                    $products!(16, 17, 18, 19),
+                    $unpack,
+                    $products!(20, 21, 22, 23),
+                    $unpack,
+                    $products!(24, 25, 26, 27),
+                );
+                println!("| {} | {:.0} |", $name, 1024.0 / ns);
+            }};
+        }
+        step!(
+            "nibbles + pairs by vpdpbusd (present one-token kernel)",
+            unpack_nibbles!(),
+            pair_dpbusd
+        );
+        step!(
+            "nibbles + plain (present batch kernel)",
+            unpack_nibbles!(),
+            plain
+        );
+        step!(
+            "nibbles + pairs by vpmaddubsw",
+            unpack_nibbles!(),
+            pair_maddubs
+        );
+        step!(
+            "nibbles + pairs by vpmaddubsw, vpmaddwd",
+            unpack_nibbles!(),
+            pair_maddwd
+        );
+        step!("tops + pairs by vpdpbusd", unpack_tops!(), pair_dpbusd);
+        step!("tops + pairs by vpmaddubsw", unpack_tops!(), pair_maddubs);
+        step!(
+            "tops + pairs by vpmaddubsw, vpmaddwd",
+            unpack_tops!(),
+            pair_maddwd
+        );
+        step!("tops + plain", unpack_tops!(), plain);
+        step!(
+            "tops (gf2p8affine) + pairs by vpmaddubsw",
+            unpack_tops_gf!(),
+            pair_maddubs
+        );
+        step!(
+            "tops (gf2p8affine) + pairs by vpmaddubsw, vpmaddwd",
+            unpack_tops_gf!(),
+            pair_maddwd
+        );
+        step!("tops (gf2p8affine) + plain", unpack_tops_gf!(), plain);
+        step!("products alone: plain", "", plain);
+        step!("products alone: pairs by vpmaddubsw", "", pair_maddubs);
+        step!("products alone: pairs by vpdpbusd", "", pair_dpbusd);
     }
 }
 

@@ -43,6 +43,7 @@ use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
+use crate::reference::dequant::q6k_value;
 use crate::{GgmlType, QuantError};
 
 /// Rows per group: one per i32 lane of a 512-bit register.
@@ -632,6 +633,8 @@ thread_local! {
     /// Each thread's group of blocks unpacked to one byte a value ([`q2_k_fold`],
     /// [`q4_k_unpack`], [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
     static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's tokens reordered for Q6_K's paired products ([`q6_k_acts`]).
+    static Q6K_ACTS: RefCell<Vec<Q6KAct>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Each token block's eight sub-block sums (what the mins of Q4_K and Q5_K multiply), into
@@ -970,207 +973,245 @@ impl Pack for Q6KPacked {
     }
 }
 
-/// The values `128h + 32w + 4k..+4` of a group's sixteen rows (`w = 0..4`, one byte a value,
-/// q unsigned 0..64): the low or high nibbles of `ql` words `16h + k` and `16h + 8 + k`, with
-/// their two high bits from `qh` word `8h + k`.
+/// One Q6_K block of sixteen rows laid out for [`q6_k_pass`]'s paired products (3360 bytes,
+/// sixteen blocks' worth): `vec_dot`'s lane `l` (values whose index mod 32 is in `4l..4l + 4`)
+/// of pair `p` (groups `4p + l / 4` and `4p + 2 + l / 4`: values `64p + 4l..+4` and
+/// `64p + 32 + 4l..+4`) in two words of a row, `R1 = [a0, a1, b0, b1]` and `R2 = [a2, a3, b2, b3]`, so
+/// that `vpmaddubsw` of each against the token's values in the same order, added as words,
+/// gives the two groups' four-value sums as the halves of each word. The four words of pairs
+/// `2h` and `2h + 1` (`R1, R2, R1, R2`) are stored in three, `triple 2l + h`: three in their
+/// low six bits, the fourth's six bits in their top two bits (its bits 0-1, 2-3, 4-5).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q6KPairs {
+    /// Words `3τ..3τ + 3` of each row: triple `τ` ([`q6_k_triple`]).
+    pub(super) q: [[u32; ROWS]; 48],
+    /// Word `m` of each row's sixteen i8 scales.
+    pub(super) sc: [[u32; ROWS]; 4],
+    pub(super) d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q6KPairs>() == ROWS * size_of::<BlockQ6K>());
+
+impl Pack for Q6KPairs {
+    type W = BlockQ6K;
+    fn pack(rows: [&BlockQ6K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            // q unsigned, 0..64.
+            let q = |i: usize| (q6k_value(x, i) + 32) as u8;
+            for l in 0..8 {
+                for h in 0..2 {
+                    // v[2pp + e], byte j: pair 2h + pp, value 64p + 32 (j / 2) + 4l + 2e + j % 2.
+                    let mut v = [[0u8; 4]; 4];
+                    for (w, v) in v.iter_mut().enumerate() {
+                        let (pp, e) = (w / 2, w % 2);
+                        for (j, v) in v.iter_mut().enumerate() {
+                            *v = q(64 * (2 * h + pp) + 32 * (j / 2) + 4 * l + 2 * e + j % 2);
+                        }
+                    }
+                    let tau = 2 * l + h;
+                    for (i, shift) in [0, 2, 4].into_iter().enumerate() {
+                        let word: [u8; 4] =
+                            std::array::from_fn(|j| v[i][j] | ((v[3][j] >> shift) & 3) << 6);
+                        p.q[3 * tau + i][r] = u32::from_le_bytes(word);
+                    }
+                }
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(bytemuck::cast_slice(&x.scales), m);
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+/// A token's Q8_K block in the order [`Q6KPairs`] pairs values (its 16-bit words of each 64
+/// values `64p..64p + 64` interleaved, the first half's with the second's: the bytes `R1` and
+/// `R2` of lane `l`, pair `p` multiply lie at `64p + 8l` and `64p + 8l + 4`), its group sums
+/// times -2, and its scale.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(super) struct Q6KAct {
+    qs: [i8; QK_K],
+    /// `-2 * bsums` (what the scales times 16 multiply: the `-32` offset).
+    nb: [i16; 16],
+    d: f32,
+}
+
+/// Every token block of `a` as a [`Q6KAct`], into `ya`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q6_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q6KAct>) {
+    ya.clear();
+    for y in a {
+        let mut o = Q6KAct {
+            qs: [0; QK_K],
+            nb: [0; 16],
+            d: y.d,
+        };
+        // SAFETY: the caller's features; 32-byte halves of the 256 values, the 16 sums.
+        unsafe {
+            for p in 0..4 {
+                let src = y.qs[64 * p..].as_ptr();
+                let lo = _mm256_loadu_si256(src.cast());
+                let hi = _mm256_loadu_si256(src.add(32).cast());
+                let (ulo, uhi) = (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
+                let dst = o.qs[64 * p..].as_mut_ptr();
+                _mm256_storeu_si256(dst.cast(), _mm256_permute2x128_si256::<0x20>(ulo, uhi));
+                _mm256_storeu_si256(
+                    dst.add(32).cast(),
+                    _mm256_permute2x128_si256::<0x31>(ulo, uhi),
+                );
+            }
+            let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
+            let nb = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(bs, bs));
+            _mm256_storeu_si256(o.nb.as_mut_ptr().cast(), nb);
+        }
+        ya.push(o);
+    }
+}
+
+/// Triple `τ` of a group's sixteen rows unpacked to one byte a value (q unsigned, 0..64): the
+/// low six bits of its three words, and the fourth word's values from their top two bits.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
 #[inline(always)]
-unsafe fn q6_k_values(g: &Q6KPacked, h: usize, k: usize) -> [__m512i; 4] {
-    // SAFETY: the caller's features; rows of `ql`, `qh`.
+unsafe fn q6_k_triple(g: &Q6KPairs, tau: usize) -> [__m512i; 4] {
+    // SAFETY: the caller's features; rows of `q`.
     unsafe {
-        let m30 = _mm512_set1_epi32(0x3030_3030);
-        let (ql0, ql1, qh) = (
-            ld(&g.ql[16 * h + k]),
-            ld(&g.ql[16 * h + 8 + k]),
-            ld(&g.qh[8 * h + k]),
+        let (m03, m30, m3f) = (
+            _mm512_set1_epi8(0x03),
+            _mm512_set1_epi8(0x30),
+            _mm512_set1_epi8(0x3F),
         );
+        let (a, b, c) = (
+            ld(&g.q[3 * tau]),
+            ld(&g.q[3 * tau + 1]),
+            ld(&g.q[3 * tau + 2]),
+        );
+        // Bits 0-1 from a's top pair, the rest from b >> 4 (whose bits 2-3 are b's top pair).
+        let ab = _mm512_ternarylogic_epi32::<0xE4>(
+            _mm512_srli_epi32::<6>(a),
+            _mm512_srli_epi32::<4>(b),
+            m03,
+        );
+        let c45 = _mm512_and_si512(_mm512_srli_epi32::<2>(c), m30);
         [
-            nibble_or(ql0, _mm512_and_si512(_mm512_slli_epi32::<4>(qh), m30)),
-            nibble_or(ql1, _mm512_and_si512(_mm512_slli_epi32::<2>(qh), m30)),
-            nibble_or(_mm512_srli_epi32::<4>(ql0), _mm512_and_si512(qh, m30)),
-            nibble_or(
-                _mm512_srli_epi32::<4>(ql1),
-                _mm512_and_si512(_mm512_srli_epi32::<2>(qh), m30),
-            ),
+            _mm512_and_si512(a, m3f),
+            _mm512_and_si512(b, m3f),
+            _mm512_and_si512(c, m3f),
+            nibble_or(ab, c45),
         ]
     }
 }
 
-/// Each token's lane `k` started at its offset: `-32 * (scale[2k] * bsum[2k] + scale[2k + 1] *
-/// bsum[2k + 1])` (`sc`: the group's scale words; `pairs`: [`word_shuffle`]s of bytes 0, 1 and
-/// 2, 3 into the high bytes of a word's halves).
-///
-/// # Safety
-/// The CPU must have AVX-512 F and BW, and VNNI.
-#[inline(always)]
-unsafe fn q6_k_offsets<const T: usize>(
-    sc: &[__m512i; 4],
-    pairs: &[__m512i; 2],
-    k: usize,
-    ys: [&BlockQ8K; T],
-) -> [__m512i; T] {
-    // SAFETY: the caller's features; i16 elements 2k, 2k + 1 of each token's bsums.
-    unsafe {
-        let pair = _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[k / 2], pairs[k % 2]));
-        // A loop, not `map`: a closure would not share the callers' features, and the
-        // intrinsics would stay calls.
-        let mut lanes = [_mm512_setzero_si512(); T];
-        for (lane, y) in lanes.iter_mut().zip(ys) {
-            let off = dpwssd(
-                _mm512_setzero_si512(),
-                pair,
-                bcast4(y.bsums.as_ptr().add(2 * k)),
-            );
-            *lane = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(off));
-        }
-        lanes
-    }
-}
-
-/// Every block of a group unpacked by [`q6_k_values`] into `vb` (entry `4(2k + h) + w`), once
-/// for all of a batch's token passes, which otherwise each unpacked it again.
+/// Every block of a group unpacked by [`q6_k_triple`] into `vb` (entry `4τ + w`), once for
+/// all of a batch's token passes, which otherwise each unpacked it again.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m512i; 64]>) {
+fn q6_k_unpack(g: &[Q6KPairs], vb: &mut Vec<[__m512i; 64]>) {
     vb.clear();
     for g in g {
         let mut v = [_mm512_setzero_si512(); 64];
-        for k in 0..8 {
-            for h in 0..2 {
-                // SAFETY: this function's features.
-                let values = unsafe { q6_k_values(g, h, k) };
-                v[4 * (2 * k + h)..][..4].copy_from_slice(&values);
-            }
+        for tau in 0..16 {
+            // SAFETY: this function's features.
+            let values = unsafe { q6_k_triple(g, tau) };
+            v[4 * tau..][..4].copy_from_slice(&values);
         }
         vb.push(v);
     }
 }
 
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
-/// block) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride + r0..][..16]`. The
-/// same operations on the same integers either way.
-///
-/// Two forms of the scaling, the same integers (every four values' sum fits an i16, |sum| <=
-/// 4 * 63 * 128): `vpmaddubsw` pairs, each pair sum times its group's scale by `vpdpwssd` (four
-/// multiplies for 128 products), or, `PAIRED`, each four values' sum by `vpdpbusd`, two
-/// groups' sums as the halves of a word (a shift and a `vpternlogd`), one `vpdpwssd` by both
-/// scales (three multiplies and two cheap operations for 128 products). One token takes the
-/// paired form ([`q6_k_one`]); batches the plain one: on the Zen 5 where Q5_K's batches gain
-/// from the paired form ([`shifts_beside_multiplies`]), Q6_K's did not, alternated prefill by
-/// prefill in one process (0.94-1.09x the time at one thread, 1.01-1.06x at two).
+/// block) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride + r0..][..16]`,
+/// in `vec_dot`'s eight lanes: lane `l` starts at its `-32` offset, `16 (scale[2l],
+/// scale[2l + 1])` against the token's `-2 (bsum[2l], bsum[2l + 1])` by `vpdpwssd`; then each
+/// pair `p` of its groups adds two `vpmaddubsw` as words (the two groups' four-value sums, each
+/// at most 4 * 63 * 128 in magnitude, as a word's halves) and one `vpdpwssd` by the two
+/// scales: three multiplies for 128 products, where ggml's order takes four. The same integers
+/// in each lane as `vec_dot`, fused by `d_y * d_x` into its float lane.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
-unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
-    (g, vb): (&[Q6KPacked], &[[__m512i; 64]]),
-    ys: [&[BlockQ8K]; T],
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
+    (g, vb): (&[Q6KPairs], &[[__m512i; 64]]),
+    ys: [&[Q6KAct]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
     // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
-    // group's arrays, four values of a token's 256 (the whole body).
+    // group's arrays, four bytes of a token's 256 values and two of its sixteen sums (the
+    // whole body).
     unsafe {
         let z = 0x80;
         // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
-        let pairs = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
-        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
-        let mut dup = [_mm512_setzero_si512(); 4];
-        for (i, dup) in dup.iter_mut().enumerate() {
-            *dup = word_shuffle([z, i as u8, z, i as u8]);
-        }
-        // Scale bytes `i` and `i + 2` of a word into the two i16 halves (the paired form).
+        let offset_bytes = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        // Scale bytes `q` and `q + 2` of a word, the same way.
         let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
-        let low16 = _mm512_set1_epi32(0xFFFF);
         let mut acc = [[_mm512_setzero_ps(); 8]; T];
         for (b, g) in g.iter().enumerate() {
             let sc = [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])];
             let dx = ld_f16(&g.d);
-            // (scale[group], scale[group]) as i16 pairs, for the sixteen groups; or, paired,
-            // (scale[group], scale[group + 2]) for groups 4q + i (i = 0, 1): the groups of
-            // values 128h + 32w + 4k..+4 for w = 2p and 2p + 1 (q = 2h + p), k / 4 = i. Loops,
-            // not `from_fn`: a closure would not share the caller's features.
-            let mut scale = [_mm512_setzero_si512(); 16];
-            if PAIRED {
-                for q in 0..4 {
-                    for i in 0..2 {
-                        scale[2 * q + i] =
-                            _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[q], pair_bytes[i]));
-                    }
-                }
-            } else {
-                for (group, scale) in scale.iter_mut().enumerate() {
-                    *scale =
-                        _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[group / 4], dup[group % 4]));
+            // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q. Loops, not
+            // `from_fn`: a closure would not share the caller's features.
+            let mut scale = [_mm512_setzero_si512(); 8];
+            for p in 0..4 {
+                for q in 0..2 {
+                    scale[2 * p + q] =
+                        _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(sc[p], pair_bytes[q]));
                 }
             }
             let mut d = [_mm512_setzero_ps(); T];
             let mut y = [std::ptr::null::<i8>(); T];
-            let mut yb = [&ys[0][b]; T];
             for t in 0..T {
                 d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
                 y[t] = ys[t][b].qs.as_ptr();
-                yb[t] = &ys[t][b];
             }
-            for k in 0..8 {
+            for l in 0..8 {
                 if !UNPACKED {
-                    prefetch_part(g, k, 8);
+                    prefetch_part(g, l, 8);
                 }
-                let mut lane: [__m512i; T] = q6_k_offsets(&sc, &pairs, k, yb);
+                // 16 (scale[2l], scale[2l + 1]) (`>> 4` of the scale in a half's high byte).
+                let offset =
+                    _mm512_srai_epi16::<4>(_mm512_shuffle_epi8(sc[l / 2], offset_bytes[l % 2]));
+                let mut lane = [_mm512_setzero_si512(); T];
+                for t in 0..T {
+                    let nb = bcast4(ys[t][b].nb.as_ptr().add(2 * l));
+                    lane[t] = dpwssd(_mm512_setzero_si512(), offset, nb);
+                }
                 // With one token, two chains (h = 0 and 1), added at the end: one chain of
-                // dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
-                // (Several tokens have chains enough.)
+                // dependent `vpdpwssd` would leave the multipliers waiting. (Several tokens
+                // have chains enough.)
                 let mut lane1 = [_mm512_setzero_si512(); T];
                 for h in 0..2 {
                     let v = if UNPACKED {
-                        let at = &vb[b][4 * (2 * k + h)..];
+                        let at = &vb[b][4 * (2 * l + h)..];
                         [at[0], at[1], at[2], at[3]]
                     } else {
-                        q6_k_values(g, h, k)
+                        q6_k_triple(g, 2 * l + h)
                     };
-                    // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                    if PAIRED {
-                        for p in 0..2 {
-                            let s = scale[2 * (2 * h + p) + k / 4];
-                            for t in 0..T {
-                                let chain = if T > 1 || h == 0 {
-                                    &mut lane[t]
-                                } else {
-                                    &mut lane1[t]
-                                };
-                                let at = 128 * h + 64 * p + 4 * k;
-                                let zero = _mm512_setzero_si512();
-                                let sa = _mm512_dpbusd_epi32(zero, v[2 * p], bcast4(y[t].add(at)));
-                                let sb = _mm512_dpbusd_epi32(
-                                    zero,
-                                    v[2 * p + 1],
-                                    bcast4(y[t].add(at + 32)),
-                                );
-                                // (sa, sb) as the halves of each word: (sa & low16) | sb << 16.
-                                let both = _mm512_ternarylogic_epi32::<0xEA>(
-                                    sa,
-                                    low16,
-                                    _mm512_slli_epi32::<16>(sb),
-                                );
-                                *chain = dpwssd(*chain, both, s);
-                            }
-                        }
-                    } else {
-                        for (w, v) in v.into_iter().enumerate() {
-                            let s = scale[8 * h + 2 * w + k / 4];
-                            for t in 0..T {
-                                let chain = if T > 1 || h == 0 {
-                                    &mut lane[t]
-                                } else {
-                                    &mut lane1[t]
-                                };
-                                let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
-                                *chain = dpwssd(*chain, _mm512_maddubs_epi16(v, a), s);
-                            }
+                    for pp in 0..2 {
+                        let p = 2 * h + pp;
+                        let s = scale[2 * p + l / 4];
+                        for t in 0..T {
+                            let chain = if T > 1 || h == 0 {
+                                &mut lane[t]
+                            } else {
+                                &mut lane1[t]
+                            };
+                            let at = y[t].add(64 * p + 8 * l);
+                            let both = _mm512_add_epi16(
+                                _mm512_maddubs_epi16(v[2 * pp], bcast4(at)),
+                                _mm512_maddubs_epi16(v[2 * pp + 1], bcast4(at.add(4))),
+                            );
+                            *chain = dpwssd(*chain, both, s);
                         }
                     }
                 }
-                fuse_lanes(&mut acc, k, &d, &lane, &lane1);
+                fuse_lanes(&mut acc, l, &d, &lane, &lane1);
             }
         }
         store_tokens(out, (stride, r0, t0), &acc);
@@ -1179,24 +1220,9 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
 
 pass_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    q6_k_pass<false>: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m512i; 64],
-    (ys: [&[BlockQ8K]; T])
+    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPairs, [__m512i; 64],
+    (ys: [&[Q6KAct]; T])
 );
-
-/// [`q6_k_pass`] in the paired form, unpacking as it goes: the kernel of one token (decode),
-/// where it has fewer multiplies to wait on (tilebench Q6_K 512 2048, one token: 38.0 -> 43.1
-/// GMAC/s where it was first measured).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q6_k_one<const T: usize>(
-    g: &[Q6KPacked],
-    ys: [&[BlockQ8K]; T],
-    out: &mut [f32],
-    at: (usize, usize, usize),
-) {
-    // SAFETY: this function's features.
-    unsafe { q6_k_pass::<T, false, true>((g, &[]), ys, out, at) }
-}
 
 /// Whether Q5_K's passes take the paired form of the scaling ([`q5_k_pass`]; three multiplies,
 /// a shift and a `vpternlogd` for 128 products, where the plain form takes four multiplies):
@@ -1218,27 +1244,31 @@ fn shifts_beside_multiplies() -> bool {
     })
 }
 
-/// Packed Q6_K groups times every token, as [`q4_k`]: one token by [`q6_k_one`], up to eight in
-/// passes that unpack as they go, more from each group unpacked once.
+/// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for
+/// the paired products ([`q6_k_acts`]): up to eight tokens in passes that unpack as they go,
+/// more from each group unpacked once.
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
-    if n_tok == 1 {
-        group_passes!(p, per_row, a, out, q6_k_one, 1, [], ());
-    } else if n_tok <= 8 {
-        group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
-    } else {
-        UNPACKED_VALUES.with_borrow_mut(|vb| {
-            unpacked_passes!(
-                p, per_row, a, out,
-                q6_k_unpack, vb, q6_k_tokens_unpacked,
-                8, [1 2 3 4 5 6 7], ()
-            )
-        });
-    }
+    Q6K_ACTS.with_borrow_mut(|ya| {
+        // SAFETY: this function's features.
+        unsafe { q6_k_acts(a, ya) };
+        let a = &ya[..];
+        if n_tok <= 8 {
+            group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+        } else {
+            UNPACKED_VALUES.with_borrow_mut(|vb| {
+                unpacked_passes!(
+                    p, per_row, a, out,
+                    q6_k_unpack, vb, q6_k_tokens_unpacked,
+                    8, [1 2 3 4 5 6 7], ()
+                )
+            });
+        }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2763,7 +2793,7 @@ packed_format!(
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
-packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
+packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 /// Weights a batch call of the 32-value formats ([`lanes32`]) covers: each call builds a table
 /// of every token block's lane sums (48 bytes a block: 786 KiB for 64 tokens of 8192 columns),
 /// and in calls of 64 rows that table cost about as much as the products themselves. kbench
