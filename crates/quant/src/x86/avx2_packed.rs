@@ -31,10 +31,10 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, pass_entries, token_passes, unpacked_passes,
+    group_passes, packed_format, pair_sums, pass_entries, q6_k_acts, token_passes, unpacked_passes,
     word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q2KPacked,
-    Q3KPacked, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPacked,
-    Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, ROWS, TOKS32,
+    Q3KPacked, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KAct,
+    Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q6K_ACTS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -397,54 +397,52 @@ unsafe fn hsum8(a: &[__m256; 8]) -> __m256 {
     }
 }
 
-/// Rows `8hr..8hr + 8` of a Q6_K block's values `v[w]` = values `128h + 32w + 4k..+4` (one byte
-/// a value, q unsigned 0..64): the low or high nibbles of `ql` words `16h + k` and `16h + 8 +
-/// k`, with their two high bits from `qh` word `8h + k`.
+/// Rows `8hr..8hr + 8` of triple `τ` of a group unpacked to one byte a value (q unsigned,
+/// 0..64), as [`super::avx512_packed`]'s `q6_k_triple`: the low six bits of its three words,
+/// and the fourth word's values from their top two bits.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[inline(always)]
-unsafe fn q6_k_values(g: &Q6KPacked, hr: usize, h: usize, k: usize) -> [__m256i; 4] {
-    // SAFETY: the caller's features; rows of `ql`, `qh`.
+unsafe fn q6_k_triple(g: &Q6KPairs, hr: usize, tau: usize) -> [__m256i; 4] {
+    // SAFETY: the caller's features; rows of `q`.
     unsafe {
-        let (m30, m0f) = (_mm256_set1_epi32(0x3030_3030), _mm256_set1_epi8(0x0F));
-        let (ql0, ql1, qh) = (
-            ld8(&g.ql[16 * h + k], hr),
-            ld8(&g.ql[16 * h + 8 + k], hr),
-            ld8(&g.qh[8 * h + k], hr),
+        let (a, b, c) = (
+            ld8(&g.q[3 * tau], hr),
+            ld8(&g.q[3 * tau + 1], hr),
+            ld8(&g.q[3 * tau + 2], hr),
         );
-        // (lo & 0x0F) | (hi & 0x30) a byte, for each (lo, hi). A loop, not a closure: a closure
-        // would not share the caller's features.
-        let parts = [
-            (ql0, _mm256_slli_epi32::<4>(qh)),
-            (ql1, _mm256_slli_epi32::<2>(qh)),
-            (_mm256_srli_epi32::<4>(ql0), qh),
-            (_mm256_srli_epi32::<4>(ql1), _mm256_srli_epi32::<2>(qh)),
-        ];
-        let mut v = [_mm256_setzero_si256(); 4];
-        for (v, (lo, hi)) in v.iter_mut().zip(parts) {
-            *v = _mm256_or_si256(_mm256_and_si256(lo, m0f), _mm256_and_si256(hi, m30));
-        }
-        v
+        let m3f = _mm256_set1_epi8(0x3F);
+        let tops = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<6>(a), _mm256_set1_epi8(0x03)),
+                _mm256_and_si256(_mm256_srli_epi32::<4>(b), _mm256_set1_epi8(0x0C)),
+            ),
+            _mm256_and_si256(_mm256_srli_epi32::<2>(c), _mm256_set1_epi8(0x30)),
+        );
+        [
+            _mm256_and_si256(a, m3f),
+            _mm256_and_si256(b, m3f),
+            _mm256_and_si256(c, m3f),
+            tops,
+        ]
     }
 }
 
-/// Every block of a group unpacked by [`q6_k_values`] into `vb` (entry `hr * blocks + b`,
-/// register `4(2k + h) + w`), once for all of a batch's token passes, which otherwise each
-/// unpacked it again.
+/// Every block of a group unpacked by [`q6_k_triple`] into `vb` (entry `hr * blocks + b`,
+/// register `4τ + w`), once for all of a batch's token passes, which otherwise each unpacked
+/// it again.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m256i; 64]>) {
+fn q6_k_unpack(g: &[Q6KPairs], vb: &mut Vec<[__m256i; 64]>) {
     vb.clear();
     for hr in 0..2 {
         for g in g {
             let mut v = [_mm256_setzero_si256(); 64];
-            for k in 0..8 {
-                for h in 0..2 {
-                    // SAFETY: this function's features.
-                    let values = unsafe { q6_k_values(g, hr, h, k) };
-                    v[4 * (2 * k + h)..][..4].copy_from_slice(&values);
-                }
+            for tau in 0..16 {
+                // SAFETY: this function's features.
+                let values = unsafe { q6_k_triple(g, hr, tau) };
+                v[4 * tau..][..4].copy_from_slice(&values);
             }
             vb.push(v);
         }
@@ -452,27 +450,26 @@ fn q6_k_unpack(g: &[Q6KPacked], vb: &mut Vec<[__m256i; 64]>) {
 }
 
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
-/// [`q6_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
-/// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
+/// [`q6_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, reordered by `q6_k_acts`), into
+/// `out[(t0 + t) * stride + r0..][..16]`, eight rows at a time: [`super::avx512_packed`]'s
+/// paired products (two `vpmaddubsw` added as words, one `vpmaddwd` by two groups' scales),
+/// the same integers in each of `vec_dot`'s lanes.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
 unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
-    (g, vb): (&[Q6KPacked], &[[__m256i; 64]]),
-    ys: [&[BlockQ8K]; T],
+    (g, vb): (&[Q6KPairs], &[[__m256i; 64]]),
+    ys: [&[Q6KAct]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
-    // of a token's 256, i16 elements 2k, 2k + 1 of its bsums (the whole body).
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four bytes
+    // of a token's 256 values and two of its sixteen sums (the whole body).
     unsafe {
         let z = 0x80;
-        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
-        let mut dup = [_mm256_setzero_si256(); 4];
-        for (i, dup) in dup.iter_mut().enumerate() {
-            *dup = word_shuffle([z, i as u8, z, i as u8]);
-        }
-        // Scale bytes 0, 1 (2, 3) of a word as the low and high i16, the same way.
-        let pair = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
+        let offset_bytes = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        // Scale bytes `q` and `q + 2` of a word, the same way.
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
         let blocks = g.len();
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
@@ -484,12 +481,14 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                     ld8(&g.sc[3], hr),
                 ];
                 let dx = ld8_f16(&g.d, hr);
-                // (scale[group], scale[group]) as i16 pairs, for the sixteen groups. Loops, not
+                // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q. Loops, not
                 // `from_fn`: a closure would not share the caller's features.
-                let mut scale = [_mm256_setzero_si256(); 16];
-                for (group, scale) in scale.iter_mut().enumerate() {
-                    *scale =
-                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[group / 4], dup[group % 4]));
+                let mut scale = [_mm256_setzero_si256(); 8];
+                for p in 0..4 {
+                    for q in 0..2 {
+                        scale[2 * p + q] =
+                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[p], pair_bytes[q]));
+                    }
                 }
                 let mut d = [_mm256_setzero_ps(); T];
                 let mut y = [std::ptr::null::<i8>(); T];
@@ -497,39 +496,41 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                     d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
                     y[t] = ys[t][b].qs.as_ptr();
                 }
-                for k in 0..8 {
+                for l in 0..8 {
                     if hr == 0 && !UNPACKED {
-                        prefetch_part(g, k, 8);
+                        prefetch_part(g, l, 8);
                     }
-                    // The offset: (scale[2k], scale[2k + 1]) against (bsum[2k], bsum[2k + 1]),
-                    // times -32.
-                    let pairs = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[k / 2], pair[k % 2]));
+                    // The offset: 16 (scale[2l], scale[2l + 1]) against -2 (bsum[2l],
+                    // bsum[2l + 1]).
+                    let offset =
+                        _mm256_srai_epi16::<4>(_mm256_shuffle_epi8(sc[l / 2], offset_bytes[l % 2]));
                     let mut lane = [_mm256_setzero_si256(); T];
                     for t in 0..T {
-                        let bs = bcast4(ys[t][b].bsums.as_ptr().add(2 * k));
-                        let off = _mm256_madd_epi16(pairs, bs);
-                        lane[t] =
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off));
+                        let nb = bcast4(ys[t][b].nb.as_ptr().add(2 * l));
+                        lane[t] = _mm256_madd_epi16(offset, nb);
                     }
                     for h in 0..2 {
                         let v = if UNPACKED {
-                            let at = &vb[hr * blocks + b][4 * (2 * k + h)..];
+                            let at = &vb[hr * blocks + b][4 * (2 * l + h)..];
                             [at[0], at[1], at[2], at[3]]
                         } else {
-                            q6_k_values(g, hr, h, k)
+                            q6_k_triple(g, hr, 2 * l + h)
                         };
-                        // v[w]: values 128h + 32w + 4k..+4, group 8h + 2w + k / 4.
-                        for (w, v) in v.into_iter().enumerate() {
-                            let s = scale[8 * h + 2 * w + k / 4];
+                        for pp in 0..2 {
+                            let p = 2 * h + pp;
+                            let s = scale[2 * p + l / 4];
                             for t in 0..T {
-                                let a = bcast4(y[t].add(128 * h + 32 * w + 4 * k));
-                                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(v, a), s);
-                                lane[t] = _mm256_add_epi32(lane[t], p);
+                                let at = y[t].add(64 * p + 8 * l);
+                                let both = _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(v[2 * pp], bcast4(at)),
+                                    _mm256_maddubs_epi16(v[2 * pp + 1], bcast4(at.add(4))),
+                                );
+                                lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(both, s));
                             }
                         }
                     }
                     for t in 0..T {
-                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                        acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][l]);
                     }
                 }
             }
@@ -540,30 +541,38 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx2,fma,f16c",
-    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPacked, [__m256i; 64],
-    (ys: [&[BlockQ8K]; T])
+    q6_k_pass: q6_k_tokens, q6_k_tokens_unpacked, Q6KPairs, [__m256i; 64],
+    (ys: [&[Q6KAct]; T])
 );
 
-/// Packed Q6_K groups times every token, as [`q4_k`], eight tokens a pass (tilebench, `Q6_K
-/// 512 2048 64` at `SYNAPSE_ISA=avx2`, best of five: 39, 45, 49, 51, 57 and 55 GMAC/s at 2, 3,
-/// 4, 6, 8 and 12 tokens a pass, against 35 for the AVX2 tiles this replaces). More than a pass
-/// of tokens, and each group is unpacked once for all its passes.
+/// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for
+/// the paired products (`q6_k_acts`), eight tokens a pass (tilebench, `Q6_K 512 2048 64` at
+/// `SYNAPSE_ISA=avx2`, best of five, in `vec_dot`'s pairing: 39, 45, 49, 51, 57 and 55 GMAC/s
+/// at 2, 3, 4, 6, 8 and 12 tokens a pass, against 35 for the AVX2 tiles it replaced; the
+/// paired products, builds alternated on a Zen 5: `2048 2048 64` 76-88 -> 92-112, one token
+/// `512 2048 1` 47 -> 56).
+/// More than a pass of tokens, and each group is unpacked once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k(p: &[Q6KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
-    if n_tok <= 8 {
-        group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
-        return;
-    }
-    UNPACKED_VALUES.with_borrow_mut(|vb| {
-        unpacked_passes!(
-            p, per_row, a, out,
-            q6_k_unpack, vb, q6_k_tokens_unpacked,
-            8, [1 2 3 4 5 6 7], ()
-        )
+    Q6K_ACTS.with_borrow_mut(|ya| {
+        // SAFETY: this function's features.
+        unsafe { q6_k_acts(a, ya) };
+        let a = &ya[..];
+        if n_tok <= 8 {
+            group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
+            return;
+        }
+        UNPACKED_VALUES.with_borrow_mut(|vb| {
+            unpacked_passes!(
+                p, per_row, a, out,
+                q6_k_unpack, vb, q6_k_tokens_unpacked,
+                8, [1 2 3 4 5 6 7], ()
+            )
+        });
     });
 }
 
@@ -1624,7 +1633,7 @@ packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K =
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
-packed_format!(Q6_K: Q6KPacked, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
+packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);
 packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => lanes32::<Q5_0Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>, LANES32_TILE_WEIGHTS);

@@ -16,7 +16,8 @@
 //! embedding's lookups fault back the rows they read).
 //!
 //! One token then costs, per four values of sixteen rows, a load share, one to three unpacking
-//! instructions and one `vpdpbusd` (or `vpmaddubsw` + `vpdpwssd` for Q6_K): several times the
+//! instructions and one `vpdpbusd` (Q6_K: two `vpmaddubsw`, an add and one `vpdpwssd` for
+//! eight values): several times the
 //! read bandwidth of a core, so that decode runs at the speed of memory. A batch shares the
 //! unpacked registers between the tokens of a pass.
 //!
@@ -27,8 +28,8 @@
 //! them). The float side of each is the order it had; integer sums are exact in any order, so
 //! every output has the bits of the row kernels (tested), and G1, D1 and the golden logits are
 //! unchanged. Q2_K is packed in the repacked order only (every Q2_K matrix whose row count is a
-//! multiple of 16 is one); the float formats are not packed yet: they keep the row kernels and
-//! the tiles.
+//! multiple of 16 is one); F16 and BF16 are packed in their own layouts, chain by chain
+//! ([`super::f16`], [`super::bf16`]).
 //!
 //! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
 //! kernels, eight rows a register, for the formats it has (`crate::packed` chooses by the
@@ -634,7 +635,7 @@ thread_local! {
     /// [`q4_k_unpack`], [`q5_k_unpack`], [`q6_k_unpack`]), reused from call to call.
     static UNPACKED_VALUES: RefCell<Vec<[__m512i; 64]>> = const { RefCell::new(Vec::new()) };
     /// Each thread's tokens reordered for Q6_K's paired products ([`q6_k_acts`]).
-    static Q6K_ACTS: RefCell<Vec<Q6KAct>> = const { RefCell::new(Vec::new()) };
+    pub(super) static Q6K_ACTS: RefCell<Vec<Q6KAct>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Each token block's eight sub-block sums (what the mins of Q4_K and Q5_K multiply), into
@@ -935,43 +936,8 @@ unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // Q6_K in `vec_dot` order: lane `l` takes values whose index mod 32 is in `4l..4l + 4`, with q
 // unsigned (0..64), each times its 16-value group's scale, less `32 * (bsum[2l] * scale[2l] +
 // bsum[2l + 1] * scale[2l + 1])`. The integer lane sums are the same however they are formed:
-// `vec_dot`'s way (`vpmaddubsw` pairs, each pair sum times its scale by `vpdpwssd`) for
-// batches, and for one token the four values of a lane's word (one group) summed by
-// `vpdpbusd`, which fits an i16 (|sum| <= 4 * 63 * 127), two groups a `vpdpwssd`.
-
-/// One Q6_K block of sixteen rows (3360 bytes, sixteen blocks' worth).
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C)]
-pub(crate) struct Q6KPacked {
-    /// Word `m` of each row's 128 bytes of low nibbles.
-    pub(super) ql: [[u32; ROWS]; 32],
-    /// Word `m` of each row's 64 bytes of high bit pairs.
-    pub(super) qh: [[u32; ROWS]; 16],
-    /// Word `m` of each row's sixteen i8 scales.
-    pub(super) sc: [[u32; ROWS]; 4],
-    pub(super) d: [u16; ROWS],
-}
-const _: () = assert!(size_of::<Q6KPacked>() == ROWS * size_of::<BlockQ6K>());
-
-impl Pack for Q6KPacked {
-    type W = BlockQ6K;
-    fn pack(rows: [&BlockQ6K; ROWS]) -> Self {
-        let mut p = Self::zeroed();
-        for (r, x) in rows.into_iter().enumerate() {
-            for (m, ql) in p.ql.iter_mut().enumerate() {
-                ql[r] = word(&x.ql, m);
-            }
-            for (m, qh) in p.qh.iter_mut().enumerate() {
-                qh[r] = word(&x.qh, m);
-            }
-            for (m, sc) in p.sc.iter_mut().enumerate() {
-                sc[r] = word(bytemuck::cast_slice(&x.scales), m);
-            }
-            p.d[r] = x.d.to_bits();
-        }
-        p
-    }
-}
+// here two groups' four-value sums (each fits an i16: |sum| <= 4 * 63 * 128) as the halves of
+// a word, one `vpdpwssd` by both scales, from a layout packed for it ([`Q6KPairs`]).
 
 /// One Q6_K block of sixteen rows laid out for [`q6_k_pass`]'s paired products (3360 bytes,
 /// sixteen blocks' worth): `vec_dot`'s lane `l` (values whose index mod 32 is in `4l..4l + 4`)
@@ -1032,11 +998,11 @@ impl Pack for Q6KPairs {
 /// times -2, and its scale.
 #[derive(Clone, Copy)]
 #[repr(C)]
-pub(super) struct Q6KAct {
-    qs: [i8; QK_K],
+pub(crate) struct Q6KAct {
+    pub(super) qs: [i8; QK_K],
     /// `-2 * bsums` (what the scales times 16 multiply: the `-32` offset).
-    nb: [i16; 16],
-    d: f32,
+    pub(super) nb: [i16; 16],
+    pub(super) d: f32,
 }
 
 /// Every token block of `a` as a [`Q6KAct`], into `ya`.
@@ -1044,7 +1010,7 @@ pub(super) struct Q6KAct {
 /// # Safety
 /// The CPU must have AVX2.
 #[inline(always)]
-unsafe fn q6_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q6KAct>) {
+pub(super) unsafe fn q6_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q6KAct>) {
     ya.clear();
     for y in a {
         let mut o = Q6KAct {
