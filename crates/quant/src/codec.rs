@@ -489,7 +489,7 @@ fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
 /// (`crate::x86::bf16`: the reference's own `vdpbf16ps`); with AVX-VNNI, the 32-value formats'
 /// (`crate::x86::avxvnni`); with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
 /// formats, the K-quants, IQ4_NL, IQ4_XS, F16 and F32 (`crate::x86::avx2`, `crate::x86::f16`)
-/// and BF16 (`vdpbf16ps` emulated, `crate::x86::bf16`); on aarch64, NEON kernels for every quantized format (`crate::aarch64`, with
+/// and BF16 (`vdpbf16ps` emulated, `crate::x86::bf16`); on aarch64, NEON kernels for every quantized format and BF16 (`crate::aarch64`, with
 /// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
 /// so the results are bit-identical to it (tested); only the instructions differ.
 pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {

@@ -7,10 +7,11 @@
 //! `float32x4_t`, `vfmaq_f32` where the reference fuses, its horizontal-sum tree. Integer sums are
 //! exact whatever instruction makes them. So the bits are the reference's, and llama.cpp's x86
 //! ones: synapse gives the same logits on an ARM host (tested under qemu-user in CI,
-//! `scripts/test-aarch64.sh`). F32, F16 and BF16 keep the reference (F32 and F16 in ggml's
-//! AVX-512 order: four 16-lane accumulators, fused multiply-adds), which the compiler builds
-//! with NEON, the aarch64 baseline.
+//! `scripts/test-aarch64.sh`). BF16 emulates x86's `vdpbf16ps` in f32 lanes ([`bf16`]). F32
+//! and F16 keep the reference (ggml's AVX-512 order: four 16-lane accumulators, fused
+//! multiply-adds), which the compiler builds with NEON, the aarch64 baseline.
 
+mod bf16;
 mod kquants;
 mod legacy;
 mod neon;
@@ -84,6 +85,16 @@ entries! {
     q2_k_rows8, q2_k_rows8_gemv, q2_k_rows8_gemm: BlockQ2K => kquants::Q2KRows8;
 }
 
+/// Type-erased entry to the NEON BF16 kernel ([`bf16::dot_bf16`]).
+fn bf16_dot(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+    dot_row::<half::bf16>(w, a, bf16::dot_bf16_row)
+}
+
+/// Type-erased entry to the NEON BF16 kernel, over consecutive rows.
+fn bf16_gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    gemv_rows::<half::bf16>(w, row_bytes, a, out, bf16::dot_bf16_row)
+}
+
 /// The `vec_dot`-order kernel for weights of type `ty` on this CPU, if there is a NEON one.
 pub(crate) fn vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
     match DotProd::detect() {
@@ -116,6 +127,7 @@ fn vec_dot_with<D: Dot>(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
         T::Q5_K => (q5_k::<D> as DotFn, q5_k_gemv::<D> as GemvFn),
         T::Q6_K => (q6_k::<D> as DotFn, q6_k_gemv::<D> as GemvFn),
         T::IQ4_XS => (iq4_xs::<D> as DotFn, iq4_xs_gemv::<D> as GemvFn),
+        T::BF16 => (bf16_dot as DotFn, bf16_gemv as GemvFn),
         _ => return None,
     })
 }
@@ -160,6 +172,7 @@ fn gemm_with<D: Dot>(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
         (T::Q5_K, _) => q5_k_gemm::<D>,
         (T::Q6_K, _) => q6_k_gemm::<D>,
         (T::IQ4_XS, _) => iq4_xs_gemm::<D>,
+        (T::BF16, _) => bf16::gemm_bf16,
         _ => return None,
     })
 }
