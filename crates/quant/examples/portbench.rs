@@ -1,8 +1,11 @@
 //! How many 512-bit integer operations this core issues a cycle, alone and in the instruction
 //! mixes the AVX-512 kernels choose between: `cargo run --release -p synapse-quant --example
-//! portbench`. Registers only (no memory), twelve independent chains per loop, so the numbers
-//! are issue rates, not latencies. The kernels' choices that rest on them (which form of the
-//! `vec_dot` scaling a CPU's batches take) are in docs/PERF.md.
+//! portbench`. Registers only (but for the broadcast-load table), several independent chains
+//! per loop, so the numbers are issue rates, not latencies: single instructions, pairs of them
+//! (whether they share issue ports), the forms of `vec_dot`'s scaled sums, and whole steps of
+//! the 6-bit kernel in the packed layouts it could take. The kernels' choices that rest on
+//! them (which form of the scaling a CPU's batches take, Q6_K's packed layout) are in
+//! docs/PERF.md.
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -42,6 +45,44 @@ mod x86 {
                         out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
                         out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
                         options(nostack),
+                    );
+                }
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            best / ITERS as f64 * 1e9
+        }};
+    }
+
+    /// [`time_body`] for bodies that read memory: `{p}` points at 256 readable bytes.
+    macro_rules! time_mem {
+        ($($ins:expr),* $(,)?) => {{
+            #[repr(align(64))]
+            struct Line([u8; 256]);
+            let buf = Line([1; 256]);
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = Instant::now();
+                // SAFETY: as `time_body`; the body reads only `buf`'s 256 bytes through `{p}`.
+                unsafe {
+                    asm!(
+                        "vpxorq zmm0, zmm0, zmm0", "vpxorq zmm1, zmm1, zmm1",
+                        "vpxorq zmm2, zmm2, zmm2", "vpxorq zmm3, zmm3, zmm3",
+                        "vpxorq zmm4, zmm4, zmm4", "vpxorq zmm5, zmm5, zmm5",
+                        "vpxorq zmm6, zmm6, zmm6", "vpxorq zmm7, zmm7, zmm7",
+                        "vpternlogd zmm12, zmm12, zmm12, 0xFF", "vpabsb zmm13, zmm12",
+                        "vpabsb zmm14, zmm12", "vpabsb zmm15, zmm12",
+                        "2:",
+                        $($ins,)*
+                        "dec {n}",
+                        "jnz 2b",
+                        n = inout(reg) ITERS => _,
+                        p = in(reg) buf.0.as_ptr(),
+                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                        out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                        out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                        out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+                        out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+                        options(nostack, readonly),
                     );
                 }
                 best = best.min(t.elapsed().as_secs_f64());
@@ -295,11 +336,59 @@ mod x86 {
             println!("| {name} | {:.0} |", 512.0 / ns);
         }
         println!();
+        println!("| `vpdpbusd` and its broadcast token values | per ns |");
+        println!("|---|--:|");
+        let bcst = time_mem!(
+            "vpdpbusd zmm0, zmm13, dword ptr [{p}]{{1to16}}",
+            "vpdpbusd zmm1, zmm13, dword ptr [{p} + 4]{{1to16}}",
+            "vpdpbusd zmm2, zmm13, dword ptr [{p} + 8]{{1to16}}",
+            "vpdpbusd zmm3, zmm13, dword ptr [{p} + 12]{{1to16}}",
+            "vpdpbusd zmm4, zmm13, dword ptr [{p} + 16]{{1to16}}",
+            "vpdpbusd zmm5, zmm13, dword ptr [{p} + 20]{{1to16}}",
+            "vpdpbusd zmm6, zmm13, dword ptr [{p} + 24]{{1to16}}",
+            "vpdpbusd zmm7, zmm13, dword ptr [{p} + 28]{{1to16}}",
+        );
+        println!("| vpdpbusd, one broadcast load each | {:.1} |", 8.0 / bcst);
+        let shared = time_mem!(
+            "vpbroadcastd zmm16, dword ptr [{p}]",
+            "vpdpbusd zmm0, zmm13, zmm16",
+            "vpdpbusd zmm1, zmm14, zmm16",
+            "vpbroadcastd zmm17, dword ptr [{p} + 4]",
+            "vpdpbusd zmm2, zmm13, zmm17",
+            "vpdpbusd zmm3, zmm14, zmm17",
+            "vpbroadcastd zmm18, dword ptr [{p} + 8]",
+            "vpdpbusd zmm4, zmm13, zmm18",
+            "vpdpbusd zmm5, zmm14, zmm18",
+            "vpbroadcastd zmm19, dword ptr [{p} + 12]",
+            "vpdpbusd zmm6, zmm13, zmm19",
+            "vpdpbusd zmm7, zmm14, zmm19",
+        );
+        println!(
+            "| vpdpbusd, one broadcast load for two | {:.1} |",
+            8.0 / shared
+        );
+        let with_values = time_mem!(
+            "vmovdqu64 zmm16, [{p}]",
+            "vpdpbusd zmm0, zmm16, dword ptr [{p}]{{1to16}}",
+            "vpdpbusd zmm1, zmm16, dword ptr [{p} + 4]{{1to16}}",
+            "vpdpbusd zmm2, zmm16, dword ptr [{p} + 8]{{1to16}}",
+            "vpdpbusd zmm3, zmm16, dword ptr [{p} + 12]{{1to16}}",
+            "vmovdqu64 zmm17, [{p} + 64]",
+            "vpdpbusd zmm4, zmm17, dword ptr [{p} + 16]{{1to16}}",
+            "vpdpbusd zmm5, zmm17, dword ptr [{p} + 20]{{1to16}}",
+            "vpdpbusd zmm6, zmm17, dword ptr [{p} + 24]{{1to16}}",
+            "vpdpbusd zmm7, zmm17, dword ptr [{p} + 28]{{1to16}}",
+        );
+        println!(
+            "| vpdpbusd, one broadcast each, a value load for four | {:.1} |",
+            8.0 / with_values
+        );
+        println!();
         q6_k_steps();
     }
 
     /// The unpacking of `vec_dot`'s 6-bit values (`ql` nibbles zmm13, zmm14, `qh` pairs zmm15;
-    /// masks zmm12) the present packed layout takes: four registers of values from three.
+    /// masks zmm12) from ggml's layout: four registers of values from three.
     macro_rules! unpack_nibbles {
         () => {
             "
@@ -469,12 +558,12 @@ mod x86 {
             }};
         }
         step!(
-            "nibbles + pairs by vpdpbusd (present one-token kernel)",
+            "nibbles + pairs by vpdpbusd (one token, before the paired layout)",
             unpack_nibbles!(),
             pair_dpbusd
         );
         step!(
-            "nibbles + plain (present batch kernel)",
+            "nibbles + plain (batches, before the paired layout)",
             unpack_nibbles!(),
             plain
         );
@@ -489,7 +578,11 @@ mod x86 {
             pair_maddwd
         );
         step!("tops + pairs by vpdpbusd", unpack_tops!(), pair_dpbusd);
-        step!("tops + pairs by vpmaddubsw", unpack_tops!(), pair_maddubs);
+        step!(
+            "tops + pairs by vpmaddubsw (the Q6_K kernels now)",
+            unpack_tops!(),
+            pair_maddubs
+        );
         step!(
             "tops + pairs by vpmaddubsw, vpmaddwd",
             unpack_tops!(),
