@@ -17,8 +17,8 @@
 //!
 //! One token then costs, per four values of sixteen rows, a load share, one to three unpacking
 //! instructions and one `vpdpbusd` (Q6_K: two `vpmaddubsw`, an add and one `vpdpwssd` for
-//! eight values): several times the
-//! read bandwidth of a core, so that decode runs at the speed of memory. A batch shares the
+//! eight values): several times the read bandwidth of a core, so that decode runs at the speed
+//! of memory. A batch shares the
 //! unpacked registers between the tokens of a pass.
 //!
 //! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order (one exact integer total
@@ -940,13 +940,14 @@ unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // a word, one `vpdpwssd` by both scales, from a layout packed for it ([`Q6KPairs`]).
 
 /// One Q6_K block of sixteen rows laid out for [`q6_k_pass`]'s paired products (3360 bytes,
-/// sixteen blocks' worth): `vec_dot`'s lane `l` (values whose index mod 32 is in `4l..4l + 4`)
+/// sixteen blocks' worth). `vec_dot`'s lane `l` (values whose index mod 32 is in `4l..4l + 4`)
 /// of pair `p` (groups `4p + l / 4` and `4p + 2 + l / 4`: values `64p + 4l..+4` and
-/// `64p + 32 + 4l..+4`) in two words of a row, `R1 = [a0, a1, b0, b1]` and `R2 = [a2, a3, b2, b3]`, so
-/// that `vpmaddubsw` of each against the token's values in the same order, added as words,
-/// gives the two groups' four-value sums as the halves of each word. The four words of pairs
-/// `2h` and `2h + 1` (`R1, R2, R1, R2`) are stored in three, `triple 2l + h`: three in their
-/// low six bits, the fourth's six bits in their top two bits (its bits 0-1, 2-3, 4-5).
+/// `64p + 32 + 4l..+4`) lies in two words of a row, `R1 = [a0, a1, b0, b1]` and
+/// `R2 = [a2, a3, b2, b3]`, so that `vpmaddubsw` of each against the token's values in the
+/// same order, added as words, gives the two groups' four-value sums as the halves of each
+/// word. The four words of pairs `2h` and `2h + 1` (`R1, R2, R1, R2`) are stored in three,
+/// triple `2l + h`: three in their low six bits, the fourth's six bits in their top two bits
+/// (its bits 0-1, 2-3, 4-5).
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q6KPairs {
