@@ -15,54 +15,19 @@ mod x86 {
     /// Loop iterations per timing; each runs the body once.
     const ITERS: u64 = 20_000_000;
 
-    /// Time `ITERS` runs of an assembly body (clobbering zmm0..zmm15, reading zmm12..zmm15 as
-    /// inputs), best of three; nanoseconds per iteration.
+    /// Time `ITERS` runs of an assembly body (clobbering zmm0..zmm27, reading zmm12..zmm15 as
+    /// inputs, `{p}` a pointer to 256 bytes), best of three; nanoseconds per iteration.
     macro_rules! time_body {
         ($($ins:expr),* $(,)?) => {{
-            let mut best = f64::MAX;
-            for _ in 0..3 {
-                let t = Instant::now();
-                // SAFETY: the caller checked AVX-512 F/BW and VNNI; the body touches only the
-                // registers named as clobbered.
-                unsafe {
-                    asm!(
-                        "vpxorq zmm0, zmm0, zmm0", "vpxorq zmm1, zmm1, zmm1",
-                        "vpxorq zmm2, zmm2, zmm2", "vpxorq zmm3, zmm3, zmm3",
-                        "vpxorq zmm4, zmm4, zmm4", "vpxorq zmm5, zmm5, zmm5",
-                        "vpxorq zmm6, zmm6, zmm6", "vpxorq zmm7, zmm7, zmm7",
-                        "vpternlogd zmm12, zmm12, zmm12, 0xFF", "vpabsb zmm13, zmm12",
-                        "vpabsb zmm14, zmm12", "vpabsb zmm15, zmm12",
-                        "2:",
-                        $($ins,)*
-                        "dec {n}",
-                        "jnz 2b",
-                        n = inout(reg) ITERS => _,
-                        out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                        out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                        out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
-                        out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
-                        out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
-                        out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
-                        out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
-                        options(nostack),
-                    );
-                }
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            best / ITERS as f64 * 1e9
-        }};
-    }
-
-    /// [`time_body`] for bodies that read memory: `{p}` points at 256 readable bytes.
-    macro_rules! time_mem {
-        ($($ins:expr),* $(,)?) => {{
+            // What `{p}` points at: 256 bytes on a cache line's start (bodies that read memory).
             #[repr(align(64))]
             struct Line([u8; 256]);
             let buf = Line([1; 256]);
             let mut best = f64::MAX;
             for _ in 0..3 {
                 let t = Instant::now();
-                // SAFETY: as `time_body`; the body reads only `buf`'s 256 bytes through `{p}`.
+                // SAFETY: the caller checked AVX-512 F/BW and VNNI; the body touches only the
+                // registers named as clobbered, and reads only `buf` through `{p}`.
                 unsafe {
                     asm!(
                         "vpxorq zmm0, zmm0, zmm0", "vpxorq zmm1, zmm1, zmm1",
@@ -71,6 +36,7 @@ mod x86 {
                         "vpxorq zmm6, zmm6, zmm6", "vpxorq zmm7, zmm7, zmm7",
                         "vpternlogd zmm12, zmm12, zmm12, 0xFF", "vpabsb zmm13, zmm12",
                         "vpabsb zmm14, zmm12", "vpabsb zmm15, zmm12",
+                        "prefetcht0 [{p}]",
                         "2:",
                         $($ins,)*
                         "dec {n}",
@@ -82,6 +48,8 @@ mod x86 {
                         out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
                         out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
                         out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _,
+                        out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _,
+                        out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _,
                         options(nostack, readonly),
                     );
                 }
@@ -338,7 +306,7 @@ mod x86 {
         println!();
         println!("| `vpdpbusd` and its broadcast token values | per ns |");
         println!("|---|--:|");
-        let bcst = time_mem!(
+        let bcst = time_body!(
             "vpdpbusd zmm0, zmm13, dword ptr [{p}]{{1to16}}",
             "vpdpbusd zmm1, zmm13, dword ptr [{p} + 4]{{1to16}}",
             "vpdpbusd zmm2, zmm13, dword ptr [{p} + 8]{{1to16}}",
@@ -349,7 +317,7 @@ mod x86 {
             "vpdpbusd zmm7, zmm13, dword ptr [{p} + 28]{{1to16}}",
         );
         println!("| vpdpbusd, one broadcast load each | {:.1} |", 8.0 / bcst);
-        let shared = time_mem!(
+        let shared = time_body!(
             "vpbroadcastd zmm16, dword ptr [{p}]",
             "vpdpbusd zmm0, zmm13, zmm16",
             "vpdpbusd zmm1, zmm14, zmm16",
@@ -367,7 +335,7 @@ mod x86 {
             "| vpdpbusd, one broadcast load for two | {:.1} |",
             8.0 / shared
         );
-        let with_values = time_mem!(
+        let with_values = time_body!(
             "vmovdqu64 zmm16, [{p}]",
             "vpdpbusd zmm0, zmm16, dword ptr [{p}]{{1to16}}",
             "vpdpbusd zmm1, zmm16, dword ptr [{p} + 4]{{1to16}}",
