@@ -1,5 +1,6 @@
-//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layout, the same
-//! bytes), for CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
+//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layouts, but for
+//! Q3_K, which AVX-512 packs for its paired products and AVX2 keeps in ggml's bit order), for
+//! CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
 //! matrix's sixteen rows are two registers of eight i32 lanes, one row a lane, and the products
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.

@@ -31,9 +31,9 @@
 //! multiple of 16 is one); F16 and BF16 are packed in their own layouts, chain by chain
 //! ([`super::f16`], [`super::bf16`]).
 //!
-//! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
-//! kernels, eight rows a register, for the formats it has (`crate::packed` chooses by the
-//! CPU).
+//! On CPUs without AVX-512 VNNI the same packed layouts (Q3_K's in ggml's bit order,
+//! [`Q3KPacked`]) serve [`super::avx2_packed`]'s kernels, eight rows a register, for the
+//! formats it has (`crate::packed` chooses by the CPU).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -44,7 +44,7 @@ use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
-use crate::reference::dequant::q6k_value;
+use crate::reference::dequant::{q3k_value, q6k_value};
 use crate::{GgmlType, QuantError};
 
 /// Rows per group: one per i32 lane of a 512-bit register.
@@ -1489,13 +1489,14 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q3_K in `vec_dot` order: the eight lanes of the other K-quants, each value `q - 4` (q = the
-// two low bits and the high bit, 0..8) times its 16-value group's scale less 32. A few tokens
-// take each four values' sum and scale it (`vpdpbusd`, then `vpdpwssd`); a batch folds the
-// scales into the values once ([`q3_k_unpack`]: the product fits a byte) and takes one
-// `vpdpbusd` for 64 products.
+// Q3_K in `vec_dot` order: the eight lanes of the other K-quants, each value `q` (-4..=3: the
+// two low bits and the high bit, less 4) times its 16-value group's scale less 32. A few
+// tokens take two groups' four-value sums as a word's halves and scale both by one
+// `vpdpwssd`, as Q6_K does ([`Q3KPairs`]); a batch folds the scales into the values once
+// ([`q3_k_unpack`]: the product fits a byte) and takes one `vpdpbusd` for 64 products.
 
-/// One Q3_K block of sixteen rows (1760 bytes, sixteen blocks' worth).
+/// One Q3_K block of sixteen rows in ggml's bit order (1760 bytes, sixteen blocks' worth), for
+/// the AVX2 kernels.
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q3KPacked {
@@ -1531,48 +1532,189 @@ impl Pack for Q3KPacked {
     }
 }
 
-/// A Q3_K block's sixteen rows' values `128h + 32sh + 4k..+4` (one byte a value, `q` = the two
-/// low bits and the high bit, 0..8), from its `hmask` word `k` (`hm`).
+/// One Q3_K block of sixteen rows laid out for [`q3_k_pass`]'s paired products (1760 bytes,
+/// sixteen blocks' worth), as [`Q6KPairs`] lays Q6_K out: lane `l`'s eight words of a row
+/// (`2p + e`, pair `p`: `[a0 a1 b0 b1]`, `[a2 a3 b2 b3]` of groups `4p + l / 4` and `4p + 2 +
+/// l / 4`) with one byte a value `u = q + 4` (0..8, `q` the signed value), stored as three words: bytes `u0 | u1 << 3
+/// | (u6 & 3) << 6`, `u2 | u3 << 3 | (u6 >> 2) << 6 | (u7 & 1) << 7` and `u4 | u5 << 3 | (u7
+/// >> 1) << 6` ([`q3_k_octet`]). The AVX2 kernels keep ggml's bit order ([`Q3KPacked`]).
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct Q3KPairs {
+    /// Words `3l..3l + 3` of each row: lane `l`'s 32 values.
+    pub(super) q: [[u32; ROWS]; 24],
+    /// Word `m` of each row's twelve bytes of 6-bit scales.
+    pub(super) sc: [[u32; ROWS]; 3],
+    pub(super) d: [u16; ROWS],
+}
+const _: () = assert!(size_of::<Q3KPairs>() == ROWS * size_of::<BlockQ3K>());
+
+impl Pack for Q3KPairs {
+    type W = BlockQ3K;
+    fn pack(rows: [&BlockQ3K; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            // u = q + 4, 0..8.
+            let u = |i: usize| (q3k_value(x, i) + 4) as u8;
+            for l in 0..8 {
+                // v[2pp + e], byte j: pair pp, value 64pp + 32 (j / 2) + 4l + 2e + j % 2.
+                let mut v = [[0u8; 4]; 8];
+                for (w, v) in v.iter_mut().enumerate() {
+                    let (pp, e) = (w / 2, w % 2);
+                    for (j, v) in v.iter_mut().enumerate() {
+                        *v = u(64 * pp + 32 * (j / 2) + 4 * l + 2 * e + j % 2);
+                    }
+                }
+                let words: [[u8; 4]; 3] = [
+                    std::array::from_fn(|j| v[0][j] | v[1][j] << 3 | (v[6][j] & 3) << 6),
+                    std::array::from_fn(|j| {
+                        v[2][j] | v[3][j] << 3 | (v[6][j] >> 2) << 6 | (v[7][j] & 1) << 7
+                    }),
+                    std::array::from_fn(|j| v[4][j] | v[5][j] << 3 | (v[7][j] >> 1) << 6),
+                ];
+                for (i, word) in words.into_iter().enumerate() {
+                    p.q[3 * l + i][r] = u32::from_le_bytes(word);
+                }
+            }
+            for (m, sc) in p.sc.iter_mut().enumerate() {
+                sc[r] = word(&x.scales, m);
+            }
+            p.d[r] = x.d.to_bits();
+        }
+        p
+    }
+}
+
+/// A token's Q8_K block for [`q3_k_pass`]: its values in [`Q6KAct`]'s order (plus 128, as
+/// unsigned bytes, for the passes over unpacked groups), each lane and pair's two groups'
+/// `-4 * (y0 + y1 + y2 + y3)` as a word's halves (entry `8p + l`; the `-4` of `q = u - 4`),
+/// and its scale.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Q3KAct {
+    pub(super) qs: [i8; QK_K],
+    pub(super) off: [u32; 32],
+    pub(super) d: f32,
+}
+
+/// A block's 256 values with the 16-bit words of each 64 interleaved, the first half's with the
+/// second's ([`Q6KAct`]'s order), each byte xor `flip`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn interleave_halves(src: &[i8; QK_K], dst: &mut [i8; QK_K], flip: __m256i) {
+    // SAFETY: the caller's features; 32-byte halves of the 256 values.
+    unsafe {
+        for p in 0..4 {
+            let from = src[64 * p..].as_ptr();
+            let lo = _mm256_xor_si256(_mm256_loadu_si256(from.cast()), flip);
+            let hi = _mm256_xor_si256(_mm256_loadu_si256(from.add(32).cast()), flip);
+            let (ulo, uhi) = (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
+            let to = dst[64 * p..].as_mut_ptr();
+            _mm256_storeu_si256(to.cast(), _mm256_permute2x128_si256::<0x20>(ulo, uhi));
+            _mm256_storeu_si256(
+                to.add(32).cast(),
+                _mm256_permute2x128_si256::<0x31>(ulo, uhi),
+            );
+        }
+    }
+}
+
+/// Every token block of `a` as a [`Q3KAct`], into `ya` (`unpacked`: values plus 128, no
+/// offsets).
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL, and VNNI.
+#[inline(always)]
+unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: bool) {
+    ya.clear();
+    for y in a {
+        let mut o = Q3KAct {
+            qs: [0; QK_K],
+            off: [0; 32],
+            d: y.d,
+        };
+        // SAFETY: the caller's features; 64-byte quarters of the values, 32-byte rows of `off`.
+        unsafe {
+            let flip = _mm256_set1_epi8(if unpacked { -128 } else { 0 });
+            interleave_halves(&y.qs, &mut o.qs, flip);
+            if !unpacked {
+                for p in 0..4 {
+                    let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * p).cast());
+                    // The sixteen four-value sums of values 64p.., times -4, as i16:
+                    // (-4 sum[l], -4 sum[8 + l]) for l = 0..8.
+                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
+                    let neg = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum));
+                    let w = _mm512_cvtepi32_epi16(neg);
+                    let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
+                    let to = o.off[8 * p..].as_mut_ptr();
+                    _mm_storeu_si128(to.cast(), _mm_unpacklo_epi16(lo, hi));
+                    _mm_storeu_si128(to.add(4).cast(), _mm_unpackhi_epi16(lo, hi));
+                }
+            }
+        }
+        ya.push(o);
+    }
+}
+
+/// Lane `l` of a group's sixteen rows unpacked to one byte a value (`u`, 0..8): entry `2p + e`
+/// the word `e` of pair `p` (see [`Q3KPairs`]).
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and BW.
 #[inline(always)]
-unsafe fn q3_k_values(g: &Q3KPacked, hm: __m512i, h: usize, k: usize, sh: usize) -> __m512i {
-    // SAFETY: the caller's features; a row of `qs`.
+unsafe fn q3_k_octet(g: &Q3KPairs, l: usize) -> [__m512i; 8] {
+    // SAFETY: the caller's features; rows of `q`.
     unsafe {
-        let qs = ld(&g.qs[8 * h + k]);
-        let low = _mm512_srlv_epi32(qs, _mm512_set1_epi32(2 * sh as i32));
-        let bit = (4 * h + sh) as i32;
-        let high = _mm512_and_si512(
-            if bit <= 2 {
-                _mm512_sllv_epi32(hm, _mm512_set1_epi32(2 - bit))
-            } else {
-                _mm512_srlv_epi32(hm, _mm512_set1_epi32(bit - 2))
-            },
-            _mm512_set1_epi8(0x04),
+        let (m01, m03, m07) = (
+            _mm512_set1_epi8(0x01),
+            _mm512_set1_epi8(0x03),
+            _mm512_set1_epi8(0x07),
         );
-        // (low & 3) | high.
-        _mm512_ternarylogic_epi32::<0xEC>(low, high, _mm512_set1_epi8(0x03))
+        let (a, b, c) = (ld(&g.q[3 * l]), ld(&g.q[3 * l + 1]), ld(&g.q[3 * l + 2]));
+        let low3 = |x: __m512i| _mm512_and_si512(x, m07);
+        // Bits 0-1 from a's top pair, bit 2 from b's bit 6 (b >> 4); bit 0 from b's bit 7, bits
+        // 1-2 from c's top pair (c >> 5). (`0xE4`: the third operand's bits choose the first.)
+        let u6 = _mm512_ternarylogic_epi32::<0xE4>(
+            _mm512_srli_epi32::<6>(a),
+            _mm512_srli_epi32::<4>(b),
+            m03,
+        );
+        let u7 = _mm512_ternarylogic_epi32::<0xE4>(
+            _mm512_srli_epi32::<7>(b),
+            _mm512_srli_epi32::<5>(c),
+            m01,
+        );
+        [
+            low3(a),
+            low3(_mm512_srli_epi32::<3>(a)),
+            low3(b),
+            low3(_mm512_srli_epi32::<3>(b)),
+            low3(c),
+            low3(_mm512_srli_epi32::<3>(c)),
+            low3(u6),
+            low3(u7),
+        ]
     }
 }
 
-/// A Q3_K block of sixteen rows unpacked for batches ([`q3_k_unpack`]): entry `4(2k + h) + sh`
-/// holds the values `128h + 32sh + 4k..+4` of every row with their group's scale folded in,
-/// `-(q - 4) * scale` as a signed byte (within -128..=124: `q - 4` is -4..=3, the scale
-/// -32..=31), and entry `64 + k` each row's `128 * Σ` of the 32 folded bytes of lane `k`.
+/// A Q3_K block of sixteen rows unpacked for batches ([`q3_k_unpack`]): entry `8l + w` holds
+/// lane `l`'s word `w` ([`q3_k_octet`]) of every row with each value's group scale folded in,
+/// `-q * scale` as a signed byte (within -128..=124: `q` is -4..=3, the scale -32..=31), and
+/// entry `64 + l` each row's `128 * Σ` of the 32 folded bytes of lane `l`.
 type Q3KUnpacked = [__m512i; 72];
 
 /// Every block of a group unpacked into `vb` once for all of a batch's token passes, each
 /// value times its group's scale (see [`Q3KUnpacked`]). A pass then takes one `vpdpbusd` for
-/// 64 products, with the token's values plus 128 as the unsigned bytes, where the packed bits
-/// take a `vpdpbusd` and a `vpdpwssd` (the scale multiply of each four values' sum); the
-/// offset comes back through entry `64 + k`. The same integers: `Σ y (q - 4) s = 128 Σ w -
-/// Σ (y + 128) w` with `w = -(q - 4) s`.
+/// 64 products, with the token's values plus 128 as the unsigned bytes; the offset comes back
+/// through entry `64 + l`. The same integers: `Σ y q s = 128 Σ w - Σ (y + 128) w` with
+/// `w = -q s`.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<Q3KUnpacked>) {
+fn q3_k_unpack(g: &[Q3KPairs], vb: &mut Vec<Q3KUnpacked>) {
     vb.clear();
-    let (m03, m0f, m20) = (
+    let masks = (
         _mm512_set1_epi8(0x03),
         _mm512_set1_epi8(0x0F),
         _mm512_set1_epi8(0x20),
@@ -1580,47 +1722,44 @@ fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<Q3KUnpacked>) {
     let (four, ones) = (_mm512_set1_epi8(4), _mm512_set1_epi8(1));
     for g in g {
         // SAFETY: rows of `sc`; this function's features.
-        let by = unsafe { q3_k_scale_bytes(g, (m03, m0f, m20)) };
+        let by = unsafe { q3_k_scale_bytes(&g.sc, masks) };
         let mut v = [_mm512_setzero_si512(); 72];
-        for k in 0..8 {
-            // SAFETY: a row of `hmask`.
-            let hm = unsafe { ld(&g.hmask[k]) };
+        for l in 0..8 {
+            // SAFETY: this function's features.
+            let u = unsafe { q3_k_octet(g, l) };
+            let q = (l / 4) as u8;
+            // SAFETY: this function's features.
+            let spread = unsafe { word_shuffle([q, q, q + 2, q + 2]) };
             let mut sum = _mm512_setzero_si512();
-            for h in 0..2 {
-                for sh in 0..4 {
-                    // SAFETY: this function's features.
-                    let q = unsafe { q3_k_values(g, hm, h, k, sh) };
-                    // The group's scale (8h + 2sh + k / 4) in every byte of the row's lane.
-                    let group = 8 * h + 2 * sh + k / 4;
-                    let i = (group % 4) as u8;
-                    // SAFETY: this function's features.
-                    let sc = _mm512_shuffle_epi8(by[group / 4], unsafe { word_shuffle([i; 4]) });
-                    // -(q - 4) s, which fits a signed byte.
-                    // SAFETY: this function's features.
-                    let w = unsafe { mullo_epi8(_mm512_sub_epi8(four, q), sc) };
-                    v[4 * (2 * k + h) + sh] = w;
-                    sum = _mm512_dpbusd_epi32(sum, ones, w);
-                }
+            for (w, u) in u.into_iter().enumerate() {
+                // Bytes 0, 1: group 4p + q; bytes 2, 3: group 4p + 2 + q.
+                let sc = _mm512_shuffle_epi8(by[w / 2], spread);
+                // -q s = (4 - u) s.
+                // SAFETY: this function's features.
+                let folded = unsafe { mullo_epi8(_mm512_sub_epi8(four, u), sc) };
+                v[8 * l + w] = folded;
+                sum = _mm512_dpbusd_epi32(sum, ones, folded);
             }
-            v[64 + k] = _mm512_slli_epi32::<7>(sum);
+            v[64 + l] = _mm512_slli_epi32::<7>(sum);
         }
         vb.push(v);
     }
 }
 
 /// Byte `i` of `by[q]` (each row's word): the scale of group `4q + i`, less 32 (ggml's
-/// `q3k_scale` four at a time: low four bits from bytes 0..8, high two from bytes 8..12).
+/// `q3k_scale` four at a time: low four bits from bytes 0..8, high two from bytes 8..12), from a
+/// group's scale words `sc`.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F and BW.
 #[inline(always)]
 unsafe fn q3_k_scale_bytes(
-    g: &Q3KPacked,
+    sc: &[[u32; ROWS]; 3],
     (m03, m0f, m20): (__m512i, __m512i, __m512i),
 ) -> [__m512i; 4] {
     // SAFETY: the caller's features; rows of `sc`.
     unsafe {
-        let (s0, s1, s2) = (ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]));
+        let (s0, s1, s2) = (ld(&sc[0]), ld(&sc[1]), ld(&sc[2]));
         let low = [
             _mm512_and_si512(s0, m0f),
             _mm512_and_si512(s1, m0f),
@@ -1643,28 +1782,29 @@ unsafe fn q3_k_scale_bytes(
 }
 
 /// Sixteen rows (`g`, and with `UNPACKED` their scaled values unpacked in `vb` by
-/// [`q3_k_unpack`], one entry a block) times tokens `t0..t0 + T` (`ys[t]`; `words[t][b]`: each
-/// 4-value word of the token's block, as the i32 `-4 * (y0 + y1 + y2 + y3)` for the packed
-/// bits, as the four bytes `y + 128` for `UNPACKED`), into `out[(t0 + t) * stride +
-/// r0..][..16]`. The same integers either way.
+/// [`q3_k_unpack`], one entry a block) times tokens `t0..t0 + T` (`ys[t]`, made by
+/// [`q3_k_acts`] for the kind of pass), into `out[(t0 + t) * stride + r0..][..16]`, in
+/// `vec_dot`'s eight lanes: lane `l` sums, for each pair `p` of its groups, two `vpmaddubsw`
+/// of the values `u` added as words, less the token's `4 * Σ y` of each group's four values,
+/// (`Σ (u - 4) y` of both groups as a word's halves, at most 4 * 4 * 128 + 4 * 7 * 128 in
+/// magnitude), by one `vpdpwssd` by the two scales. The same integers in each lane as
+/// `vec_dot`, fused by `d_y * d_x` into its float lane.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
 unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
-    (g, vb): (&[Q3KPacked], &[Q3KUnpacked]),
-    ys: [&[BlockQ8K]; T],
-    words: [&[[i32; 64]]; T],
+    (g, vb): (&[Q3KPairs], &[Q3KUnpacked]),
+    ys: [&[Q3KAct]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
     // SAFETY: the caller's features (AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C); rows of the
-    // group's arrays, four values of a token's 256 and their word of `fours` (the whole body).
+    // group's arrays, four bytes of a token's 256 values and one of its 32 offsets (the whole
+    // body).
     unsafe {
         let z = 0x80;
-        let mut low_half = [_mm512_setzero_si512(); 4];
-        for (i, l) in low_half.iter_mut().enumerate() {
-            *l = word_shuffle([z, i as u8, z, z]);
-        }
-        let (m03, m0f, m20) = (
+        // Scale bytes `q` and `q + 2` of a word into the high bytes of the two i16 halves.
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let masks = (
             _mm512_set1_epi8(0x03),
             _mm512_set1_epi8(0x0F),
             _mm512_set1_epi8(0x20),
@@ -1674,71 +1814,68 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
             let dx = ld_f16(&g.d);
             let mut d = [_mm512_setzero_ps(); T];
             let mut y = [std::ptr::null::<i8>(); T];
-            let mut f = [std::ptr::null::<i32>(); T];
+            let mut off = [std::ptr::null::<u32>(); T];
             for t in 0..T {
                 d[t] = _mm512_mul_ps(_mm512_set1_ps(ys[t][b].d), dx);
                 y[t] = ys[t][b].qs.as_ptr();
-                f[t] = words[t][b].as_ptr();
+                off[t] = ys[t][b].off.as_ptr();
             }
             if UNPACKED {
-                // Lane k: 128 Σ w less Σ (y + 128) w over its eight words, one `vpdpbusd` each.
+                // Lane l: 128 Σ w less Σ (y + 128) w over its eight words, one `vpdpbusd` each.
                 let v = &vb[b];
-                for k in 0..8 {
+                for l in 0..8 {
                     let mut dot = [_mm512_setzero_si512(); T];
-                    for h in 0..2 {
-                        for sh in 0..4 {
-                            let w = v[4 * (2 * k + h) + sh];
-                            let at = (128 * h + 32 * sh + 4 * k) / 4;
-                            for t in 0..T {
-                                dot[t] = _mm512_dpbusd_epi32(dot[t], bcast4(f[t].add(at)), w);
-                            }
+                    for w in 0..8 {
+                        let at = 64 * (w / 2) + 8 * l + 4 * (w % 2);
+                        for t in 0..T {
+                            dot[t] =
+                                _mm512_dpbusd_epi32(dot[t], bcast4(y[t].add(at)), v[8 * l + w]);
                         }
                     }
                     let mut lane = [_mm512_setzero_si512(); T];
                     for t in 0..T {
-                        lane[t] = _mm512_sub_epi32(v[64 + k], dot[t]);
+                        lane[t] = _mm512_sub_epi32(v[64 + l], dot[t]);
                     }
-                    fuse_lanes(&mut acc, k, &d, &lane, &[_mm512_setzero_si512(); T]);
+                    fuse_lanes(&mut acc, l, &d, &lane, &[_mm512_setzero_si512(); T]);
                 }
                 continue;
             }
-            let by = q3_k_scale_bytes(g, (m03, m0f, m20));
-            // (scale, 0) as i16 pairs, for the sixteen groups.
-            let mut scale = [_mm512_setzero_si512(); 16];
-            for (group, scale) in scale.iter_mut().enumerate() {
-                *scale =
-                    _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[group / 4], low_half[group % 4]));
+            let by = q3_k_scale_bytes(&g.sc, masks);
+            // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q. Loops, not
+            // `from_fn`: a closure would not share the caller's features.
+            let mut scale = [_mm512_setzero_si512(); 8];
+            for p in 0..4 {
+                for q in 0..2 {
+                    scale[2 * p + q] =
+                        _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[p], pair_bytes[q]));
+                }
             }
-            for k in 0..8 {
-                prefetch_part(g, k, 8);
-                let hm = ld(&g.hmask[k]);
+            for l in 0..8 {
+                prefetch_part(g, l, 8);
+                let u = q3_k_octet(g, l);
+                // With one token, two chains (pairs 0, 1 and 2, 3), added at the end.
                 let mut lane = [_mm512_setzero_si512(); T];
                 let mut lane1 = [_mm512_setzero_si512(); T];
-                for h in 0..2 {
-                    for sh in 0..4 {
-                        // Values 128h + 32sh + 4k..+4 (chunk 4h + sh), group 8h + 2sh + k / 4.
-                        let v = q3_k_values(g, hm, h, k, sh);
-                        let s = scale[8 * h + 2 * sh + k / 4];
-                        let at = 128 * h + 32 * sh + 4 * k;
-                        for t in 0..T {
-                            // Up to four tokens a pass, two chains a token (h = 0 and 1, added
-                            // at the end), so that the multipliers do not wait on one chain of
-                            // sixteen; from five, the tokens' chains are parallelism enough.
-                            let chain = if T > 4 || h == 0 {
-                                &mut lane[t]
-                            } else {
-                                &mut lane1[t]
-                            };
-                            // Σ (q - 4) y over the four values as an i32 (`fours` starts it at
-                            // -4 Σ y), which fits the low i16 half (|Σ| <= 4 * 4 * 128), then
-                            // times the scale (whose high half is 0).
-                            let y4 = bcast4(y[t].add(at));
-                            let p = _mm512_dpbusd_epi32(bcast4(f[t].add(at / 4)), v, y4);
-                            *chain = dpwssd(*chain, p, s);
-                        }
+                for p in 0..4 {
+                    let s = scale[2 * p + l / 4];
+                    for t in 0..T {
+                        let chain = if T > 1 || p < 2 {
+                            &mut lane[t]
+                        } else {
+                            &mut lane1[t]
+                        };
+                        let at = y[t].add(64 * p + 8 * l);
+                        let both = _mm512_add_epi16(
+                            _mm512_add_epi16(
+                                _mm512_maddubs_epi16(u[2 * p], bcast4(at)),
+                                _mm512_maddubs_epi16(u[2 * p + 1], bcast4(at.add(4))),
+                            ),
+                            bcast4(off[t].add(8 * p + l)),
+                        );
+                        *chain = dpwssd(*chain, both, s);
                     }
                 }
-                fuse_lanes(&mut acc, k, &d, &lane, &lane1);
+                fuse_lanes(&mut acc, l, &d, &lane, &lane1);
             }
         }
         store_tokens(out, (stride, r0, t0), &acc);
@@ -1747,13 +1884,13 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
-    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, Q3KUnpacked,
-    (ys: [&[BlockQ8K]; T], words: [&[[i32; 64]]; T])
+    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPairs, Q3KUnpacked,
+    (ys: [&[Q3KAct]; T])
 );
 
 thread_local! {
-    /// Each token block's words for [`q3_k_pass`].
-    static FOURS: RefCell<Vec<[i32; 64]>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's token blocks for [`q3_k_pass`].
+    static Q3K_ACTS: RefCell<Vec<Q3KAct>> = const { RefCell::new(Vec::new()) };
     /// Each thread's group of Q3_K blocks unpacked by [`q3_k_unpack`].
     static Q3K_UNPACKED: RefCell<Vec<Q3KUnpacked>> = const { RefCell::new(Vec::new()) };
 }
@@ -1764,39 +1901,22 @@ thread_local! {
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
     let unpacked = n_tok > 8;
-    FOURS.with_borrow_mut(|fours| {
-        fours.clear();
-        fours.extend(a.iter().map(|y| {
-            let mut f = [0i32; 64];
-            for c in 0..4 {
-                // SAFETY: 64 readable and writable bytes; this function's features.
-                unsafe {
-                    let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * c).cast());
-                    let w = if unpacked {
-                        // The values plus 128, as unsigned bytes.
-                        _mm512_xor_si512(q, _mm512_set1_epi8(-128))
-                    } else {
-                        let sum =
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
-                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum))
-                    };
-                    _mm512_storeu_si512(f.as_mut_ptr().add(16 * c).cast(), w);
-                }
-            }
-            f
-        }));
+    Q3K_ACTS.with_borrow_mut(|ya| {
+        // SAFETY: this function's features.
+        unsafe { q3_k_acts(a, ya, unpacked) };
+        let a = &ya[..];
         if !unpacked {
-            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
+            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], ());
             return;
         }
         Q3K_UNPACKED.with_borrow_mut(|vb| {
             unpacked_passes!(
                 p, per_row, a, out,
                 q3_k_unpack, vb, q3_k_tokens_unpacked,
-                8, [1 2 3 4 5 6 7], (fours)
+                8, [1 2 3 4 5 6 7], ()
             )
         });
     });
@@ -2757,7 +2877,7 @@ packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K =
 packed_format!(
     IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs, 256 * 2048
 );
-packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
+packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
