@@ -1,6 +1,5 @@
-//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layouts, but for
-//! Q3_K, which AVX-512 packs for its paired products and AVX2 keeps in ggml's bit order), for
-//! CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
+//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layout, the same
+//! bytes), for CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
 //! matrix's sixteen rows are two registers of eight i32 lanes, one row a lane, and the products
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
@@ -32,10 +31,11 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, pass_entries, q6_k_acts, token_passes, unpacked_passes,
-    word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat, Q2KPacked,
-    Q3KPacked, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KAct,
-    Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q6K_ACTS, ROWS, TOKS32,
+    group_passes, packed_format, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
+    unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat,
+    Q2KPacked, Q3KAct, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
+    Q5_1Packed, Q6KAct, Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, ROWS,
+    TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part};
 use crate::blocks::*;
@@ -739,55 +739,64 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q3_K in `vec_dot` order: [`super::avx512_packed`]'s Q3_K eight rows a register. Each value
-// `q - 4` (q = the two low bits and the high bit, 0..8): `vpmaddubsw` of q with the token's
-// values in pairs (at most 2 * 7 * 128), plus the token's pairs times -4 (so each i16 is a
-// pair's Σ (q - 4) y), then `vpmaddwd` by the 16-value group's scale less 32 into the lane's
-// i32: the integers of ggml's AVX2 kernel, which subtracts the products with the missing
-// high bits' 4 instead.
+// Q3_K in `vec_dot` order: [`super::avx512_packed`]'s Q3_K, in its paired layout
+// ([`Q3KPairs`]), eight rows a register: for each lane and pair of groups two `vpmaddubsw` of
+// `u = q + 4` added as words, plus the token's `-4 * Σ y` of both groups' four values, then
+// one `vpmaddwd` by the two scales (less 32) into the lane's i32: the integers of ggml's AVX2
+// kernel, which subtracts the products with the missing high bits' 4 instead.
 
-/// Rows `8hr..8hr + 8` of a Q3_K block's values `128h + 32sh + 4k..+4` (one byte a value, `q`
-/// = the two low bits and the high bit, 0..8), from its `hmask` word `k` (`hm`).
+/// Rows `8hr..8hr + 8` of lane `l` of a group unpacked to one byte a value (`u`, 0..8), as
+/// [`super::avx512_packed`]'s `q3_k_octet`: entry `2p + e` the word `e` of pair `p`.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[inline(always)]
-unsafe fn q3_k_values(
-    g: &Q3KPacked,
-    hm: __m256i,
-    (hr, h, k, sh): (usize, usize, usize, usize),
-) -> __m256i {
-    // SAFETY: the caller's features; a row of `qs`.
+unsafe fn q3_k_octet(g: &Q3KPairs, hr: usize, l: usize) -> [__m256i; 8] {
+    // SAFETY: the caller's features; rows of `q`.
     unsafe {
-        let qs = ld8(&g.qs[8 * h + k], hr);
-        let low = _mm256_srlv_epi32(qs, _mm256_set1_epi32(2 * sh as i32));
-        let bit = (4 * h + sh) as i32;
-        let high = if bit <= 2 {
-            _mm256_sllv_epi32(hm, _mm256_set1_epi32(2 - bit))
-        } else {
-            _mm256_srlv_epi32(hm, _mm256_set1_epi32(bit - 2))
-        };
-        _mm256_or_si256(
-            _mm256_and_si256(low, _mm256_set1_epi8(0x03)),
-            _mm256_and_si256(high, _mm256_set1_epi8(0x04)),
-        )
+        let m07 = _mm256_set1_epi8(0x07);
+        let (a, b, c) = (
+            ld8(&g.q[3 * l], hr),
+            ld8(&g.q[3 * l + 1], hr),
+            ld8(&g.q[3 * l + 2], hr),
+        );
+        // u6: bits 0-1 from a's top pair, bit 2 from b's bit 6; u7: bit 0 from b's bit 7, bits
+        // 1-2 from c's top pair.
+        let u6 = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32::<6>(a), _mm256_set1_epi8(0x03)),
+            _mm256_and_si256(_mm256_srli_epi32::<4>(b), _mm256_set1_epi8(0x04)),
+        );
+        let u7 = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi32::<7>(b), _mm256_set1_epi8(0x01)),
+            _mm256_and_si256(_mm256_srli_epi32::<5>(c), _mm256_set1_epi8(0x06)),
+        );
+        [
+            _mm256_and_si256(a, m07),
+            _mm256_and_si256(_mm256_srli_epi32::<3>(a), m07),
+            _mm256_and_si256(b, m07),
+            _mm256_and_si256(_mm256_srli_epi32::<3>(b), m07),
+            _mm256_and_si256(c, m07),
+            _mm256_and_si256(_mm256_srli_epi32::<3>(c), m07),
+            u6,
+            u7,
+        ]
     }
 }
 
 /// Byte `i` of `by[q]` for rows `8hr..8hr + 8`: the scale of group `4q + i`, less 32 (low four
-/// bits from bytes 0..8, high two from bytes 8..12).
+/// bits from bytes 0..8, high two from bytes 8..12), from a group's scale words `sc`.
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[inline(always)]
 unsafe fn q3_k_scale_bytes(
-    g: &Q3KPacked,
+    sc: &[[u32; ROWS]; 3],
     hr: usize,
     (m03, m0f, m20): (__m256i, __m256i, __m256i),
 ) -> [__m256i; 4] {
     // SAFETY: the caller's features; rows of `sc`.
     unsafe {
-        let (s0, s1, s2) = (ld8(&g.sc[0], hr), ld8(&g.sc[1], hr), ld8(&g.sc[2], hr));
+        let (s0, s1, s2) = (ld8(&sc[0], hr), ld8(&sc[1], hr), ld8(&sc[2], hr));
         let low = [
             _mm256_and_si256(s0, m0f),
             _mm256_and_si256(s1, m0f),
@@ -809,25 +818,20 @@ unsafe fn q3_k_scale_bytes(
     }
 }
 
-/// Every block of a group unpacked by [`q3_k_values`] into `vb` (entry `hr * blocks + b`,
-/// register `4(2k + h) + sh`), once for all of a batch's token passes, which otherwise each
-/// unpacked it again.
+/// Every block of a group unpacked by [`q3_k_octet`] into `vb` (entry `hr * blocks + b`,
+/// register `8l + w`), once for all of a batch's token passes, which otherwise each unpacked
+/// it again.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<[__m256i; 64]>) {
+fn q3_k_unpack(g: &[Q3KPairs], vb: &mut Vec<[__m256i; 64]>) {
     vb.clear();
     for hr in 0..2 {
         for g in g {
             let mut v = [_mm256_setzero_si256(); 64];
-            for k in 0..8 {
-                // SAFETY: a row of `hmask`; this function's features.
-                let hm = unsafe { ld8(&g.hmask[k], hr) };
-                for h in 0..2 {
-                    for sh in 0..4 {
-                        // SAFETY: this function's features.
-                        v[4 * (2 * k + h) + sh] = unsafe { q3_k_values(g, hm, (hr, h, k, sh)) };
-                    }
-                }
+            for l in 0..8 {
+                // SAFETY: this function's features.
+                let u = unsafe { q3_k_octet(g, hr, l) };
+                v[8 * l..][..8].copy_from_slice(&u);
             }
             vb.push(v);
         }
@@ -835,28 +839,24 @@ fn q3_k_unpack(g: &[Q3KPacked], vb: &mut Vec<[__m256i; 64]>) {
 }
 
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
-/// [`q3_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`; `fours[t][b]`: the token's block's
-/// values in pairs, each pair's sum times -4 as an i16), into `out[(t0 + t) * stride +
-/// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
+/// [`q3_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, made by `q3_k_acts`), into
+/// `out[(t0 + t) * stride + r0..][..16]`, eight rows at a time. The same operations on the
+/// same integers either way.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
 unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
-    (g, vb): (&[Q3KPacked], &[[__m256i; 64]]),
-    ys: [&[BlockQ8K]; T],
-    fours: [&[[i16; 128]]; T],
+    (g, vb): (&[Q3KPairs], &[[__m256i; 64]]),
+    ys: [&[Q3KAct]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
-    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
-    // of a token's 256 and their two pairs of `fours` (the whole body).
+    // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four bytes
+    // of a token's 256 values and one of its 32 offsets (the whole body).
     unsafe {
         let z = 0x80;
-        // Scale byte `i` of a word, sign-extended into both i16 halves (via `<< 8`, then `>> 8`).
-        let mut dup = [_mm256_setzero_si256(); 4];
-        for (i, dup) in dup.iter_mut().enumerate() {
-            *dup = word_shuffle([z, i as u8, z, i as u8]);
-        }
-        let (m03, m0f, m20) = (
+        // Scale bytes `q` and `q + 2` of a word into the high bytes of the two i16 halves.
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let masks = (
             _mm256_set1_epi8(0x03),
             _mm256_set1_epi8(0x0F),
             _mm256_set1_epi8(0x20),
@@ -866,50 +866,50 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
             for (b, g) in g.iter().enumerate() {
                 let dx = ld8_f16(&g.d, hr);
-                let by = q3_k_scale_bytes(g, hr, (m03, m0f, m20));
-                // (scale, scale) as i16 pairs, for the sixteen groups.
-                let mut scale = [_mm256_setzero_si256(); 16];
-                for (group, scale) in scale.iter_mut().enumerate() {
-                    *scale =
-                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(by[group / 4], dup[group % 4]));
+                let by = q3_k_scale_bytes(&g.sc, hr, masks);
+                // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q.
+                let mut scale = [_mm256_setzero_si256(); 8];
+                for p in 0..4 {
+                    for q in 0..2 {
+                        scale[2 * p + q] =
+                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(by[p], pair_bytes[q]));
+                    }
                 }
                 let mut d = [_mm256_setzero_ps(); T];
                 let mut y = [std::ptr::null::<i8>(); T];
-                let mut f = [std::ptr::null::<i16>(); T];
+                let mut off = [std::ptr::null::<u32>(); T];
                 for t in 0..T {
                     d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
                     y[t] = ys[t][b].qs.as_ptr();
-                    f[t] = fours[t][b].as_ptr();
+                    off[t] = ys[t][b].off.as_ptr();
                 }
-                for k in 0..8 {
-                    let hm = if UNPACKED {
-                        _mm256_setzero_si256()
+                for l in 0..8 {
+                    let u = if UNPACKED {
+                        let at = &vb[hr * blocks + b][8 * l..];
+                        std::array::from_fn(|w| at[w])
                     } else {
                         if hr == 0 {
-                            prefetch_part(g, k, 8);
+                            prefetch_part(g, l, 8);
                         }
-                        ld8(&g.hmask[k], hr)
+                        q3_k_octet(g, hr, l)
                     };
                     let mut lane = [_mm256_setzero_si256(); T];
-                    for h in 0..2 {
-                        for sh in 0..4 {
-                            // Values 128h + 32sh + 4k..+4, group 8h + 2sh + k / 4.
-                            let v = if UNPACKED {
-                                vb[hr * blocks + b][4 * (2 * k + h) + sh]
-                            } else {
-                                q3_k_values(g, hm, (hr, h, k, sh))
-                            };
-                            let s = scale[8 * h + 2 * sh + k / 4];
-                            let at = 128 * h + 32 * sh + 4 * k;
-                            for t in 0..T {
-                                let q = _mm256_maddubs_epi16(v, bcast4(y[t].add(at)));
-                                let p = _mm256_add_epi16(q, bcast4(f[t].add(at / 2)));
-                                lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(p, s));
-                            }
+                    for p in 0..4 {
+                        let s = scale[2 * p + l / 4];
+                        for t in 0..T {
+                            let at = y[t].add(64 * p + 8 * l);
+                            let both = _mm256_add_epi16(
+                                _mm256_add_epi16(
+                                    _mm256_maddubs_epi16(u[2 * p], bcast4(at)),
+                                    _mm256_maddubs_epi16(u[2 * p + 1], bcast4(at.add(4))),
+                                ),
+                                bcast4(off[t].add(8 * p + l)),
+                            );
+                            lane[t] = _mm256_add_epi32(lane[t], _mm256_madd_epi16(both, s));
                         }
                     }
                     for t in 0..T {
-                        acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][k]);
+                        acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane[t]), acc[t][l]);
                     }
                 }
             }
@@ -920,28 +920,21 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
 
 pass_entries!(
     "avx2,fma,f16c",
-    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPacked, [__m256i; 64],
-    (ys: [&[BlockQ8K]; T], fours: [&[[i16; 128]]; T])
+    q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPairs, [__m256i; 64],
+    (ys: [&[Q3KAct]; T])
 );
 
-thread_local! {
-    /// Each token block's words for a Q3_K batch ([`q3_k`]): its values in pairs, each pair's
-    /// sum times -4, or for [`q3_k_folded`] its values plus 128.
-    static FOURS: RefCell<Vec<[i16; 128]>> = const { RefCell::new(Vec::new()) };
-}
-
 /// A Q3_K block's rows `8hr..8hr + 8` folded for AVX-VNNI batches ([`q3_k_fold`]): entry
-/// `4(2k + h) + sh` holds the values `128h + 32sh + 4k..+4` with their group's scale folded in,
-/// `-(q - 4) * scale` as a signed byte (-128..=124), and entry `64 + k` each row's `128 * Σ` of
-/// lane `k`'s 32 folded bytes: [`super::avx512_packed`]'s batch form of Q3_K, eight rows a
-/// register.
+/// `8l + w` holds lane `l`'s word `w` with each value's group scale folded in, `-q * scale` as
+/// a signed byte (-128..=124), and entry `64 + l` each row's `128 * Σ` of lane `l`'s 32 folded
+/// bytes: [`super::avx512_packed`]'s batch form of Q3_K, eight rows a register.
 type Q3KFolded = [__m256i; 72];
 
 /// Every block of a group folded into `vb` (entry `hr * blocks + b`), once for all of a
 /// batch's passes.
 #[inline]
 #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-fn q3_k_fold(g: &[Q3KPacked], vb: &mut Vec<Q3KFolded>) {
+fn q3_k_fold(g: &[Q3KPairs], vb: &mut Vec<Q3KFolded>) {
     vb.clear();
     let masks = (
         _mm256_set1_epi8(0x03),
@@ -952,45 +945,41 @@ fn q3_k_fold(g: &[Q3KPacked], vb: &mut Vec<Q3KFolded>) {
     for hr in 0..2 {
         for g in g {
             // SAFETY: this function's features.
-            let by = unsafe { q3_k_scale_bytes(g, hr, masks) };
+            let by = unsafe { q3_k_scale_bytes(&g.sc, hr, masks) };
             let mut v = [_mm256_setzero_si256(); 72];
-            for k in 0..8 {
-                // SAFETY: a row of `hmask`.
-                let hm = unsafe { ld8(&g.hmask[k], hr) };
+            for l in 0..8 {
+                // SAFETY: this function's features.
+                let u = unsafe { q3_k_octet(g, hr, l) };
+                let q = (l / 4) as u8;
+                // SAFETY: this function's features.
+                let spread = unsafe { word_shuffle([q, q, q + 2, q + 2]) };
                 let mut sum = _mm256_setzero_si256();
-                for h in 0..2 {
-                    for sh in 0..4 {
-                        // SAFETY: this function's features.
-                        let q = unsafe { q3_k_values(g, hm, (hr, h, k, sh)) };
-                        let group = 8 * h + 2 * sh + k / 4;
-                        // SAFETY: this function's features.
-                        let pick = unsafe { word_shuffle([(group % 4) as u8; 4]) };
-                        let sc = _mm256_shuffle_epi8(by[group / 4], pick);
-                        // -(q - 4) s, which fits a signed byte.
-                        // SAFETY: this function's features.
-                        let w = unsafe { mullo_epi8(_mm256_sub_epi8(four, q), sc) };
-                        v[4 * (2 * k + h) + sh] = w;
-                        sum = _mm256_dpbusd_avx_epi32(sum, ones, w);
-                    }
+                for (w, u) in u.into_iter().enumerate() {
+                    // Bytes 0, 1: group 4p + q; bytes 2, 3: group 4p + 2 + q.
+                    let sc = _mm256_shuffle_epi8(by[w / 2], spread);
+                    // -q s = (4 - u) s, which fits a signed byte.
+                    // SAFETY: this function's features.
+                    let folded = unsafe { mullo_epi8(_mm256_sub_epi8(four, u), sc) };
+                    v[8 * l + w] = folded;
+                    sum = _mm256_dpbusd_avx_epi32(sum, ones, folded);
                 }
-                v[64 + k] = _mm256_slli_epi32::<7>(sum);
+                v[64 + l] = _mm256_slli_epi32::<7>(sum);
             }
             vb.push(v);
         }
     }
 }
 
-/// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`; `words[t]
-/// [b]`: the token's block's values plus 128, as unsigned bytes), into `out[(t0 + t) * stride
-/// + r0..][..16]`, eight rows at a time: lane `k` is `128 Σ w - Σ (y + 128) w` over its eight
+/// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`: values
+/// plus 128, as unsigned bytes, in the paired order), into `out[(t0 + t) * stride +
+/// r0..][..16]`, eight rows at a time: lane `l` is `128 Σ w - Σ (y + 128) w` over its eight
 /// words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the same integers).
 #[inline]
 #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
+#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
 fn q3_k_folded<const T: usize>(
-    (g, vb): (&[Q3KPacked], &[Q3KFolded]),
-    ys: [&[BlockQ8K]; T],
-    words: [&[[i16; 128]]; T],
+    (g, vb): (&[Q3KPairs], &[Q3KFolded]),
+    ys: [&[Q3KAct]; T],
     out: &mut [f32],
     (stride, r0, t0): (usize, usize, usize),
 ) {
@@ -1002,27 +991,24 @@ fn q3_k_folded<const T: usize>(
             let dx = unsafe { ld8_f16(&g.d, hr) };
             let v = &vb[hr * blocks + b];
             let mut d = [_mm256_setzero_ps(); T];
-            let mut f = [std::ptr::null::<i16>(); T];
+            let mut f = [std::ptr::null::<i8>(); T];
             for t in 0..T {
                 d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
-                f[t] = words[t][b].as_ptr();
+                f[t] = ys[t][b].qs.as_ptr();
             }
-            for k in 0..8 {
+            for l in 0..8 {
                 let mut dot = [_mm256_setzero_si256(); T];
-                for h in 0..2 {
-                    for sh in 0..4 {
-                        let w = v[4 * (2 * k + h) + sh];
-                        let at = 128 * h + 32 * sh + 4 * k;
-                        for t in 0..T {
-                            // SAFETY: four bytes of the token's 256 (two of its i16 words).
-                            let y = unsafe { bcast4(f[t].add(at / 2)) };
-                            dot[t] = _mm256_dpbusd_avx_epi32(dot[t], y, w);
-                        }
+                for w in 0..8 {
+                    let at = 64 * (w / 2) + 8 * l + 4 * (w % 2);
+                    for t in 0..T {
+                        // SAFETY: four bytes of the token's 256.
+                        let y = unsafe { bcast4(f[t].add(at)) };
+                        dot[t] = _mm256_dpbusd_avx_epi32(dot[t], y, v[8 * l + w]);
                     }
                 }
                 for t in 0..T {
-                    let lane = _mm256_sub_epi32(v[64 + k], dot[t]);
-                    acc[t][k] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane), acc[t][k]);
+                    let lane = _mm256_sub_epi32(v[64 + l], dot[t]);
+                    acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane), acc[t][l]);
                 }
             }
         }
@@ -1035,69 +1021,47 @@ thread_local! {
     static Q3K_FOLDED: RefCell<Vec<Q3KFolded>> = const { RefCell::new(Vec::new()) };
 }
 
-/// [`q3_k`]'s batches on AVX-VNNI: `words` holds each token's values plus 128.
+/// [`q3_k`]'s batches on AVX-VNNI: `a` holds each token's values plus 128.
 ///
 /// # Safety
 /// As [`q4_k`], and the CPU must have AVX-VNNI.
 #[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-unsafe fn q3_k_vnni(
-    p: &[Q3KPacked],
-    per_row: usize,
-    a: &[BlockQ8K],
-    words: &[[i16; 128]],
-    out: &mut [f32],
-) {
+unsafe fn q3_k_vnni(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32]) {
     Q3K_FOLDED.with_borrow_mut(|vb| {
         unpacked_passes!(
             p, per_row, a, out,
             q3_k_fold, vb, q3_k_folded,
-            8, [1 2 3 4 5 6 7], (words)
+            8, [1 2 3 4 5 6 7], ()
         )
     });
 }
 
-/// Packed Q3_K groups times every token, as [`q4_k`], eight tokens a pass; more than a pass,
-/// and each group is unpacked once for all its passes (on AVX-VNNI, with the scales folded
-/// into the values, [`q3_k_fold`]).
+/// Packed Q3_K groups times every token, as [`q4_k`], the tokens' blocks first made into
+/// [`Q3KAct`]s, eight tokens a pass; more than a pass, and each group is unpacked once for
+/// all its passes (on AVX-VNNI, with the scales folded into the values, [`q3_k_fold`]).
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k(p: &[Q3KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let folded = a.len() > 8 * per_row && super::has_avxvnni();
-    FOURS.with_borrow_mut(|fours| {
-        fours.clear();
-        fours.extend(a.iter().map(|y| {
-            let mut f = [0i16; 128];
-            for c in 0..8 {
-                // SAFETY: 32 readable and writable bytes; this function's features.
-                unsafe {
-                    let q = _mm256_loadu_si256(y.qs.as_ptr().add(32 * c).cast());
-                    let w = if folded {
-                        // The values plus 128, as unsigned bytes.
-                        _mm256_xor_si256(q, _mm256_set1_epi8(-128))
-                    } else {
-                        let sum = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-                        _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<2>(sum))
-                    };
-                    _mm256_storeu_si256(f.as_mut_ptr().add(16 * c).cast(), w);
-                }
-            }
-            f
-        }));
+    Q3K_ACTS.with_borrow_mut(|ya| {
+        // SAFETY: this function's features.
+        unsafe { q3_k_acts(a, ya, folded) };
+        let a = &ya[..];
         if folded {
             // SAFETY: the CPU has AVX-VNNI (checked), besides this function's features.
-            return unsafe { q3_k_vnni(p, per_row, a, fours, out) };
+            return unsafe { q3_k_vnni(p, per_row, a, out) };
         }
         if a.len() <= 8 * per_row {
-            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], (fours));
+            group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], ());
             return;
         }
         UNPACKED_VALUES.with_borrow_mut(|vb| {
             unpacked_passes!(
                 p, per_row, a, out,
                 q3_k_unpack, vb, q3_k_tokens_unpacked,
-                8, [1 2 3 4 5 6 7], (fours)
+                8, [1 2 3 4 5 6 7], ()
             )
         });
     });
@@ -1632,7 +1596,7 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
 
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
-packed_format!(Q3_K: Q3KPacked, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
+packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 packed_format!(IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs);

@@ -31,9 +31,9 @@
 //! multiple of 16 is one); F16 and BF16 are packed in their own layouts, chain by chain
 //! ([`super::f16`], [`super::bf16`]).
 //!
-//! On CPUs without AVX-512 VNNI the same packed layouts (Q3_K's in ggml's bit order,
-//! [`Q3KPacked`]) serve [`super::avx2_packed`]'s kernels, eight rows a register, for the
-//! formats it has (`crate::packed` chooses by the CPU).
+//! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
+//! kernels, eight rows a register, for the formats it has (`crate::packed` chooses by the
+//! CPU).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -1493,51 +1493,15 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 // two low bits and the high bit, less 4) times its 16-value group's scale less 32. A few
 // tokens take two groups' four-value sums as a word's halves and scale both by one
 // `vpdpwssd`, as Q6_K does ([`Q3KPairs`]); a batch folds the scales into the values once
-// ([`q3_k_unpack`]: the product fits a byte) and takes one `vpdpbusd` for 64 products.
-
-/// One Q3_K block of sixteen rows in ggml's bit order (1760 bytes, sixteen blocks' worth), for
-/// the AVX2 kernels.
-#[derive(Clone, Copy, Pod, Zeroable)]
-#[repr(C)]
-pub(crate) struct Q3KPacked {
-    /// Word `k` of each row's 32 bytes of high bits (bit `4h + s` of byte `l`: value `128h +
-    /// 32s + l`).
-    pub(super) hmask: [[u32; ROWS]; 8],
-    /// Word `m` of each row's 64 bytes of low bit pairs (`m = 8h + k`; bits `2s..2s + 2`:
-    /// values `128h + 32s + 4k..+4`).
-    pub(super) qs: [[u32; ROWS]; 16],
-    /// Word `m` of each row's twelve bytes of 6-bit scales.
-    pub(super) sc: [[u32; ROWS]; 3],
-    pub(super) d: [u16; ROWS],
-}
-const _: () = assert!(size_of::<Q3KPacked>() == ROWS * size_of::<BlockQ3K>());
-
-impl Pack for Q3KPacked {
-    type W = BlockQ3K;
-    fn pack(rows: [&BlockQ3K; ROWS]) -> Self {
-        let mut p = Self::zeroed();
-        for (r, x) in rows.into_iter().enumerate() {
-            for (m, hm) in p.hmask.iter_mut().enumerate() {
-                hm[r] = word(&x.hmask, m);
-            }
-            for (m, qs) in p.qs.iter_mut().enumerate() {
-                qs[r] = word(&x.qs, m);
-            }
-            for (m, sc) in p.sc.iter_mut().enumerate() {
-                sc[r] = word(&x.scales, m);
-            }
-            p.d[r] = x.d.to_bits();
-        }
-        p
-    }
-}
+// ([`q3_k_unpack`]: the product fits a byte) and takes one `vpdpbusd` for 64 products. The
+// AVX2 kernels read the same layout.
 
 /// One Q3_K block of sixteen rows laid out for [`q3_k_pass`]'s paired products (1760 bytes,
 /// sixteen blocks' worth), as [`Q6KPairs`] lays Q6_K out: lane `l`'s eight words of a row
 /// (`2p + e`, pair `p`: `[a0 a1 b0 b1]`, `[a2 a3 b2 b3]` of groups `4p + l / 4` and `4p + 2 +
 /// l / 4`) with one byte a value `u = q + 4` (0..8, `q` the signed value), stored as three words: bytes `u0 | u1 << 3
 /// | (u6 & 3) << 6`, `u2 | u3 << 3 | (u6 >> 2) << 6 | (u7 & 1) << 7` and `u4 | u5 << 3 | (u7
-/// >> 1) << 6` ([`q3_k_octet`]). The AVX2 kernels keep ggml's bit order ([`Q3KPacked`]).
+/// >> 1) << 6` ([`q3_k_octet`]).
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q3KPairs {
@@ -1625,9 +1589,9 @@ unsafe fn interleave_halves(src: &[i8; QK_K], dst: &mut [i8; QK_K], flip: __m256
 /// offsets).
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VL, and VNNI.
+/// The CPU must have AVX2.
 #[inline(always)]
-unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: bool) {
+pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: bool) {
     ya.clear();
     for y in a {
         let mut o = Q3KAct {
@@ -1635,22 +1599,25 @@ unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: bool) {
             off: [0; 32],
             d: y.d,
         };
-        // SAFETY: the caller's features; 64-byte quarters of the values, 32-byte rows of `off`.
+        // SAFETY: the caller's features; 32-byte halves of the values, 32-byte rows of `off`.
         unsafe {
             let flip = _mm256_set1_epi8(if unpacked { -128 } else { 0 });
             interleave_halves(&y.qs, &mut o.qs, flip);
             if !unpacked {
+                let (ones, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
                 for p in 0..4 {
-                    let q = _mm512_loadu_si512(y.qs.as_ptr().add(64 * p).cast());
-                    // The sixteen four-value sums of values 64p.., times -4, as i16:
-                    // (-4 sum[l], -4 sum[8 + l]) for l = 0..8.
-                    let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), q);
-                    let neg = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<2>(sum));
-                    let w = _mm512_cvtepi32_epi16(neg);
-                    let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256::<1>(w));
-                    let to = o.off[8 * p..].as_mut_ptr();
-                    _mm_storeu_si128(to.cast(), _mm_unpacklo_epi16(lo, hi));
-                    _mm_storeu_si128(to.add(4).cast(), _mm_unpackhi_epi16(lo, hi));
+                    // The four-value sums of values 64p..+32 (lo[l]) and 64p + 32..+32 (hi[l]),
+                    // times -4, as the halves of word l: (-4 lo[l], -4 hi[l]).
+                    let mut sums = [_mm256_setzero_si256(); 2];
+                    for (half, sum) in sums.iter_mut().enumerate() {
+                        let q = _mm256_loadu_si256(y.qs.as_ptr().add(64 * p + 32 * half).cast());
+                        let pairs = _mm256_maddubs_epi16(ones, q);
+                        let fours = _mm256_madd_epi16(pairs, ones16);
+                        *sum =
+                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<2>(fours));
+                    }
+                    let w = _mm256_blend_epi16::<0xAA>(sums[0], _mm256_slli_epi32::<16>(sums[1]));
+                    _mm256_storeu_si256(o.off[8 * p..].as_mut_ptr().cast(), w);
                 }
             }
         }
@@ -1890,7 +1857,7 @@ pass_entries!(
 
 thread_local! {
     /// Each thread's token blocks for [`q3_k_pass`].
-    static Q3K_ACTS: RefCell<Vec<Q3KAct>> = const { RefCell::new(Vec::new()) };
+    pub(super) static Q3K_ACTS: RefCell<Vec<Q3KAct>> = const { RefCell::new(Vec::new()) };
     /// Each thread's group of Q3_K blocks unpacked by [`q3_k_unpack`].
     static Q3K_UNPACKED: RefCell<Vec<Q3KUnpacked>> = const { RefCell::new(Vec::new()) };
 }
