@@ -2,8 +2,8 @@
 //! ([`crate::reference::dot::vec_dot_bf16_bf16`]: `vdpbf16ps` as llama.cpp's x86 build runs it,
 //! emulated): each pair's odd product first, then the even one, each a fused multiply-add in
 //! f32 lanes, subnormal inputs taken as zero and subnormal results flushed to zero of their
-//! sign, as [`crate::x86::bf16`]'s AVX2 form does. aarch64's `BFDOT` rounds otherwise
-//! (round-to-odd products, no fused steps), so it cannot give these bits.
+//! sign, as [`crate::x86::bf16`]'s AVX2 form does. aarch64's own BF16 dot product (`BFDOT`)
+//! does not round step by step as `vdpbf16ps` does, so it cannot give these bits.
 //!
 //! The reference's two accumulators of sixteen lanes are eight `float32x4_t`: register `q`
 //! holds lanes `4 (q % 4)..+4` of accumulator `q / 4`, whose pairs are the eight values

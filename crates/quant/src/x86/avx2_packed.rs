@@ -885,8 +885,9 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                 }
                 for l in 0..8 {
                     let u = if UNPACKED {
-                        let at = &vb[hr * blocks + b][8 * l..];
-                        std::array::from_fn(|w| at[w])
+                        let mut u = [_mm256_setzero_si256(); 8];
+                        u.copy_from_slice(&vb[hr * blocks + b][8 * l..][..8]);
+                        u
                     } else {
                         if hr == 0 {
                             prefetch_part(g, l, 8);

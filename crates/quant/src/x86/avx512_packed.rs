@@ -1498,10 +1498,11 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 
 /// One Q3_K block of sixteen rows laid out for [`q3_k_pass`]'s paired products (1760 bytes,
 /// sixteen blocks' worth), as [`Q6KPairs`] lays Q6_K out: lane `l`'s eight words of a row
-/// (`2p + e`, pair `p`: `[a0 a1 b0 b1]`, `[a2 a3 b2 b3]` of groups `4p + l / 4` and `4p + 2 +
-/// l / 4`) with one byte a value `u = q + 4` (0..8, `q` the signed value), stored as three words: bytes `u0 | u1 << 3
-/// | (u6 & 3) << 6`, `u2 | u3 << 3 | (u6 >> 2) << 6 | (u7 & 1) << 7` and `u4 | u5 << 3 | (u7
-/// >> 1) << 6` ([`q3_k_octet`]).
+/// (`2p + e`, pair `p`: `[a0 a1 b0 b1]` and `[a2 a3 b2 b3]` of groups `4p + l / 4` and
+/// `4p + 2 + l / 4`), one byte a value `u = q + 4` (0..8, `q` the signed value), stored as
+/// three words whose bytes are `u0 | u1 << 3 | (u6 & 3) << 6`,
+/// `u2 | u3 << 3 | (u6 >> 2) << 6 | (u7 & 1) << 7` and `u4 | u5 << 3 | (u7 >> 1) << 6`
+/// ([`q3_k_octet`]).
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q3KPairs {
@@ -1640,7 +1641,6 @@ unsafe fn q3_k_octet(g: &Q3KPairs, l: usize) -> [__m512i; 8] {
             _mm512_set1_epi8(0x07),
         );
         let (a, b, c) = (ld(&g.q[3 * l]), ld(&g.q[3 * l + 1]), ld(&g.q[3 * l + 2]));
-        let low3 = |x: __m512i| _mm512_and_si512(x, m07);
         // Bits 0-1 from a's top pair, bit 2 from b's bit 6 (b >> 4); bit 0 from b's bit 7, bits
         // 1-2 from c's top pair (c >> 5). (`0xE4`: the third operand's bits choose the first.)
         let u6 = _mm512_ternarylogic_epi32::<0xE4>(
@@ -1653,16 +1653,23 @@ unsafe fn q3_k_octet(g: &Q3KPairs, l: usize) -> [__m512i; 8] {
             _mm512_srli_epi32::<5>(c),
             m01,
         );
-        [
-            low3(a),
-            low3(_mm512_srli_epi32::<3>(a)),
-            low3(b),
-            low3(_mm512_srli_epi32::<3>(b)),
-            low3(c),
-            low3(_mm512_srli_epi32::<3>(c)),
-            low3(u6),
-            low3(u7),
-        ]
+        let raw = [
+            a,
+            _mm512_srli_epi32::<3>(a),
+            b,
+            _mm512_srli_epi32::<3>(b),
+            c,
+            _mm512_srli_epi32::<3>(c),
+            u6,
+            u7,
+        ];
+        // Each byte's low three bits. A loop, not `map`: a closure would not share the
+        // callers' features.
+        let mut u = [_mm512_setzero_si512(); 8];
+        for (u, raw) in u.iter_mut().zip(raw) {
+            *u = _mm512_and_si512(raw, m07);
+        }
+        u
     }
 }
 
