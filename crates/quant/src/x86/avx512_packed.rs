@@ -968,14 +968,7 @@ impl Pack for Q6KPairs {
             let q = |i: usize| (q6k_value(x, i) + 32) as u8;
             for l in 0..8 {
                 for h in 0..2 {
-                    // v[2pp + e], byte j: pair 2h + pp, value 64p + 32 (j / 2) + 4l + 2e + j % 2.
-                    let mut v = [[0u8; 4]; 4];
-                    for (w, v) in v.iter_mut().enumerate() {
-                        let (pp, e) = (w / 2, w % 2);
-                        for (j, v) in v.iter_mut().enumerate() {
-                            *v = q(64 * (2 * h + pp) + 32 * (j / 2) + 4 * l + 2 * e + j % 2);
-                        }
-                    }
+                    let v: [[u8; 4]; 4] = lane_words(l, 2 * h, q);
                     let tau = 2 * l + h;
                     for (i, shift) in [0, 2, 4].into_iter().enumerate() {
                         let word: [u8; 4] =
@@ -991,6 +984,16 @@ impl Pack for Q6KPairs {
         }
         p
     }
+}
+
+/// Lane `l`'s words `w = 2p + e` for pairs `p0..p0 + W / 2` of a row as [`Q6KPairs`] and
+/// [`Q3KPairs`] pair values: byte `j` of word `w` is `value(64p + 32 (j / 2) + 4l + 2e + j % 2)`
+/// (`[a0 a1 b0 b1]`, `[a2 a3 b2 b3]` of the groups at `64p + 4l` and `64p + 32 + 4l`).
+fn lane_words<const W: usize>(l: usize, p0: usize, value: impl Fn(usize) -> u8) -> [[u8; 4]; W] {
+    std::array::from_fn(|w| {
+        let (p, e) = (p0 + w / 2, w % 2);
+        std::array::from_fn(|j| value(64 * p + 32 * (j / 2) + 4 * l + 2 * e + j % 2))
+    })
 }
 
 /// A token's Q8_K block in the order [`Q6KPairs`] pairs values (its 16-bit words of each 64
@@ -1019,20 +1022,9 @@ pub(super) unsafe fn q6_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q6KAct>) {
             nb: [0; 16],
             d: y.d,
         };
-        // SAFETY: the caller's features; 32-byte halves of the 256 values, the 16 sums.
+        // SAFETY: the caller's features; the 16 sums.
         unsafe {
-            for p in 0..4 {
-                let src = y.qs[64 * p..].as_ptr();
-                let lo = _mm256_loadu_si256(src.cast());
-                let hi = _mm256_loadu_si256(src.add(32).cast());
-                let (ulo, uhi) = (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
-                let dst = o.qs[64 * p..].as_mut_ptr();
-                _mm256_storeu_si256(dst.cast(), _mm256_permute2x128_si256::<0x20>(ulo, uhi));
-                _mm256_storeu_si256(
-                    dst.add(32).cast(),
-                    _mm256_permute2x128_si256::<0x31>(ulo, uhi),
-                );
-            }
+            interleave_halves(&y.qs, &mut o.qs, _mm256_setzero_si256());
             let bs = _mm256_loadu_si256(y.bsums.as_ptr().cast());
             let nb = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_add_epi16(bs, bs));
             _mm256_storeu_si256(o.nb.as_mut_ptr().cast(), nb);
@@ -1522,14 +1514,7 @@ impl Pack for Q3KPairs {
             // u = q + 4, 0..8.
             let u = |i: usize| (q3k_value(x, i) + 4) as u8;
             for l in 0..8 {
-                // v[2pp + e], byte j: pair pp, value 64pp + 32 (j / 2) + 4l + 2e + j % 2.
-                let mut v = [[0u8; 4]; 8];
-                for (w, v) in v.iter_mut().enumerate() {
-                    let (pp, e) = (w / 2, w % 2);
-                    for (j, v) in v.iter_mut().enumerate() {
-                        *v = u(64 * pp + 32 * (j / 2) + 4 * l + 2 * e + j % 2);
-                    }
-                }
+                let v: [[u8; 4]; 8] = lane_words(l, 0, u);
                 let words: [[u8; 4]; 3] = [
                     std::array::from_fn(|j| v[0][j] | v[1][j] << 3 | (v[6][j] & 3) << 6),
                     std::array::from_fn(|j| {
