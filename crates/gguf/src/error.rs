@@ -8,11 +8,12 @@ use crate::value::ValueType;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum GgufError {
-    #[error("{}: {source}", path.display())]
+    /// The file could not be opened, mapped or written. The message holds the system's reason
+    /// (not a separate `source`, so that an error chain does not print it twice).
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 
     #[error("not a GGUF file: the first four bytes are {found:02x?}, expected \"GGUF\"")]

@@ -203,9 +203,9 @@ impl GgufFile {
     }
 
     fn open_with(path: &Path, populate: bool) -> Result<GgufFile> {
-        let io = |source| GgufError::Io {
+        let io = |error| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let file = File::open(path).map_err(io)?;
         let mut options = memmap2::MmapOptions::new();

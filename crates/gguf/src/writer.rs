@@ -154,9 +154,9 @@ impl<'a> GgufWriter<'a> {
     /// leaves a partial GGUF behind under the final name.
     pub fn write_file(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        let io = |source| GgufError::Io {
+        let io = |error| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         };
         let tmp = path.with_extension("gguf.part");
         let file = std::fs::File::create(&tmp).map_err(io)?;

@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use synapse_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use synapse_gguf::{GgmlType, GgufWriter, Value};
 
 /// `general.file_type` for a file whose tensors are all F32 (`LLAMA_FTYPE_ALL_F32`).
 const FILE_TYPE_ALL_F32: u32 = 0;
 
 pub fn run(input: &Path, output: &Path) -> Result<()> {
-    let file = GgufFile::open(input).with_context(|| input.display().to_string())?;
+    let file = super::common::open(input)?;
     let mut w = GgufWriter::new();
     w.set_all(file.metadata());
     if file.metadata().get("general.file_type").is_some() {

@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{json, Value as Json};
 use synapse_gguf::{Array, GgufFile, Value};
 
 pub fn run(path: &Path, as_json: bool, full_arrays: bool) -> Result<()> {
-    let file = GgufFile::open(path).with_context(|| path.display().to_string())?;
+    let file = super::common::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
     if as_json {
         serde_json::to_writer_pretty(&mut out, &to_json(&file, full_arrays))?;

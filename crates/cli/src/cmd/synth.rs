@@ -13,7 +13,7 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
-use synapse_gguf::{Array, GgmlType, GgufFile, GgufWriter, Value};
+use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
@@ -333,7 +333,7 @@ fn generated_vocab(w: &mut GgufWriter, n: usize) -> Result<()> {
 
 /// Copy another file's tokenizer, padded with unused tokens to `n`.
 fn borrowed_vocab(w: &mut GgufWriter, path: &Path, n: usize) -> Result<()> {
-    let f = GgufFile::open(path).with_context(|| path.display().to_string())?;
+    let f = super::common::open(path)?;
     let md = f.metadata();
     let have = md
         .array("tokenizer.ggml.tokens")
