@@ -16,6 +16,15 @@ pub enum GgufError {
         error: std::io::Error,
     },
 
+    /// What was wrong with the contents of the file at `path` (the other variants name the
+    /// offset in the file, not the file). As with `Io`, the inner error is in the message, not
+    /// a separate `source`.
+    #[error("{}: {error}", path.display())]
+    InFile {
+        path: PathBuf,
+        error: Box<GgufError>,
+    },
+
     #[error("not a GGUF file: the first four bytes are {found:02x?}, expected \"GGUF\"")]
     BadMagic { found: Vec<u8> },
 

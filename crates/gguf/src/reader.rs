@@ -216,7 +216,10 @@ impl GgufFile {
         // mmap-based reader applies: if another process truncates the file while it is mapped,
         // touching the lost pages raises SIGBUS. Nothing here writes through the map.
         let map = unsafe { options.map(&file) }.map_err(io)?;
-        let mut f = Self::from_backing(Backing::Mmap(map))?;
+        let mut f = Self::from_backing(Backing::Mmap(map)).map_err(|e| GgufError::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        })?;
         f.path = Some(path.to_path_buf());
         Ok(f)
     }

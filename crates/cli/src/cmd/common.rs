@@ -77,21 +77,12 @@ impl ModelArgs {
 }
 
 pub fn open(path: &Path) -> Result<GgufFile> {
-    named(path, GgufFile::open(path))
+    Ok(GgufFile::open(path)?)
 }
 
 /// [`open`] for running the model: every page mapped in up front ([`GgufFile::open_populated`]).
 pub fn open_model(path: &Path) -> Result<GgufFile> {
-    named(path, GgufFile::open_populated(path))
-}
-
-/// A GGUF file's error with the file's path in front, unless it names the path already (a
-/// file that could not be read).
-fn named(path: &Path, r: synapse_gguf::Result<GgufFile>) -> Result<GgufFile> {
-    r.map_err(|e| match e {
-        e @ synapse_gguf::GgufError::Io { .. } => anyhow::Error::new(e),
-        e => anyhow::Error::new(e).context(path.display().to_string()),
-    })
+    Ok(GgufFile::open_populated(path)?)
 }
 
 pub fn tokenizer(file: &GgufFile, path: &Path) -> Result<Tokenizer> {
