@@ -7,7 +7,7 @@
 //! under qemu-user on aarch64 (see docs/PERF.md). `TILEBENCH_COLD=MIB` times the packed matrix
 //! cold instead, as prefill meets it: copies of it packed until they fill `MIB` MiB, each rep on
 //! the next copy. `TILEBENCH_IN_TILES=1` calls the packed matrix tile by tile, `tile_rows()` rows
-//! a call, as the engine's prefill does.
+//! a call, as the engine's prefill does. `TILEBENCH_AB=N` sets `synapse_quant::ab`'s variant.
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -20,6 +20,9 @@ fn main() {
     let repacked = args.get(5).is_some_and(|a| a == "repacked");
     let reps: usize = std::env::var("TILEBENCH_REPS").map_or(20, |r| r.parse().unwrap());
     let only = std::env::var("TILEBENCH_ONLY").ok();
+    if let Ok(v) = std::env::var("TILEBENCH_AB") {
+        synapse_quant::ab::set_variant(v.parse().expect("TILEBENCH_AB: a variant number"));
+    }
     let runs = |part: &str| only.as_deref().is_none_or(|o| o == part);
     let act = synapse_quant::vec_dot_type(ty).unwrap();
     let mut seed = 1u64;

@@ -590,6 +590,9 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
         ty,
         what: "quantizer",
     })?;
+    if ty == GgmlType::BF16 {
+        return Ok(quantize_bf16_row);
+    }
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         return Ok(match ty {
@@ -610,6 +613,38 @@ fn quantize_act_v3_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Resu
     // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
     unsafe { v3::quantize_act(src, blocks) };
     Ok(())
+}
+
+/// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round
+/// to nearest even, NaNs kept quiet) in a loop the compiler vectorises, where the reference's
+/// value-by-value calls through [`QuantizeBlock`] took 3% of a BF16 file's two-thread prefill.
+fn quantize_bf16_row(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check_sizes::<bf16>(src.len(), dst.len())?;
+    let y = cast_blocks_mut::<bf16>(dst)?;
+    #[cfg(target_arch = "x86_64")]
+    if has_v3() {
+        // SAFETY: AVX2 detected.
+        unsafe { bf16_row_avx2(src, y) };
+        return Ok(());
+    }
+    bf16_row(src, y);
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn bf16_row_avx2(x: &[f32], y: &mut [bf16]) {
+    bf16_row(x, y)
+}
+
+#[inline(always)]
+fn bf16_row(x: &[f32], y: &mut [bf16]) {
+    for (x, y) in x.iter().zip(y) {
+        let bits = x.to_bits();
+        let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
+        let nan = bits & 0x7fff_ffff > 0x7f80_0000;
+        *y = bf16::from_bits(if nan { (bits >> 16) | 64 } else { rounded } as u16);
+    }
 }
 
 /// F32 to F16 with F16C (`vcvtps2ph`, round to nearest even): the reference's bits.

@@ -182,6 +182,38 @@ fn chosen_activation_quantizer_is_bit_identical_to_the_reference() {
     }
 }
 
+/// BF16 activations (a row at a time) take the reference's bits for every kind of f32: random
+/// bit patterns (NaNs of both signs, infinities, subnormals) and ties of each parity, at
+/// lengths with and without a vector tail.
+#[test]
+fn chosen_bf16_activation_conversion_is_bit_identical_to_the_reference() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let fast = synapse_quant::act_quantizer(GgmlType::BF16).unwrap();
+    for n in [1, 7, 8, 16, 33, 100, 2048 + 5] {
+        let mut x: Vec<f32> = (0..n).map(|_| f32::from_bits(rng.gen())).collect();
+        let special = [
+            f32::NAN,
+            -f32::NAN,
+            f32::from_bits(0xFFFF_FFFF),
+            f32::from_bits(0x7F80_0001),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(0x0000_8000),
+            f32::from_bits(0x3F80_8000),
+            f32::from_bits(0x3F81_8000),
+            f32::from_bits(0x7F7F_FFFF),
+            -0.0,
+        ];
+        for (x, s) in x.iter_mut().step_by(3).zip(special) {
+            *x = s;
+        }
+        let (mut want, mut got) = (vec![0u8; 2 * n], vec![0u8; 2 * n]);
+        synapse_quant::quantize_act_row(GgmlType::BF16, &x, &mut want).unwrap();
+        fast(&x, &mut got).unwrap();
+        assert!(got == want, "BF16, {n} values: differs from the reference");
+    }
+}
+
 #[test]
 fn q8_k_block_sums_and_q8_1_sum_are_consistent() {
     let mut rng = StdRng::seed_from_u64(3);

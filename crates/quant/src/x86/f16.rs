@@ -617,7 +617,7 @@ fn chain_at(s: usize, m: usize, i: usize, q: usize) -> usize {
 /// # Safety
 /// The CPU must have AVX-512 F.
 #[inline(always)]
-unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+pub(super) unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
     // (Loops, not `from_fn`: a closure would not share the callers' features.)
     // SAFETY: the caller's CPU.
     unsafe {
