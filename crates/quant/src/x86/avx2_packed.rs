@@ -1568,10 +1568,8 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
                 let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
                 _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
             };
-            let mut lanes = [0i32; 8];
-            // SAFETY: 32 writable bytes.
-            unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sums) };
-            Tok32::new(y, lanes, if signed::<P>() { 0 } else { P::OFFSET })
+            // SAFETY: this function's features.
+            unsafe { Tok32::new(y, sums, if signed::<P>() { 0 } else { P::OFFSET }) }
         }));
         for (gi, g) in p.chunks_exact(per_row).enumerate() {
             macro_rules! pass {
