@@ -18,7 +18,7 @@ use std::arch::x86_64::*;
 use super::avx512::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::{
     fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, Rows,
-    F16_STEP, ROWS_AHEAD,
+    F16_STEP,
 };
 
 /// `e^x` of four values in double precision, rounded to f32: [`super::avx512`]'s `exp8`, step
@@ -298,8 +298,8 @@ fn scores<const CH: usize, const N: usize>(
         let mut pairs = [[zero; 4]; N];
         for p in 0..4 {
             if let Rows::F16(_) = keys {
-                keys.prefetch(j0 + p + ROWS_AHEAD, kv_dim, hd);
-                keys.prefetch(j0 + p + 4 + ROWS_AHEAD, kv_dim, hd);
+                keys.prefetch(j0 + p, kv_dim, hd);
+                keys.prefetch(j0 + p + 4, kv_dim, hd);
             }
             let (k0, k1) = (
                 keys.row8::<CH>(j0 + p, kv_dim),
@@ -432,7 +432,7 @@ fn values<const CH: usize, const N: usize>(
     for j in 0..most {
         if shared {
             if let Rows::F16(_) = longest {
-                longest.prefetch(j + ROWS_AHEAD, kv_dim, hd);
+                longest.prefetch(j, kv_dim, hd);
             }
             let x = longest.row8::<CH>(j, kv_dim);
             for i in 0..N {
@@ -444,7 +444,7 @@ fn values<const CH: usize, const N: usize>(
             for i in 0..N {
                 if j < n_pos[i] {
                     if let Rows::F16(_) = rows[i] {
-                        rows[i].prefetch(j + ROWS_AHEAD, kv_dim, hd);
+                        rows[i].prefetch(j, kv_dim, hd);
                     }
                     let x = rows[i].row8::<CH>(j, kv_dim);
                     step(&mut acc[i], &mut sum[i], &scratch[i], j, &x);

@@ -17,8 +17,7 @@
 use std::arch::x86_64::*;
 
 use super::{
-    fma_for_f16_zmm, prefetch_row, round_f16_zmm, AttnShape, HeadJob, HeadScratch, Rows, F16_STEP,
-    ROWS_AHEAD,
+    fma_for_f16_zmm, prefetch_ahead, round_f16_zmm, AttnShape, HeadJob, HeadScratch, Rows, F16_STEP,
 };
 
 /// `2^(i/32)` as the nearest double, less `i << 47`: with `k = 32 q + i`, the double whose bits
@@ -463,7 +462,7 @@ fn scores<const CH: usize, const N: usize>(
     while CH <= 8 && j + 4 <= n {
         let mut v = [[_mm512_setzero_ps(); 4]; N];
         for p in 0..4 {
-            prefetch_row(keys, j + p + ROWS_AHEAD, kv_dim, hd);
+            prefetch_ahead(keys, j + p, kv_dim, hd);
             let kf = Rows::F16(keys).row::<CH>(j + p, kv_dim);
             for (v, q) in v.iter_mut().zip(&q) {
                 v[p] = pair_sums(q, &kf);
@@ -477,7 +476,7 @@ fn scores<const CH: usize, const N: usize>(
         j += 4;
     }
     for j in j..n {
-        prefetch_row(keys, j + ROWS_AHEAD, kv_dim, hd);
+        prefetch_ahead(keys, j, kv_dim, hd);
         let kf = Rows::F16(keys).row::<CH>(j, kv_dim);
         for (i, q) in q.iter().enumerate() {
             scratch[i].scores[j] = reduce_pairs(pair_sums(q, &kf)) * s.scale;
@@ -834,7 +833,7 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     for j in 0..most {
         if SHARED {
             // Every head reads the same rows: one load a position, for the heads that see it.
-            longest.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+            longest.prefetch(j, kv_dim, 16 * CH);
             let x = longest.row::<CH>(j, kv_dim);
             step!(0, a0, s0, j < n_pos[0], j, &x);
             step!(1, a1, s1, j < n_pos[1], j, &x);
@@ -842,7 +841,7 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             step!(3, a3, s3, j < n_pos[3], j, &x);
         } else {
             for r in &rows[..N] {
-                r.prefetch(j + ROWS_AHEAD, kv_dim, 16 * CH);
+                r.prefetch(j, kv_dim, 16 * CH);
             }
             step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
             step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
