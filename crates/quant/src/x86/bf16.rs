@@ -477,8 +477,8 @@ unsafe fn lay_out_token(y: &[bf16], s: usize, yc: &mut Vec<u32>) {
 /// them, into `yp`: blocks of [`PASS_TOKENS`] tokens, token `t`'s pair of chain `16 j + m`,
 /// step `i` at `chain_at(s, m, i, j) PASS_TOKENS + t % PASS_TOKENS` of its block (zeros past
 /// the last token). Sixteen tokens at a time, each step's sixteen pairs of each transposed in
-/// registers ([`transpose16`]): the pair-by-pair loop it replaces took 13% of a BF16 file's
-/// two-thread prefill, once a call.
+/// registers ([`transpose16`]): the pair-by-pair loop it replaces took 13% of the batch
+/// kernel's time (9% of a BF16 file's two-thread prefill), once a call.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
