@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::f16::{chain_passes, transpose16};
+use super::f16::{chain_passes, lay_out_tokens, transpose16};
 use super::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
 use crate::QuantError;
@@ -473,50 +473,6 @@ unsafe fn lay_out_token(y: &[bf16], s: usize, yc: &mut Vec<u32>) {
     }
 }
 
-/// The pairs of the `n_tok` tokens of `y` (`k` values each) laid out as [`gemm_packed`] reads
-/// them, into `yp`: blocks of [`PASS_TOKENS`] tokens, token `t`'s pair of chain `16 j + m`,
-/// step `i` at `chain_at(s, m, i, j) PASS_TOKENS + t % PASS_TOKENS` of its block (zeros past
-/// the last token). Sixteen tokens at a time, each step's sixteen pairs of each transposed in
-/// registers ([`transpose16`]): the pair-by-pair loop it replaces took 13% of the batch
-/// kernel's time (9% of a BF16 file's two-thread prefill), once a call.
-///
-/// # Safety
-/// The CPU must have AVX-512 F.
-#[inline(always)]
-unsafe fn lay_out_tokens(y: &[bf16], k: usize, n_tok: usize, yp: &mut Vec<u32>) {
-    const PT: usize = PASS_TOKENS;
-    let s = k / 64;
-    let block_len = 32 * s * PT;
-    yp.clear();
-    yp.resize(n_tok.div_ceil(2 * PT) * 2 * block_len, 0);
-    for (b, at) in yp.chunks_exact_mut((2 * block_len).max(1)).enumerate() {
-        let tokens = b * 2 * PT..((b + 1) * 2 * PT).min(n_tok);
-        let (lo, hi) = at.split_at_mut(block_len);
-        for i in 0..s {
-            for j in 0..2 {
-                // SAFETY: (the block) the caller's CPU; 32 values from 64 i + 32 j <= k - 32 of
-                // each token; eight words at `chain_at(..) PT` < block_len of each half.
-                unsafe {
-                    let mut v = [_mm512_setzero_ps(); 16];
-                    for (v, t) in v.iter_mut().zip(tokens.clone()) {
-                        let p = y[t * k + 64 * i + 32 * j..][..32].as_ptr();
-                        *v = _mm512_loadu_ps(p.cast());
-                    }
-                    // Register m: pair m (values 64 i + 32 j + 2 m, + 1) of the sixteen tokens.
-                    let v = transpose16(v);
-                    for (m, v) in v.into_iter().enumerate() {
-                        let at = chain_at(s, m, i, j) * PT;
-                        let v = _mm512_castps_pd(v);
-                        let (v0, v1) = (_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd::<1>(v));
-                        _mm256_storeu_pd(lo[at..][..PT].as_mut_ptr().cast(), v0);
-                        _mm256_storeu_pd(hi[at..][..PT].as_mut_ptr().cast(), v1);
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Groups of sixteen packed rows (`p`, `k` values a row) times the `n_tok` tokens of `y`
 /// (`k` values each), into `out` (`(n_tok, rows)`), as F16's batch kernel: the tokens' pairs
 /// laid out chain by chain once a call (blocks of [`PASS_TOKENS`]); then for each block of up
@@ -546,8 +502,19 @@ unsafe fn gemm_packed(
     // Each block of PT tokens: chain `16 j + m`'s pair of step `i` for token `t` at
     // `chain_at(s, m, i, j) PT + t`.
     let block_len = 32 * s * PT;
-    // SAFETY: this function's CPU.
-    unsafe { lay_out_tokens(y, k, n_tok, yp) };
+    // The tokens' pairs (values 64 i + 32 j + 2 m, + 1: word m of the 32 values from
+    // 64 i + 32 j), sixteen tokens at a time (the pair-by-pair loop this replaced took 13% of
+    // the batch kernel's time, 9% of a BF16 file's two-thread prefill, once a call).
+    // SAFETY: this function's CPU; 32 values from 64 i + 32 j <= k - 32 of each token, and
+    // `chain_at(..) PT + 8 <= block_len`.
+    unsafe {
+        lay_out_tokens::<u32, 2>(
+            yp,
+            (n_tok, s, block_len),
+            |t, i, j| _mm512_loadu_ps(y[t * k + 64 * i + 32 * j..][..32].as_ptr().cast()),
+            |m, i, j| chain_at(s, m, i, j) * PT,
+        )
+    };
     // SAFETY: (the whole body) this function's CPU; the reads below stay inside the slices
     // (sliced to their lengths first).
     unsafe {

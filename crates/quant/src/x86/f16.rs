@@ -652,6 +652,50 @@ pub(super) unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
     }
 }
 
+/// The tokens of a batch laid out for the packed float kernels' passes ([`gemm_packed`] and
+/// `super::bf16`'s), into `yp` (`block_len` words a block of [`PASS_TOKENS`] tokens, zeros
+/// past the last token): sixteen tokens at a time, for each step `i < s` and part `j < J`,
+/// `load(t, i, j)` gives token `t`'s sixteen 32-bit words of that part; transposed
+/// ([`transpose16`]), word `c` of the sixteen tokens goes to `at(c, i, j)` of two blocks, the
+/// first eight tokens' and the last eight's.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, and `load`'s reads and `at(c, i, j) + 8 <= block_len` hold.
+#[inline(always)]
+pub(super) unsafe fn lay_out_tokens<W: bytemuck::Pod, const J: usize>(
+    yp: &mut Vec<W>,
+    (n_tok, s, block_len): (usize, usize, usize),
+    load: impl Fn(usize, usize, usize) -> __m512,
+    at: impl Fn(usize, usize, usize) -> usize,
+) {
+    const { assert!(size_of::<W>() == 4 && 2 * PASS_TOKENS == 16) };
+    const PT: usize = PASS_TOKENS;
+    yp.clear();
+    yp.resize(n_tok.div_ceil(2 * PT) * 2 * block_len, W::zeroed());
+    for (b, block) in yp.chunks_exact_mut((2 * block_len).max(1)).enumerate() {
+        let tokens = b * 2 * PT..((b + 1) * 2 * PT).min(n_tok);
+        let (lo, hi) = block.split_at_mut(block_len);
+        for i in 0..s {
+            for j in 0..J {
+                // SAFETY: (the block) the caller's CPU; eight words at `at(..)` of each half.
+                unsafe {
+                    let mut v = [_mm512_setzero_ps(); 16];
+                    for (v, t) in v.iter_mut().zip(tokens.clone()) {
+                        *v = load(t, i, j);
+                    }
+                    for (c, v) in transpose16(v).into_iter().enumerate() {
+                        let at = at(c, i, j);
+                        let v = _mm512_castps_pd(v);
+                        let (v0, v1) = (_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd::<1>(v));
+                        _mm256_storeu_pd(lo[at..][..PT].as_mut_ptr().cast(), v0);
+                        _mm256_storeu_pd(hi[at..][..PT].as_mut_ptr().cast(), v1);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Sixteen rows' chains summed in the reference's order, lane by lane, from the sixteen
 /// `(a0 + a2) + (a1 + a3)` sums of its four 16-lane accumulators (`v[m]`: lanes `m`): then
 /// [`crate::reference::dot::reduce_add_16`]'s halves, quarters and pairs.
@@ -924,28 +968,12 @@ unsafe fn gemm_packed(
         // `(l s + i) PASS_TOKENS + t`.
         const PT: usize = PASS_TOKENS;
         let block_len = 64 * s * PT;
-        yp.clear();
-        yp.resize(n_tok.div_ceil(GROUP) * 2 * block_len, 0.0);
-        for (b, at) in yp.chunks_exact_mut((2 * block_len).max(1)).enumerate() {
-            let tokens = b * GROUP..((b + 1) * GROUP).min(n_tok);
-            let (lo, hi) = at.split_at_mut(block_len);
-            for i in 0..s {
-                for j in 0..4 {
-                    let mut v = [zero; 16];
-                    for (v, t) in v.iter_mut().zip(tokens.clone()) {
-                        *v = <f16 as Elem>::load16(y[t * k + 64 * i + 16 * j..][..16].as_ptr());
-                    }
-                    let v = transpose16(v);
-                    for (c, v) in v.into_iter().enumerate() {
-                        let at = ((16 * j + c) * s + i) * PT;
-                        let v = _mm512_castps_pd(v);
-                        let (v0, v1) = (_mm512_castpd512_pd256(v), _mm512_extractf64x4_pd::<1>(v));
-                        _mm256_storeu_pd(lo[at..][..PT].as_mut_ptr().cast(), v0);
-                        _mm256_storeu_pd(hi[at..][..PT].as_mut_ptr().cast(), v1);
-                    }
-                }
-            }
-        }
+        lay_out_tokens::<f32, 4>(
+            yp,
+            (n_tok, s, block_len),
+            |t, i, j| <f16 as Elem>::load16(y[t * k + 64 * i + 16 * j..][..16].as_ptr()),
+            |c, i, j| ((16 * j + c) * s + i) * PT,
+        );
         // The four chains of a lane's first adds, then the sixteen sums of each output
         // (`(g, t)` of a block at `g n_tok + t`).
         sums.resize(4 * PASS_OUT + 16 * PASS_GROUPS * n_tok, zero);
