@@ -7,6 +7,7 @@
 #
 # OLD, NEW: synapse binaries (copies of target/release/synapse built at two commits);
 # tg: tg32 (`-p 0 -n 32`), pp: pp64 (`-p 64 -n 0`); each run `-r 2 --no-membw -q`, tok/s.
+# DEPTH=N in the environment: with the context already holding N tokens (`-d N`).
 set -euo pipefail
 [[ $# -ge 3 ]] || { sed -n 2,10p "$0" >&2; exit 1; }
 old=$1 new=$2 file=$3 threads=${4:-1} pairs=${5:-6} test=${6:-tg}
@@ -15,11 +16,12 @@ case $test in
     pp) args=(-p 64 -n 0) ;;
     *) echo "alternate: test is tg or pp, not $test" >&2; exit 1 ;;
 esac
+[[ -z ${DEPTH:-} ]] || args+=(-d "$DEPTH")
 rate() { # binary -> tok/s (avg_ts, the csv's second field)
     "$1" bench -m "$file" "${args[@]}" -t "$threads" -r 2 --no-membw -q -o csv | tail -1 |
         awk -F, '{ printf "%.2f\n", $2 }'
 }
-echo "$file, ${test}, $threads thread(s), $pairs pairs: $old then $new"
+echo "$file, ${test}${DEPTH:+ at depth $DEPTH}, $threads thread(s), $pairs pairs: $old then $new"
 echo
 echo "| pair | old tok/s | new tok/s | new / old |"
 echo "|--:|--:|--:|--:|"

@@ -27,7 +27,10 @@ fn main() {
     };
     let kv_dim = n_head_kv * head_dim;
     let n_pos = depth + n;
-    let mut kv = KvCache::new(1, n_pos, kv_dim);
+    // `ATTNBENCH_LAYERS`: that many layers, attended one after the other in each timed run, so
+    // that the cache is read cold as a decode step reads it (default one layer, hot).
+    let layers: usize = std::env::var("ATTNBENCH_LAYERS").map_or(1, |r| r.parse().unwrap_or(1));
+    let mut kv = KvCache::new(layers, n_pos, n_head_kv, head_dim);
     // A deterministic spread of values: scores of a few units, as in a trained model.
     let mut x = 0x2545_f491_u32;
     let mut next = move || {
@@ -39,12 +42,18 @@ fn main() {
     for p in 0..n_pos {
         let k: Vec<f32> = (0..kv_dim).map(|_| next()).collect();
         let v: Vec<f32> = (0..kv_dim).map(|_| next()).collect();
-        kv.store(0, p, &k, &v);
+        for l in 0..layers {
+            kv.store(l, p, &k, &v);
+        }
     }
     let q: Vec<f32> = (0..n * n_head * head_dim).map(|_| next()).collect();
     let mut out = vec![0.0f32; q.len()];
     let threads = Threads::new(threads);
-    let run = |out: &mut [f32]| attend_batch(&s, &q, &kv, 0, depth, None, out, &threads);
+    let run = |out: &mut [f32]| {
+        for l in 0..layers {
+            attend_batch(&s, &q, &kv, l, depth, None, out, &threads);
+        }
+    };
     run(&mut out);
     // More for a profile (`ATTNBENCH_REPS`); the best is reported.
     let reps: usize = std::env::var("ATTNBENCH_REPS").map_or(20, |r| r.parse().unwrap_or(20));
@@ -54,9 +63,10 @@ fn main() {
         run(&mut out);
         best = best.min(t.elapsed().as_secs_f64());
     }
-    let head_positions = (0..n).map(|t| depth + t + 1).sum::<usize>() * n_head;
+    let head_positions = (0..n).map(|t| depth + t + 1).sum::<usize>() * n_head * layers;
     println!(
-        "depth {depth} n {n} threads {} heads {n_head}/{n_head_kv}x{head_dim}: {:.3} ms, \
+        "depth {depth} n {n} threads {} heads {n_head}/{n_head_kv}x{head_dim} layers {layers}: \
+         {:.3} ms, \
          {:.2} ns a head-position (checksum {:.6})",
         threads.n(),
         best * 1e3,

@@ -1,25 +1,51 @@
 //! The KV cache: each layer's keys and values for every position so far, in F16 as llama.cpp
 //! keeps them. Allocated once for the whole context.
+//!
+//! Laid out KV head by KV head: one KV head's rows of every position are consecutive, so that
+//! attention, which reads one KV head's rows for a query head, streams them (a decode step at a
+//! few thousand positions reads them from memory) instead of picking `head_dim` values out of
+//! every `n_head_kv * head_dim`.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 pub struct KvCache {
     n_ctx: usize,
-    /// Width of one position's keys (or values) in one layer: `n_head_kv * head_dim`.
-    kv_dim: usize,
-    /// `(n_layer, n_ctx, kv_dim)` each.
+    n_head_kv: usize,
+    head_dim: usize,
+    /// `(n_layer, n_head_kv, n_ctx, head_dim)` each.
     k: Vec<f16>,
     v: Vec<f16>,
 }
 
+/// Keys and values of the positions `first..first + n_pos` of one layer: KV head `g`'s row of
+/// position `first + j` at `g * head + j * head_dim` of each slice.
+#[derive(Clone, Copy)]
+pub struct LayerRows<'a> {
+    pub keys: &'a [f16],
+    pub values: &'a [f16],
+    /// Values from one KV head's rows to the next's.
+    pub head: usize,
+    pub n_pos: usize,
+}
+
+impl<'a> LayerRows<'a> {
+    /// The rows of KV head `g` (`(n_pos, head_dim)`): keys, then values.
+    pub fn head_rows(&self, g: usize, head_dim: usize) -> (&'a [f16], &'a [f16]) {
+        let (at, len) = (g * self.head, self.n_pos * head_dim);
+        (&self.keys[at..][..len], &self.values[at..][..len])
+    }
+}
+
 impl KvCache {
-    pub fn new(n_layer: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
+    pub fn new(n_layer: usize, n_ctx: usize, n_head_kv: usize, head_dim: usize) -> KvCache {
+        let len = n_layer * n_head_kv * n_ctx * head_dim;
         KvCache {
             n_ctx,
-            kv_dim,
-            k: vec![f16::ZERO; n_layer * n_ctx * kv_dim],
-            v: vec![f16::ZERO; n_layer * n_ctx * kv_dim],
+            n_head_kv,
+            head_dim,
+            k: vec![f16::ZERO; len],
+            v: vec![f16::ZERO; len],
         }
     }
 
@@ -27,26 +53,86 @@ impl KvCache {
         self.n_ctx
     }
 
-    fn at(&self, layer: usize, pos: usize) -> usize {
-        (layer * self.n_ctx + pos) * self.kv_dim
+    /// Where KV head `g`'s row of position `pos` of a layer starts.
+    fn at(&self, layer: usize, g: usize, pos: usize) -> usize {
+        ((layer * self.n_head_kv + g) * self.n_ctx + pos) * self.head_dim
     }
 
-    /// Store one position's keys and values (rounded to F16).
+    /// Store one position's keys and values (`n_head_kv * head_dim` each, rounded to F16).
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
-        let i = self.at(layer, pos);
-        self.k[i..i + self.kv_dim].convert_from_f32_slice(&k[..self.kv_dim]);
-        self.v[i..i + self.kv_dim].convert_from_f32_slice(&v[..self.kv_dim]);
+        let hd = self.head_dim;
+        for g in 0..self.n_head_kv {
+            let i = self.at(layer, g, pos);
+            self.k[i..i + hd].convert_from_f32_slice(&k[g * hd..][..hd]);
+            self.v[i..i + hd].convert_from_f32_slice(&v[g * hd..][..hd]);
+        }
     }
 
-    /// Keys of positions `0..n` of a layer: `(n, kv_dim)`.
-    pub fn keys(&self, layer: usize, n: usize) -> &[f16] {
-        let i = self.at(layer, 0);
-        &self.k[i..i + n * self.kv_dim]
+    /// Keys of KV head `g` of a layer at positions `0..n`: `(n, head_dim)`.
+    pub fn keys(&self, layer: usize, g: usize, n: usize) -> &[f16] {
+        let i = self.at(layer, g, 0);
+        &self.k[i..i + n * self.head_dim]
     }
 
-    /// Values of positions `0..n` of a layer: `(n, kv_dim)`.
-    pub fn values(&self, layer: usize, n: usize) -> &[f16] {
-        let i = self.at(layer, 0);
-        &self.v[i..i + n * self.kv_dim]
+    /// Values of KV head `g` of a layer at positions `0..n`: `(n, head_dim)`.
+    pub fn values(&self, layer: usize, g: usize, n: usize) -> &[f16] {
+        let i = self.at(layer, g, 0);
+        &self.v[i..i + n * self.head_dim]
+    }
+
+    /// Every KV head's keys and values of a layer at positions `first..n`.
+    pub fn layer_rows(&self, layer: usize, first: usize, n: usize) -> LayerRows<'_> {
+        let (i, head) = (self.at(layer, 0, first), self.n_ctx * self.head_dim);
+        let len = (self.n_head_kv.max(1) - 1) * head + (n - first) * self.head_dim;
+        LayerRows {
+            keys: &self.k[i..i + len],
+            values: &self.v[i..i + len],
+            head,
+            n_pos: n - first,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each KV head's values land in its own rows, and every accessor reads them back.
+    #[test]
+    fn rows_are_kept_head_by_head() {
+        let (n_layer, n_ctx, n_head_kv, hd) = (2, 5, 3, 4);
+        let mut kv = KvCache::new(n_layer, n_ctx, n_head_kv, hd);
+        // Value `e` of KV head `g` at position `p` of layer `l`, exact in F16.
+        let val = |l: usize, p: usize, g: usize, e: usize, v: bool| {
+            (((l * 8 + p) * 4 + g) * 4 + e) as f32 * if v { -1.0 } else { 1.0 }
+        };
+        for l in 0..n_layer {
+            for p in 0..n_ctx {
+                let row = |v| -> Vec<f32> {
+                    (0..n_head_kv * hd)
+                        .map(|i| val(l, p, i / hd, i % hd, v))
+                        .collect()
+                };
+                kv.store(l, p, &row(false), &row(true));
+            }
+        }
+        for l in 0..n_layer {
+            let rows = kv.layer_rows(l, 1, 4);
+            assert_eq!(rows.n_pos, 3);
+            for g in 0..n_head_kv {
+                let (k, v) = (kv.keys(l, g, 4), kv.values(l, g, 4));
+                let (rk, rv) = rows.head_rows(g, hd);
+                for p in 0..4 {
+                    for e in 0..hd {
+                        assert_eq!(k[p * hd + e].to_f32(), val(l, p, g, e, false));
+                        assert_eq!(v[p * hd + e].to_f32(), val(l, p, g, e, true));
+                        if p >= 1 {
+                            assert_eq!(rk[(p - 1) * hd + e].to_f32(), val(l, p, g, e, false));
+                            assert_eq!(rv[(p - 1) * hd + e].to_f32(), val(l, p, g, e, true));
+                        }
+                    }
+                }
+            }
+        }
     }
 }

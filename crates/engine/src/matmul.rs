@@ -478,54 +478,78 @@ pub fn parallel_for(threads: &Threads, n: usize, f: impl Fn(Range<usize>) + Sync
     threads.split(n, f)
 }
 
-/// Split `out` into `chunk`-long pieces and deal them out round-robin in the order `order`
-/// (a permutation of the pieces): thread `i` of `T` computes pieces `order(i)`, `order(i +
-/// T)`, `order(i + 2T)`, .., in calls `f(&mut scratch, pieces)` of up to `group` of them (`(u,
-/// piece)` each), with one `scratch` per thread from `init`. For work whose cost grows along
-/// the order (causal attention over a batch, where later tokens see more positions), so that
-/// the threads get equal shares. Each piece is written by one call only, and `f` must compute
-/// each piece the same whatever the others in its call, so that the result does not depend
-/// on the thread count (D1).
-pub fn parallel_piece_groups_mut<S>(
+/// The `k`-th piece of an order for [`parallel_piece_runs_mut`]: which piece, what it costs
+/// (in any unit, the same for all), and a key: consecutive pieces of one key may share a call.
+#[derive(Clone, Copy)]
+pub struct Piece {
+    pub index: usize,
+    pub cost: usize,
+    pub key: usize,
+}
+
+/// Split `out` into `chunk`-long pieces, taken in the order `order` (`order(k)`: the `k`-th
+/// piece; a permutation of the pieces), and hand each thread one contiguous run of that order,
+/// the runs of near-equal total cost. A thread computes its run in calls `f(&mut scratch,
+/// pieces)` (`(index, piece)` each) of up to `group` consecutive pieces of one key, with one
+/// `scratch` per thread from `init`. For attention, where a call's heads share the rows they
+/// read when they share a key (a KV head), and a thread's run keeps its KV heads few. Each
+/// piece is written by one call only, and `f` must compute each piece the same whatever the
+/// others in its call, so that the result does not depend on the thread count (D1).
+pub fn parallel_piece_runs_mut<S>(
     threads: &Threads,
     out: &mut [f32],
     chunk: usize,
     group: usize,
-    order: impl Fn(usize) -> usize + Sync,
+    order: impl Fn(usize) -> Piece + Sync,
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, &mut [(usize, &mut [f32])]) + Sync,
 ) {
     let n = out.len() / chunk.max(1);
     let t = threads.n().min(n.max(1));
     let group = group.max(1);
-    // Every piece once: what makes the slices below disjoint.
+    // Every piece once (what makes the slices below disjoint), and where each run starts:
+    // thread `i`'s at the first piece before which the cost reaches `i / t` of the total.
     let mut seen = vec![false; n];
+    let mut before = Vec::with_capacity(n + 1);
+    before.push(0usize);
     for k in 0..n {
-        let u = order(k);
+        let p = order(k);
         assert!(
-            u < n && !seen[u],
+            p.index < n && !seen[p.index],
             "`order` must be a permutation of the pieces"
         );
-        seen[u] = true;
+        seen[p.index] = true;
+        before.push(before[k] + p.cost);
     }
+    let total = before[n];
+    let starts: Vec<usize> = (0..=t)
+        .map(|i| match i {
+            0 => 0,
+            i if i == t => n,
+            i => before.partition_point(|&c| c * t < i * total).min(n),
+        })
+        .collect();
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
     let thread = |i: usize| {
         let shared = &shared;
         let mut scratch = init();
-        let mut calls = (i..n).step_by(t).peekable();
         let mut pieces = Vec::with_capacity(group);
-        while calls.peek().is_some() {
-            pieces.clear();
-            for k in calls.by_ref().take(group) {
-                let u = order(k);
-                // SAFETY: piece `u < n` lies inside `out` (n * chunk <= out.len()); `order` is
-                // a permutation (checked above), and the pieces of different threads differ
-                // (k mod t), those of one call too, so no other slice covers it while this one
-                // lives.
-                let piece =
-                    unsafe { std::slice::from_raw_parts_mut(shared.0.add(u * chunk), chunk) };
-                pieces.push((u, piece));
+        let mut key = None;
+        for k in starts[i]..starts[i + 1] {
+            let p = order(k);
+            if pieces.len() == group || key.is_some_and(|key| key != p.key) {
+                f(&mut scratch, &mut pieces);
+                pieces.clear();
             }
+            key = Some(p.key);
+            // SAFETY: piece `p.index < n` lies inside `out` (n * chunk <= out.len()); `order`
+            // is a permutation (checked above) and the threads' runs are disjoint, so no other
+            // slice covers it while this one lives.
+            let piece =
+                unsafe { std::slice::from_raw_parts_mut(shared.0.add(p.index * chunk), chunk) };
+            pieces.push((p.index, piece));
+        }
+        if !pieces.is_empty() {
             f(&mut scratch, &mut pieces);
         }
     };
@@ -679,5 +703,88 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// [`parallel_piece_runs_mut`]: every piece once, in calls of at most `group` pieces of
+    /// one key, each thread's pieces one run of the order, the runs' costs near equal.
+    #[test]
+    fn piece_runs_cover_every_piece_once_in_runs_of_equal_cost() {
+        use std::sync::Mutex;
+        for (n, threads, group) in [(9, 1, 4), (9, 2, 4), (9, 3, 3), (64 * 9, 2, 4), (5, 4, 2)] {
+            // Pieces in reverse (a permutation), costs 1..=n (as a causal batch's), keys of 3.
+            let order = |k: usize| Piece {
+                index: n - 1 - k,
+                cost: k + 1,
+                key: k / 3,
+            };
+            let mut out = vec![0.0f32; n * 2];
+            let calls = Mutex::new(Vec::new());
+            let pool = Threads::new(threads);
+            parallel_piece_runs_mut(
+                &pool,
+                &mut out,
+                2,
+                group,
+                order,
+                || (),
+                |_, pieces| {
+                    for (u, piece) in pieces.iter_mut() {
+                        piece.fill(*u as f32 + 1.0);
+                    }
+                    let ks: Vec<usize> = pieces.iter().map(|(u, _)| n - 1 - u).collect();
+                    calls.lock().unwrap().push(ks);
+                },
+            );
+            // Every piece written, by its own index.
+            for (u, piece) in out.chunks_exact(2).enumerate() {
+                assert_eq!(piece, [u as f32 + 1.0; 2], "piece {u} of {n}");
+            }
+            let mut calls = calls.into_inner().unwrap();
+            calls.sort();
+            let mut ks: Vec<usize> = calls.iter().flatten().copied().collect();
+            ks.sort();
+            assert_eq!(ks, (0..n).collect::<Vec<_>>(), "each piece in one call");
+            for c in &calls {
+                assert!(!c.is_empty() && c.len() <= group, "{c:?}");
+                assert!(c.windows(2).all(|w| w[1] == w[0] + 1), "consecutive {c:?}");
+                assert!(c.iter().all(|&k| k / 3 == c[0] / 3), "one key {c:?}");
+            }
+            let total: usize = (1..=n).sum();
+            if threads > 1 && n > threads {
+                // The share of the thread that got the most is within a piece of a fair one.
+                let most = calls_by_thread_cost(&calls, n, threads, total);
+                assert!(
+                    most <= total / threads + n,
+                    "{most} of {total} ({threads} threads)"
+                );
+            }
+        }
+    }
+
+    /// The largest cost one thread's run carries, the runs being cut where the split puts them
+    /// (at the first piece before which the cost reaches `i / threads` of the total).
+    fn calls_by_thread_cost(calls: &[Vec<usize>], n: usize, threads: usize, total: usize) -> usize {
+        let mut before = 0;
+        let mut bounds = Vec::new();
+        for k in 0..n {
+            if bounds.len() < threads - 1 && before * threads >= (bounds.len() + 1) * total {
+                bounds.push(k);
+            }
+            before += k + 1;
+        }
+        // No call crosses a thread's boundary.
+        for c in calls {
+            for &b in &bounds {
+                assert!(!(c[0] < b && b <= c[c.len() - 1]), "call {c:?} crosses {b}");
+            }
+        }
+        let mut edges = vec![0];
+        edges.extend(&bounds);
+        edges.push(n);
+        edges
+            .windows(2)
+            .map(|w| (w[0]..w[1]).map(|k| k + 1).sum::<usize>())
+            .max()
+            .unwrap_or(0)
     }
 }

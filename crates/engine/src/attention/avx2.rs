@@ -17,8 +17,8 @@ use std::arch::x86_64::*;
 
 use super::avx512::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::{
-    fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, Rows,
-    F16_STEP,
+    fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, LayerRows,
+    Rows, F16_STEP,
 };
 
 /// `e^x` of four values in double precision, rounded to f32: [`super::avx512`]'s `exp8`, step
@@ -120,14 +120,13 @@ fn by_width<const CH: usize>(
 ) {
     assert!(scratch.len() >= jobs.len(), "a scratch per head");
     let hd = 8 * CH;
-    let kv_dim = s.n_head_kv * hd;
     for (jobs, scratch) in jobs.chunks_mut(4).zip(scratch.chunks_mut(4)) {
         // Each head's key and value rows: staged as f32 from its first position, or the
         // cache's F16.
         let rows: [(Rows, Rows); 4] = std::array::from_fn(|i| match (jobs.get(i), staged) {
             (None, _) => (Rows::F16(&[]), Rows::F16(&[])),
             (Some(job), Some(st)) => {
-                let off = (job.first - st.base) * kv_dim + job.kv_head * hd;
+                let off = (job.kv_head * st.n_pos + job.first - st.base) * hd;
                 (Rows::F32(&st.kf[off..]), Rows::F32(&st.vf[off..]))
             }
             (Some(job), None) => (Rows::F16(job.keys), Rows::F16(job.values)),
@@ -149,10 +148,10 @@ fn by_width<const CH: usize>(
             // The rows of the run's head that sees them all (the others' end sooner).
             let keys = rows[(i..e).max_by_key(|&h| n_pos[h]).unwrap_or(i)].0;
             match e - i {
-                1 => scores::<CH, 1>(s.scale, keys, kv_dim, n, sc),
-                2 => scores::<CH, 2>(s.scale, keys, kv_dim, n, sc),
-                3 => scores::<CH, 3>(s.scale, keys, kv_dim, n, sc),
-                4 => scores::<CH, 4>(s.scale, keys, kv_dim, n, sc),
+                1 => scores::<CH, 1>(s.scale, keys, n, sc),
+                2 => scores::<CH, 2>(s.scale, keys, n, sc),
+                3 => scores::<CH, 3>(s.scale, keys, n, sc),
+                4 => scores::<CH, 4>(s.scale, keys, n, sc),
                 n => unreachable!("{n} heads side by side"),
             }
             i = e;
@@ -162,10 +161,10 @@ fn by_width<const CH: usize>(
         }
         let values = rows.map(|r| r.1);
         match jobs.len() {
-            1 => self::values::<CH, 1>(jobs, scratch, &values, kv_dim),
-            2 => self::values::<CH, 2>(jobs, scratch, &values, kv_dim),
-            3 => self::values::<CH, 3>(jobs, scratch, &values, kv_dim),
-            4 => self::values::<CH, 4>(jobs, scratch, &values, kv_dim),
+            1 => self::values::<CH, 1>(jobs, scratch, &values),
+            2 => self::values::<CH, 2>(jobs, scratch, &values),
+            3 => self::values::<CH, 3>(jobs, scratch, &values),
+            4 => self::values::<CH, 4>(jobs, scratch, &values),
             n => unreachable!("{n} heads side by side"),
         }
     }
@@ -185,22 +184,22 @@ fn query<const CH: usize>(q: &[f32], qf: &mut [f32]) {
 }
 
 impl Rows<'_> {
-    /// Row `j` (`8 * CH` values) as f32, or zeros past the rows' end.
+    /// Row `j` (`8 * CH` values, rows as far apart) as f32, or zeros past the rows' end.
     #[inline(always)]
-    fn row8<const CH: usize>(self, j: usize, kv_dim: usize) -> [__m256; CH] {
+    fn row8<const CH: usize>(self, j: usize) -> [__m256; CH] {
         // SAFETY: AVX and F16C (the callers' features); 8 CH values of row j where it exists.
         unsafe {
             let mut x = [_mm256_setzero_ps(); CH];
             match self {
                 Rows::F32(r) => {
-                    if let Some(r) = r.get(j * kv_dim..).and_then(|r| r.get(..8 * CH)) {
+                    if let Some(r) = r.get(j * 8 * CH..).and_then(|r| r.get(..8 * CH)) {
                         for (c, x) in x.iter_mut().enumerate() {
                             *x = _mm256_loadu_ps(r.as_ptr().add(8 * c));
                         }
                     }
                 }
                 Rows::F16(r) => {
-                    if let Some(r) = r.get(j * kv_dim..).and_then(|r| r.get(..8 * CH)) {
+                    if let Some(r) = r.get(j * 8 * CH..).and_then(|r| r.get(..8 * CH)) {
                         for (c, x) in x.iter_mut().enumerate() {
                             *x = _mm256_cvtph_ps(_mm_loadu_si128(r.as_ptr().add(8 * c).cast()));
                         }
@@ -280,7 +279,6 @@ fn t4_pair(a: __m256, b: __m256) -> __m256 {
 fn scores<const CH: usize, const N: usize>(
     scale: f32,
     keys: Rows,
-    kv_dim: usize,
     n_pos: &[usize],
     scratch: &mut [HeadScratch],
 ) {
@@ -298,13 +296,10 @@ fn scores<const CH: usize, const N: usize>(
         let mut pairs = [[zero; 4]; N];
         for p in 0..4 {
             if let Rows::F16(_) = keys {
-                keys.prefetch(j0 + p, kv_dim, hd);
-                keys.prefetch(j0 + p + 4, kv_dim, hd);
+                keys.prefetch(j0 + p, hd, hd);
+                keys.prefetch(j0 + p + 4, hd, hd);
             }
-            let (k0, k1) = (
-                keys.row8::<CH>(j0 + p, kv_dim),
-                keys.row8::<CH>(j0 + p + 4, kv_dim),
-            );
+            let (k0, k1) = (keys.row8::<CH>(j0 + p), keys.row8::<CH>(j0 + p + 4));
             for i in 0..N {
                 if j0 < n_pos[i] {
                     pairs[i][p] = t4_pair(fold::<CH>(q[i], &k0), fold::<CH>(q[i], &k1));
@@ -419,7 +414,6 @@ fn values<const CH: usize, const N: usize>(
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
     rows: &[Rows; 4],
-    kv_dim: usize,
 ) {
     let hd = 8 * CH;
     let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
@@ -432,9 +426,9 @@ fn values<const CH: usize, const N: usize>(
     for j in 0..most {
         if shared {
             if let Rows::F16(_) = longest {
-                longest.prefetch(j, kv_dim, hd);
+                longest.prefetch(j, hd, hd);
             }
-            let x = longest.row8::<CH>(j, kv_dim);
+            let x = longest.row8::<CH>(j);
             for i in 0..N {
                 if j < n_pos[i] {
                     step(&mut acc[i], &mut sum[i], &scratch[i], j, &x);
@@ -444,9 +438,9 @@ fn values<const CH: usize, const N: usize>(
             for i in 0..N {
                 if j < n_pos[i] {
                     if let Rows::F16(_) = rows[i] {
-                        rows[i].prefetch(j, kv_dim, hd);
+                        rows[i].prefetch(j, hd, hd);
                     }
-                    let x = rows[i].row8::<CH>(j, kv_dim);
+                    let x = rows[i].row8::<CH>(j);
                     step(&mut acc[i], &mut sum[i], &scratch[i], j, &x);
                 }
             }
@@ -463,43 +457,51 @@ fn values<const CH: usize, const N: usize>(
 }
 
 /// A layer's keys and values for the positions `base..` that a batch's heads see, widened to
-/// f32 once per layer and batch (`kf`, `vf`: `[position][kv_dim]`), instead of by every head of
-/// every token.
+/// f32 once per layer and batch (`kf`, `vf`: `[kv head][position][head_dim]`), instead of by
+/// every head of every token.
 pub(super) struct Staged<'a> {
     base: usize,
+    n_pos: usize,
     kf: &'a [f32],
     vf: &'a [f32],
 }
 
 impl<'a> Staged<'a> {
-    /// Stage `keys` and `values` (`(n_pos, n_head_kv * head_dim)` each, from cache position
-    /// `base`) into `buf`.
+    /// Stage a layer's keys and values (`rows`, from cache position `base`) into `buf`.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn new(
         s: &AttnShape,
-        keys: &[half::f16],
-        values: &[half::f16],
+        rows: LayerRows,
         base: usize,
         buf: &'a mut Vec<f32>,
     ) -> Staged<'a> {
-        let kv_dim = s.n_head_kv * s.head_dim;
-        let len = keys.len() / kv_dim * kv_dim;
+        let (hd, n_pos) = (s.head_dim, rows.n_pos);
+        let (one, len) = (n_pos * hd, s.n_head_kv * n_pos * hd);
         if buf.len() < 2 * len {
             buf.resize(2 * len, 0.0);
         }
         let (kf, vf) = buf[..2 * len].split_at_mut(len);
-        for (src, dst) in [(keys, &mut *kf), (values, &mut *vf)] {
-            for (h, f) in src[..len].chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
-                // SAFETY: eight values each way.
-                unsafe {
-                    let x = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast()));
-                    _mm256_storeu_ps(f.as_mut_ptr(), x);
+        for g in 0..s.n_head_kv {
+            let (keys, values) = rows.head_rows(g, hd);
+            let (kf, vf) = (&mut kf[g * one..][..one], &mut vf[g * one..][..one]);
+            for (src, dst) in [(keys, kf), (values, vf)] {
+                for (h, f) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
+                    // SAFETY: eight values each way.
+                    unsafe {
+                        let x = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast()));
+                        _mm256_storeu_ps(f.as_mut_ptr(), x);
+                    }
                 }
             }
         }
-        Staged { base, kf, vf }
+        Staged {
+            base,
+            n_pos,
+            kf,
+            vf,
+        }
     }
 }

@@ -17,7 +17,8 @@
 use std::arch::x86_64::*;
 
 use super::{
-    fma_for_f16_zmm, prefetch_ahead, round_f16_zmm, AttnShape, HeadJob, HeadScratch, Rows, F16_STEP,
+    fma_for_f16_zmm, prefetch_ahead, round_f16_zmm, AttnShape, HeadJob, HeadScratch, LayerRows,
+    Rows, F16_STEP,
 };
 
 /// `2^(i/32)` as the nearest double, less `i << 47`: with `k = 32 q + i`, the double whose bits
@@ -238,7 +239,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
         }
         for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {
             // SAFETY: R > 0 only on a CPU with AVX512-FP16 (this function's caller's word).
-            unsafe { values_side::<CH, R>(s, jobs, scratch, staged) };
+            unsafe { values_side::<CH, R>(jobs, scratch, staged) };
         }
     }
 }
@@ -250,7 +251,6 @@ unsafe fn by_width<const CH: usize, const R: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn values_side<const CH: usize, const R: usize>(
-    s: &AttnShape,
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
     staged: Option<&Staged>,
@@ -260,19 +260,19 @@ unsafe fn values_side<const CH: usize, const R: usize>(
         // SAFETY: the CPU has AVX512-FP16 (this function's caller's word).
         unsafe {
             match jobs.len() {
-                1 => values_f16::<R, 1>(s, jobs, scratch),
-                2 => values_f16::<R, 2>(s, jobs, scratch),
-                3 => values_f16::<R, 3>(s, jobs, scratch),
-                4 => values_f16::<R, 4>(s, jobs, scratch),
+                1 => values_f16::<R, 1>(jobs, scratch),
+                2 => values_f16::<R, 2>(jobs, scratch),
+                3 => values_f16::<R, 3>(jobs, scratch),
+                4 => values_f16::<R, 4>(jobs, scratch),
                 n => unreachable!("{n} heads side by side"),
             }
         }
     } else {
         match jobs.len() {
-            1 => values::<CH, 1>(s, jobs, scratch, staged),
-            2 => values::<CH, 2>(s, jobs, scratch, staged),
-            3 => values::<CH, 3>(s, jobs, scratch, staged),
-            4 => values::<CH, 4>(s, jobs, scratch, staged),
+            1 => values::<CH, 1>(jobs, scratch, staged),
+            2 => values::<CH, 2>(jobs, scratch, staged),
+            3 => values::<CH, 3>(jobs, scratch, staged),
+            4 => values::<CH, 4>(jobs, scratch, staged),
             n => unreachable!("{n} heads side by side"),
         }
     }
@@ -366,12 +366,10 @@ unsafe fn step_f16<const R: usize>(
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn values_f16<const R: usize, const N: usize>(
-    s: &AttnShape,
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
 ) {
     let hd = 32 * R;
-    let kv_dim = s.n_head_kv * hd;
     let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
     let most = n_pos.iter().copied().max().unwrap_or(0);
     let rows: [&[half::f16]; 4] =
@@ -381,7 +379,7 @@ unsafe fn values_f16<const R: usize, const N: usize>(
     let [mut a0, mut a1, mut a2, mut a3] = [[_mm512_setzero_si512(); R]; 4];
     let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
     for j in 0..most {
-        let row = |i: usize| &rows[i][j * kv_dim..][..hd];
+        let row = |i: usize| &rows[i][j * hd..][..hd];
         // SAFETY: AVX512-FP16 (this function's caller's word).
         unsafe {
             if j < n_pos[0] {
@@ -447,7 +445,6 @@ fn scores<const CH: usize, const N: usize>(
     scratch: &mut [HeadScratch],
 ) {
     let hd = 16 * CH;
-    let kv_dim = s.n_head_kv * hd;
     let n = jobs[0].n_pos;
     let keys = jobs[0].keys;
     for sc in scratch[..N].iter_mut() {
@@ -462,8 +459,8 @@ fn scores<const CH: usize, const N: usize>(
     while CH <= 8 && j + 4 <= n {
         let mut v = [[_mm512_setzero_ps(); 4]; N];
         for p in 0..4 {
-            prefetch_ahead(keys, j + p, kv_dim, hd);
-            let kf = Rows::F16(keys).row::<CH>(j + p, kv_dim);
+            prefetch_ahead(keys, j + p, hd, hd);
+            let kf = Rows::F16(keys).row::<CH>(j + p, hd);
             for (v, q) in v.iter_mut().zip(&q) {
                 v[p] = pair_sums(q, &kf);
             }
@@ -476,8 +473,8 @@ fn scores<const CH: usize, const N: usize>(
         j += 4;
     }
     for j in j..n {
-        prefetch_ahead(keys, j, kv_dim, hd);
-        let kf = Rows::F16(keys).row::<CH>(j, kv_dim);
+        prefetch_ahead(keys, j, hd, hd);
+        let kf = Rows::F16(keys).row::<CH>(j, hd);
         for (i, q) in q.iter().enumerate() {
             scratch[i].scores[j] = reduce_pairs(pair_sums(q, &kf)) * s.scale;
         }
@@ -740,9 +737,9 @@ fn weights(n: usize, sc: &mut HeadScratch) {
 }
 
 impl Rows<'_> {
-    /// Row `j` (`16 * CH` values) as f32.
+    /// Row `j` (`16 * CH` values, rows `stride` apart) as f32.
     #[inline(always)]
-    fn row<const CH: usize>(self, j: usize, kv_dim: usize) -> [__m512; CH] {
+    fn row<const CH: usize>(self, j: usize, stride: usize) -> [__m512; CH] {
         // A loop, not `array::from_fn`: a closure would not share the callers' features, and
         // the intrinsics would stay calls.
         // SAFETY: AVX-512 F and F16C (the callers' features); 16 CH values of row j.
@@ -750,13 +747,13 @@ impl Rows<'_> {
             let mut x = [_mm512_setzero_ps(); CH];
             match self {
                 Rows::F32(r) => {
-                    let r = &r[j * kv_dim..][..16 * CH];
+                    let r = &r[j * stride..][..16 * CH];
                     for (c, x) in x.iter_mut().enumerate() {
                         *x = _mm512_loadu_ps(r.as_ptr().add(16 * c));
                     }
                 }
                 Rows::F16(r) => {
-                    let r = &r[j * kv_dim..][..16 * CH];
+                    let r = &r[j * stride..][..16 * CH];
                     for (c, x) in x.iter_mut().enumerate() {
                         *x = _mm512_cvtph_ps(_mm256_loadu_si256(r.as_ptr().add(16 * c).cast()));
                     }
@@ -812,9 +809,9 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     scratch: &[HeadScratch],
     rows: &[Rows; 4],
     n_pos: [usize; 4],
-    kv_dim: usize,
     simd: usize,
 ) -> ([[__m512; CH]; 4], [f32; 4]) {
+    let hd = 16 * CH;
     // SAFETY: AVX-512 F (the callers' features).
     let [mut a0, mut a1, mut a2, mut a3] = [[unsafe { _mm512_setzero_ps() }; CH]; 4];
     let [mut s0, mut s1, mut s2, mut s3] = [0.0f32; 4];
@@ -833,20 +830,20 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
     for j in 0..most {
         if SHARED {
             // Every head reads the same rows: one load a position, for the heads that see it.
-            longest.prefetch(j, kv_dim, 16 * CH);
-            let x = longest.row::<CH>(j, kv_dim);
+            longest.prefetch(j, hd, hd);
+            let x = longest.row::<CH>(j, hd);
             step!(0, a0, s0, j < n_pos[0], j, &x);
             step!(1, a1, s1, j < n_pos[1], j, &x);
             step!(2, a2, s2, j < n_pos[2], j, &x);
             step!(3, a3, s3, j < n_pos[3], j, &x);
         } else {
             for r in &rows[..N] {
-                r.prefetch(j, kv_dim, 16 * CH);
+                r.prefetch(j, hd, hd);
             }
-            step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, kv_dim));
-            step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, kv_dim));
-            step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, kv_dim));
-            step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, kv_dim));
+            step!(0, a0, s0, j < n_pos[0], j, &rows[0].row(j, hd));
+            step!(1, a1, s1, j < n_pos[1], j, &rows[1].row(j, hd));
+            step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, hd));
+            step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, hd));
         }
     }
     ([a0, a1, a2, a3], [s0, s1, s2, s3])
@@ -857,14 +854,12 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 fn values<const CH: usize, const N: usize>(
-    s: &AttnShape,
     jobs: &mut [HeadJob],
     scratch: &[HeadScratch],
     staged: Option<&Staged>,
 ) {
     let hd = 16 * CH;
     let simd = hd / F16_STEP * F16_STEP;
-    let kv_dim = s.n_head_kv * hd;
     let n_pos: [usize; 4] = std::array::from_fn(|i| jobs.get(i).map_or(0, |j| j.n_pos));
     // Each head's value rows: staged as f32 from its first position, or the cache's F16.
     let rows: [Rows; 4] = std::array::from_fn(|i| match (jobs.get(i), staged) {
@@ -872,18 +867,21 @@ fn values<const CH: usize, const N: usize>(
         (
             Some(job),
             Some(Staged {
-                base, vf: Some(vf), ..
+                base,
+                n_pos,
+                vf: Some(vf),
+                ..
             }),
-        ) => Rows::F32(&vf[(job.first - base) * kv_dim + job.kv_head * hd..]),
+        ) => Rows::F32(&vf[(job.kv_head * n_pos + job.first - base) * hd..]),
         (Some(job), _) => Rows::F16(job.values),
     });
     // Heads of one KV head from the same first position (a token's GQA group, or the tokens
     // of one head) read the same rows.
     let shared = rows[..N].iter().all(|r| r.same(rows[0]));
     let (acc, sum) = if shared {
-        value_pass::<CH, N, true>(scratch, &rows, n_pos, kv_dim, simd)
+        value_pass::<CH, N, true>(scratch, &rows, n_pos, simd)
     } else {
-        value_pass::<CH, N, false>(scratch, &rows, n_pos, kv_dim, simd)
+        value_pass::<CH, N, false>(scratch, &rows, n_pos, simd)
     };
     for i in 0..N {
         let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
@@ -899,38 +897,42 @@ fn values<const CH: usize, const N: usize>(
 /// [`staged_scores`] and [`values`] once per layer and batch instead of widened by every head
 /// of every token: the keys transposed in blocks of sixteen positions (`kt[kv head][block]
 /// [dim][16]`, f32, zero past the last position), so that one register holds one dimension of
-/// sixteen positions; the values widened to f32 (`vf[position][kv_dim]`) where the heads
-/// accumulate them in f32 (ggml's F16 path takes them as F16).
+/// sixteen positions; the values widened to f32 (`vf[kv head][position][head_dim]`) where the
+/// heads accumulate them in f32 (ggml's F16 path takes them as F16).
 pub(super) struct Staged<'a> {
     base: usize,
+    n_pos: usize,
     blocks: usize,
     kt: &'a [f32],
     vf: Option<&'a [f32]>,
 }
 
 impl<'a> Staged<'a> {
-    /// Stage `keys` and `values` (`(n_pos, n_head_kv * head_dim)` each, from cache position
-    /// `base`) into `buf`, for a head width [`takes`] accepts.
+    /// Stage a layer's keys and values (`rows`, from cache position `base`) into `buf`, for a
+    /// head width [`takes`] accepts.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F, AVX2, FMA and F16C.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     pub(super) unsafe fn new(
         s: &AttnShape,
-        keys: &[half::f16],
-        values: &[half::f16],
+        rows: LayerRows,
         base: usize,
         buf: &'a mut Vec<f32>,
     ) -> Staged<'a> {
         let hd = s.head_dim;
-        let kv_dim = s.n_head_kv * hd;
-        let n_pos = keys.len() / kv_dim;
+        let n_pos = rows.n_pos;
         let blocks = n_pos.div_ceil(16);
         let kt_len = s.n_head_kv * blocks * hd * 16;
         let f32_values = hd < F16_STEP || !has_avx512fp16();
         // Every value is written below (the padding of each KV head's last block as zeros),
         // so the buffer is only grown, never cleared.
-        let len = kt_len + if f32_values { n_pos * kv_dim } else { 0 };
+        let len = kt_len
+            + if f32_values {
+                s.n_head_kv * n_pos * hd
+            } else {
+                0
+            };
         if buf.len() < len {
             buf.resize(len, 0.0);
         }
@@ -942,14 +944,15 @@ impl<'a> Staged<'a> {
             }
         }
         let mut row = [0.0f32; 16];
-        for p in 0..n_pos {
-            let (b, l) = (p / 16, p % 16);
-            for kvh in 0..s.n_head_kv {
+        for kvh in 0..s.n_head_kv {
+            let (keys, values) = rows.head_rows(kvh, hd);
+            for p in 0..n_pos {
+                let (b, l) = (p / 16, p % 16);
                 let block = &mut kt[(kvh * blocks + b) * hd * 16..][..hd * 16];
                 for c in 0..hd / 16 {
-                    // SAFETY: 16 keys of the row (kv_dim of them, hd | kv_dim); 16 floats.
+                    // SAFETY: 16 keys of the row (hd of them, 16 | hd); 16 floats.
                     unsafe {
-                        let k = keys.as_ptr().add(p * kv_dim + kvh * hd + 16 * c);
+                        let k = keys.as_ptr().add(p * hd + 16 * c);
                         let k = _mm512_cvtph_ps(_mm256_loadu_si256(k.cast()));
                         _mm512_storeu_ps(row.as_mut_ptr(), k);
                     }
@@ -958,21 +961,20 @@ impl<'a> Staged<'a> {
                     }
                 }
             }
-        }
-        if f32_values {
-            for (v, f) in values[..n_pos * kv_dim]
-                .chunks_exact(16)
-                .zip(vf.chunks_exact_mut(16))
-            {
-                // SAFETY: 16 values each way.
-                unsafe {
-                    let v = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().cast()));
-                    _mm512_storeu_ps(f.as_mut_ptr(), v);
+            if f32_values {
+                let vf = &mut vf[kvh * n_pos * hd..][..n_pos * hd];
+                for (v, f) in values.chunks_exact(16).zip(vf.chunks_exact_mut(16)) {
+                    // SAFETY: 16 values each way.
+                    unsafe {
+                        let v = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().cast()));
+                        _mm512_storeu_ps(f.as_mut_ptr(), v);
+                    }
                 }
             }
         }
         Staged {
             base,
+            n_pos,
             blocks,
             kt,
             vf: f32_values.then_some(&*vf),

@@ -9,6 +9,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
+use crate::kv::LayerRows;
+
 pub struct AttnShape {
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -84,7 +86,7 @@ fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
 }
 
 /// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
-/// `(n_pos, n_head_kv * head_dim)`), as ggml-cpu's flash attention computes it on the reference
+/// `(n_head_kv, n_pos, head_dim)`, the cache's layout), as ggml-cpu's flash attention computes it on the reference
 /// build (x86-64 with AVX512-FP16): an online softmax with an F16
 /// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
 /// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
@@ -103,7 +105,7 @@ pub fn attend(
     let hd = s.head_dim;
     let mut scratch = HeadScratch::new();
     for (h, o) in out[..s.n_head * hd].chunks_exact_mut(hd).enumerate() {
-        attend_head::<Scalar>(s, h, q, keys, values, n_pos, o, &mut scratch);
+        attend_head::<Scalar>(s, h, q, keys, values, n_pos * hd, n_pos, o, &mut scratch);
     }
 }
 
@@ -133,19 +135,12 @@ pub fn attend_batch(
     let staged = if fast != Fast::No && n > 1 && n * (s.n_head / s.n_head_kv) >= STAGE_FROM {
         // The keys (and values) of every position some token of the batch sees.
         let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
-        let n_pos = pos0 + n;
-        let kv_dim = s.n_head_kv * hd;
-        let (keys, values) = (
-            &kv.keys(layer, n_pos)[first * kv_dim..],
-            &kv.values(layer, n_pos)[first * kv_dim..],
-        );
+        let rows = kv.layer_rows(layer, first, pos0 + n);
         // SAFETY: the CPU has the features of the path (`Fast::for_width` checked them).
         Some(unsafe {
             match fast {
-                Fast::Avx512 => {
-                    Staged::Avx512(avx512::Staged::new(s, keys, values, first, &mut stage))
-                }
-                _ => Staged::Avx2(avx2::Staged::new(s, keys, values, first, &mut stage)),
+                Fast::Avx512 => Staged::Avx512(avx512::Staged::new(s, rows, first, &mut stage)),
+                _ => Staged::Avx2(avx2::Staged::new(s, rows, first, &mut stage)),
             }
         })
     } else {
@@ -163,14 +158,24 @@ pub fn attend_batch(
         #[cfg(target_arch = "x86_64")]
         staged,
     };
-    // Head by head (a thread's pieces then share one KV head's keys and values, which stay in
-    // its cache), token by token within a head (the threads' shares stay equal).
-    crate::matmul::parallel_piece_groups_mut(
+    // Head by head, token by token within a head, each thread a run of that order of equal
+    // cost (the positions its heads see): a thread's heads then read few KV heads' rows, and
+    // the heads of a call share one KV head's rows (each row read once for all of them).
+    crate::matmul::parallel_piece_runs_mut(
         threads,
         &mut out[..n * q_dim],
         hd,
         INTERLEAVE,
-        |k| (k % n) * s.n_head + k / n,
+        |k| {
+            let (h, t) = (k / n, k % n);
+            let pos = pos0 + t;
+            let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            crate::matmul::Piece {
+                index: t * s.n_head + h,
+                cost: pos + 1 - first,
+                key: s.kv_head(h),
+            }
+        },
         || -> Box<[HeadScratch; INTERLEAVE]> {
             Box::new(std::array::from_fn(|_| HeadScratch::new()))
         },
@@ -295,16 +300,14 @@ impl Heads<'_> {
     fn job<'o>(&'o self, u: usize, out: &'o mut [f32]) -> HeadJob<'o> {
         let s = self.s;
         let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
-        let kv_dim = s.n_head_kv * hd;
         let (t, h) = (u / s.n_head, u % s.n_head);
         let pos = self.pos0 + t;
         let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let kv_head = s.kv_head(h);
-        let off = first * kv_dim + kv_head * hd;
         HeadJob {
             q: &self.q[t * q_dim + h * hd..][..hd],
-            keys: &self.kv.keys(self.layer, pos + 1)[off..],
-            values: &self.kv.values(self.layer, pos + 1)[off..],
+            keys: &self.kv.keys(self.layer, kv_head, pos + 1)[first * hd..],
+            values: &self.kv.values(self.layer, kv_head, pos + 1)[first * hd..],
             n_pos: pos + 1 - first,
             out,
             kv_head,
@@ -370,7 +373,7 @@ impl Heads<'_> {
 }
 
 /// One head of one token for [`attend_heads`]: its query (`head_dim` values), its KV head's keys
-/// and values from the first position it sees (position `j` at `j * kv_dim..`), how many
+/// and values from the first position it sees (position `j` at `j * head_dim..`), how many
 /// positions it sees, and its output (`head_dim` values).
 struct HeadJob<'a> {
     q: &'a [f32],
@@ -447,7 +450,8 @@ impl HeadScratch {
     }
 }
 
-/// Head `h` of [`attend`]: `out` is that head's `head_dim` values.
+/// Head `h` of [`attend`]: `out` is that head's `head_dim` values. KV head `g`'s rows start
+/// at `g * head` of `keys` and `values`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn attend_head<O: HeadOps>(
@@ -456,13 +460,14 @@ fn attend_head<O: HeadOps>(
     q: &[f32],
     keys: &[half::f16],
     values: &[half::f16],
+    head: usize,
     n_pos: usize,
     out: &mut [f32],
     scratch: &mut HeadScratch,
 ) {
     let hd = s.head_dim;
     let kv_head = s.kv_head(h);
-    let off = kv_head * hd;
+    let off = kv_head * head;
     let job = HeadJob {
         q: &q[h * hd..(h + 1) * hd],
         keys: &keys[off..],
@@ -485,7 +490,6 @@ fn attend_heads<O: HeadOps, const N: usize>(
 ) {
     let hd = s.head_dim;
     let simd = hd / F16_STEP * F16_STEP;
-    let kv_dim = s.n_head_kv * hd;
     // `attend_heads::<O, N>` runs only where `O`'s instructions exist (`Scalar` anywhere, `V3`
     // and `V4` from `Heads::some_v3` and `some_v4`): what every `O::` call below needs.
     for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
@@ -498,7 +502,7 @@ fn attend_heads<O: HeadOps, const N: usize>(
         // SAFETY: see above.
         unsafe { O::round_f16(qf, h16) };
         for (j, score) in sc.scores[..job.n_pos].iter_mut().enumerate() {
-            let k = &job.keys[j * kv_dim..][..hd];
+            let k = &job.keys[j * hd..][..hd];
             // SAFETY: see above.
             *score = unsafe { O::dot_h(qf, k) } * s.scale;
         }
@@ -508,13 +512,13 @@ fn attend_heads<O: HeadOps, const N: usize>(
     let common = jobs.iter().map(|j| j.n_pos).min().unwrap_or(0);
     for j in 0..common {
         for i in 0..N {
-            let v = &jobs[i].values[j * kv_dim..][..hd];
+            let v = &jobs[i].values[j * hd..][..hd];
             step::<O>(&mut scratch[i], j, v, simd, &mut m[i], &mut sum[i]);
         }
     }
     for (i, job) in jobs.iter_mut().enumerate() {
         for j in common..job.n_pos {
-            let v = &job.values[j * kv_dim..][..hd];
+            let v = &job.values[j * hd..][..hd];
             step::<O>(&mut scratch[i], j, v, simd, &mut m[i], &mut sum[i]);
         }
         let inv = if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] };
@@ -1027,9 +1031,7 @@ fn v3_dot(
 }
 
 /// How far ahead the passes over the cache's rows ask for them, in bytes of a head's rows: a
-/// head's rows are `kv_dim` values apart (every KV head's row of a position is stored
-/// together), a stride the hardware prefetchers follow poorly, and a decode step reads them
-/// from memory. One position's work is a few nanoseconds against a hundred or more for a
+/// decode step reads them from memory, and one position's work is a few nanoseconds against a hundred or more for a
 /// miss, so the requests go far enough ahead to cover it: 16 KiB, 128 rows of SmolLM2's
 /// 64-value heads (its tg32 at depth 2048, against 16 rows ahead, in one process: 0.87-0.96x
 /// the time at one thread, 0.92x at two; 256 or 512 rows no better; Llama-3.2-1B's and
@@ -1038,16 +1040,16 @@ fn v3_dot(
 const AHEAD_BYTES: usize = 16 << 10;
 
 /// Ask the caches for the `n` values of the row [`AHEAD_BYTES`] of rows past row `j` of
-/// `rows` (rows `kv_dim` values apart; at least sixteen rows on). A hint: it reads nothing and
+/// `rows` (rows `stride` values apart; at least sixteen rows on). A hint: it reads nothing and
 /// never faults, past the rows' end too.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn prefetch_ahead<T>(rows: &[T], j: usize, kv_dim: usize, n: usize) {
+fn prefetch_ahead<T>(rows: &[T], j: usize, stride: usize, n: usize) {
     let bytes = n * size_of::<T>();
     let ahead = (AHEAD_BYTES / bytes.max(1)).max(16);
     let p = rows
         .as_ptr()
-        .wrapping_add((j + ahead) * kv_dim)
+        .wrapping_add((j + ahead) * stride)
         .cast::<u8>();
     for line in (0..bytes).step_by(64) {
         // SAFETY: a prefetch reads nothing into the program and never faults.
@@ -1059,7 +1061,7 @@ fn prefetch_ahead<T>(rows: &[T], j: usize, kv_dim: usize, n: usize) {
     }
 }
 
-/// A head's key or value rows (position `j` at `j * kv_dim..`): the cache's, or staged as f32
+/// A head's key or value rows (position `j` at `j * head_dim..`): the cache's, or staged as f32
 /// for a batch.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
@@ -1082,10 +1084,10 @@ impl Rows<'_> {
 
     /// [`prefetch_ahead`] of these rows, past row `j`.
     #[inline(always)]
-    fn prefetch(self, j: usize, kv_dim: usize, n: usize) {
+    fn prefetch(self, j: usize, stride: usize, n: usize) {
         match self {
-            Rows::F16(r) => prefetch_ahead(r, j, kv_dim, n),
-            Rows::F32(r) => prefetch_ahead(r, j, kv_dim, n),
+            Rows::F16(r) => prefetch_ahead(r, j, stride, n),
+            Rows::F32(r) => prefetch_ahead(r, j, stride, n),
         }
     }
 }
@@ -1527,25 +1529,23 @@ mod tests {
                 head_dim: hd,
                 scale: 1.0 / (hd as f32).sqrt(),
             };
-            let kv_dim = n_head_kv * hd;
+            let len = n_head_kv * n_pos * hd;
             let f16s = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<half::f16> {
                 (0..n)
                     .map(|_| half::f16::from_f32(rng.gen_range(-4.0f32..4.0)))
                     .collect()
             };
-            let (keys, values) = (
-                f16s(&mut rng, n_pos * kv_dim),
-                f16s(&mut rng, n_pos * kv_dim),
-            );
+            let (keys, values) = (f16s(&mut rng, len), f16s(&mut rng, len));
             let q: Vec<f32> = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
             let mut scratch = HeadScratch::new();
             let mut nonzero = false;
             for h in 0..n_head {
                 let mut o = [vec![0.0; hd], vec![0.0; hd], vec![0.0; hd]];
                 // V3 and V4 run only because the CPU has their features (checked above).
-                attend_head::<Scalar>(&s, h, &q, &keys, &values, n_pos, &mut o[0], &mut scratch);
-                attend_head::<V3>(&s, h, &q, &keys, &values, n_pos, &mut o[1], &mut scratch);
-                attend_head::<V4>(&s, h, &q, &keys, &values, n_pos, &mut o[2], &mut scratch);
+                let (k, v, head) = (&keys[..], &values[..], n_pos * hd);
+                attend_head::<Scalar>(&s, h, &q, k, v, head, n_pos, &mut o[0], &mut scratch);
+                attend_head::<V3>(&s, h, &q, k, v, head, n_pos, &mut o[1], &mut scratch);
+                attend_head::<V4>(&s, h, &q, k, v, head, n_pos, &mut o[2], &mut scratch);
                 assert_eq!(bits(&o[0]), bits(&o[1]), "V3 head {h} of width {hd}");
                 assert_eq!(bits(&o[0]), bits(&o[2]), "V4 head {h} of width {hd}");
                 nonzero |= o[0].iter().any(|&x| x != 0.0);
@@ -1566,8 +1566,7 @@ mod tests {
         seed: u64,
         mut run: impl FnMut(
             &AttnShape,
-            &[half::f16],
-            &[half::f16],
+            LayerRows,
             usize,
             &mut [HeadJob],
             &mut [HeadScratch],
@@ -1607,19 +1606,21 @@ mod tests {
                 head_dim: hd,
                 scale: 1.0 / (hd as f32).sqrt(),
             };
-            let kv_dim = n_head_kv * hd;
+            // The cache's layout: KV head `g`'s row of position `p` at `(g * n_pos + p) * hd`.
+            let (head, len) = (n_pos * hd, n_head_kv * n_pos * hd);
+            let pos_of = |i: usize| i % head / hd;
             let f16s = |rng: &mut rand::rngs::StdRng, n: usize, r: f32| -> Vec<half::f16> {
                 (0..n)
                     .map(|j| {
-                        half::f16::from_f32(rng.gen_range(-r..r) * (1 + j / kv_dim / 50) as f32)
+                        half::f16::from_f32(rng.gen_range(-r..r) * (1 + pos_of(j) / 50) as f32)
                     })
                     .collect()
             };
             let (keys, values, q): (Vec<half::f16>, Vec<half::f16>, Vec<f32>) = if ties {
-                let n = n_pos * kv_dim;
+                let n = len;
                 let keys = (0..n)
                     .map(|i| {
-                        let fall = 1.0 - (i / kv_dim) as f32 / n_pos as f32;
+                        let fall = 1.0 - pos_of(i) as f32 / n_pos as f32;
                         half::f16::from_f32(2.0 * fall + rng.gen_range(-0.01..0.01))
                     })
                     .collect();
@@ -1630,11 +1631,7 @@ mod tests {
                 (keys, values, q)
             } else {
                 let q = (0..n_head * hd).map(|_| rng.gen_range(-4.0..4.0)).collect();
-                (
-                    f16s(&mut rng, n_pos * kv_dim, 2.0),
-                    f16s(&mut rng, n_pos * kv_dim, 4.0),
-                    q,
-                )
+                (f16s(&mut rng, len, 2.0), f16s(&mut rng, len, 4.0), q)
             };
             // Head h sees positions first(h)..last(h): starts off a block boundary (past the
             // first block for some, as a sliding window does), uneven ends. Staged from `base`.
@@ -1660,8 +1657,8 @@ mod tests {
             let mut want = vec![0.0; n_head * hd];
             let mut scratch = HeadScratch::new();
             for (h, o) in want.chunks_exact_mut(hd).enumerate() {
-                let (k, v) = (&keys[first(h) * kv_dim..], &values[first(h) * kv_dim..]);
-                attend_head::<Scalar>(&s, h, &q, k, v, seen(h), o, &mut scratch);
+                let (k, v) = (&keys[first(h) * hd..], &values[first(h) * hd..]);
+                attend_head::<Scalar>(&s, h, &q, k, v, head, seen(h), o, &mut scratch);
             }
             let mut got = vec![0.0; n_head * hd];
             let group = n_head / n_head_kv;
@@ -1672,10 +1669,8 @@ mod tests {
                     q: &q[h * hd..][..hd],
                     // Each head's rows end where its positions do, as the engine's slices of
                     // the cache do.
-                    keys: &keys[first(h) * kv_dim + (h / group) * hd..]
-                        [..seen(h) * kv_dim - kv_dim + hd],
-                    values: &values[first(h) * kv_dim + (h / group) * hd..]
-                        [..seen(h) * kv_dim - kv_dim + hd],
+                    keys: &keys[(h / group) * head + first(h) * hd..][..seen(h) * hd],
+                    values: &values[(h / group) * head + first(h) * hd..][..seen(h) * hd],
                     n_pos: seen(h),
                     out,
                     kv_head: h / group,
@@ -1684,15 +1679,13 @@ mod tests {
                 .collect();
             let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            let from = base * kv_dim;
-            let ways = run(
-                &s,
-                &keys[from..],
-                &values[from..],
-                base,
-                &mut jobs,
-                &mut scratch,
-            );
+            let rows = LayerRows {
+                keys: &keys[base * hd..],
+                values: &values[base * hd..],
+                head,
+                n_pos: n_pos - base,
+            };
+            let ways = run(&s, rows, base, &mut jobs, &mut scratch);
             assert!(!ways.is_empty());
             for (way, got) in ways {
                 assert_eq!(
@@ -1717,10 +1710,10 @@ mod tests {
             );
             return;
         }
-        fast_heads_match_scalar(18, |s, keys, values, base, jobs, scratch| {
+        fast_heads_match_scalar(18, |s, rows, base, jobs, scratch| {
             let mut buf = Vec::new();
             // SAFETY: the CPU has AVX-512 F and x86-64-v3 (checked above).
-            let staged = unsafe { avx512::Staged::new(s, keys, values, base, &mut buf) };
+            let staged = unsafe { avx512::Staged::new(s, rows, base, &mut buf) };
             let mut ways = Vec::new();
             for (fp16, stage) in [(false, false), (true, false), (false, true), (true, true)] {
                 if fp16 && !avx512::has_avx512fp16() {
@@ -1747,10 +1740,10 @@ mod tests {
             eprintln!("skipped: no AVX2/FMA/F16C (CPU or SYNAPSE_ISA): the path is never used");
             return;
         }
-        fast_heads_match_scalar(19, |s, keys, values, base, jobs, scratch| {
+        fast_heads_match_scalar(19, |s, rows, base, jobs, scratch| {
             let mut buf = Vec::new();
             // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-            let staged = unsafe { avx2::Staged::new(s, keys, values, base, &mut buf) };
+            let staged = unsafe { avx2::Staged::new(s, rows, base, &mut buf) };
             let mut ways = Vec::new();
             for stage in [false, true] {
                 jobs.iter_mut().for_each(|j| j.out.fill(0.0));

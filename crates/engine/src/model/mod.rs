@@ -156,7 +156,7 @@ impl State {
         State {
             pos: 0,
             n_batch,
-            kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv * a.head_dim),
+            kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::default(),
             s: Scratch::new(&ScratchDims {
                 n_batch,

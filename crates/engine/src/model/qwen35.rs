@@ -455,7 +455,7 @@ impl super::ForwardBody for Qwen35<'_> {
         State {
             pos: 0,
             n_batch,
-            kv: KvCache::new(self.n_attn_layers, n_ctx, kv_dim),
+            kv: KvCache::new(self.n_attn_layers, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::new(self.n_dn_layers, self.dn),
             s,
         }
