@@ -778,14 +778,32 @@ fn step_f32<const CH: usize>(
     let (e, e16) = (sc.ex[j], sc.ex16[j]);
     let grow = sc.grow[j / 16] >> (j % 16) & 1 != 0;
     let (ms, vs, vs16) = if grow { (e, 1.0, 1.0) } else { (1.0, e, e16) };
-    // SAFETY: AVX-512 F, F16C and FMA (the callers' features).
-    unsafe {
-        if grow {
-            for (c, a) in acc.iter_mut().enumerate() {
+    if grow {
+        for (c, a) in acc.iter_mut().enumerate() {
+            // SAFETY: AVX-512 F and F16C (the callers' features).
+            unsafe {
                 let f = _mm512_set1_ps(if 16 * c < simd { e16 } else { e });
                 *a = round_f16_zmm(_mm512_mul_ps(*a, f));
             }
         }
+    }
+    add_row(acc, sum, ms, vs, vs16, x, simd);
+}
+
+/// The rest of [`step_f32`], after the rescale where the maximum grows: the row `x` times the
+/// weight `vs` (`vs16` rounded to F16) into the accumulator, and `sum * ms + vs` the sum.
+#[inline(always)]
+fn add_row<const CH: usize>(
+    acc: &mut [__m512; CH],
+    sum: &mut f32,
+    ms: f32,
+    vs: f32,
+    vs16: f32,
+    x: &[__m512; CH],
+    simd: usize,
+) {
+    // SAFETY: AVX-512 F, F16C and FMA (the callers' features).
+    unsafe {
         // Two loops of known length (the branch inside one loop kept it from being unrolled,
         // and the accumulators went to the stack).
         let (b16, b32) = (_mm512_set1_ps(vs16), _mm512_set1_ps(vs));
@@ -824,10 +842,46 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             }
         };
     }
+    // Head `i`'s step at a position of a block where no maximum grows: its weight `ex[$i][p]`.
+    macro_rules! plain {
+        ($i:literal, $a:ident, $s:ident, $ex:expr, $ex16:expr, $p:expr, $x:expr) => {
+            if N > $i {
+                add_row(&mut $a, &mut $s, 1.0, $ex[$i][$p], $ex16[$i][$p], $x, simd);
+            }
+        };
+    }
     let most = n_pos.iter().copied().max().unwrap_or(0);
+    let least = n_pos[..N].iter().copied().min().unwrap_or(0);
     // The rows of a head that sees them all: with `SHARED`, the others' are its first rows.
     let longest = rows[(0..N).max_by_key(|&i| n_pos[i]).unwrap_or(0)];
-    for j in 0..most {
+    let mut j = 0;
+    while j < most {
+        if j % 16 == 0 && j + 16 <= least && (0..N).all(|i| scratch[i].grow[j / 16] == 0) {
+            // Sixteen positions every head sees, and where no head's maximum grows (most
+            // blocks past the first few): the steps without the checks of each.
+            let ex: [&[f32]; 4] = std::array::from_fn(|i| &scratch[i.min(N - 1)].ex[j..][..16]);
+            let ex16: [&[f32]; 4] = std::array::from_fn(|i| &scratch[i.min(N - 1)].ex16[j..][..16]);
+            for p in 0..16 {
+                if SHARED {
+                    longest.prefetch(j + p, hd, hd);
+                    let x = longest.row::<CH>(j + p, hd);
+                    plain!(0, a0, s0, ex, ex16, p, &x);
+                    plain!(1, a1, s1, ex, ex16, p, &x);
+                    plain!(2, a2, s2, ex, ex16, p, &x);
+                    plain!(3, a3, s3, ex, ex16, p, &x);
+                } else {
+                    for r in &rows[..N] {
+                        r.prefetch(j + p, hd, hd);
+                    }
+                    plain!(0, a0, s0, ex, ex16, p, &rows[0].row(j + p, hd));
+                    plain!(1, a1, s1, ex, ex16, p, &rows[1].row(j + p, hd));
+                    plain!(2, a2, s2, ex, ex16, p, &rows[2].row(j + p, hd));
+                    plain!(3, a3, s3, ex, ex16, p, &rows[3].row(j + p, hd));
+                }
+            }
+            j += 16;
+            continue;
+        }
         if SHARED {
             // Every head reads the same rows: one load a position, for the heads that see it.
             longest.prefetch(j, hd, hd);
@@ -845,6 +899,7 @@ fn value_pass<const CH: usize, const N: usize, const SHARED: bool>(
             step!(2, a2, s2, j < n_pos[2], j, &rows[2].row(j, hd));
             step!(3, a3, s3, j < n_pos[3], j, &rows[3].row(j, hd));
         }
+        j += 1;
     }
     ([a0, a1, a2, a3], [s0, s1, s2, s3])
 }
