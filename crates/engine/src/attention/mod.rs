@@ -9,6 +9,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
+#[cfg(target_arch = "x86_64")]
 use crate::kv::LayerRows;
 
 pub struct AttnShape {
