@@ -87,8 +87,8 @@ fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
 }
 
 /// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
-/// `(n_head_kv, n_pos, head_dim)`, the cache's layout), as ggml-cpu's flash attention computes it on the reference
-/// build (x86-64 with AVX512-FP16): an online softmax with an F16
+/// `(n_head_kv, n_pos, head_dim)`, the cache's layout), as ggml-cpu's flash attention computes
+/// it on the reference build (x86-64 with AVX512-FP16): an online softmax with an F16
 /// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
 /// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
 /// F16 multiply-add ([`fma_for_f16`]), and an F16 product for the rescale. Heads narrower than 128
@@ -1032,11 +1032,13 @@ fn v3_dot(
 }
 
 /// How far ahead the passes over the cache's rows ask for them, in bytes of a head's rows: a
-/// decode step reads them from memory, and one position's work is a few nanoseconds against a hundred or more for a
-/// miss, so the requests go far enough ahead to cover it: 16 KiB, 128 rows of SmolLM2's
-/// 64-value heads (its tg32 at depth 2048, against 16 rows ahead, in one process: 0.87-0.96x
-/// the time at one thread, 0.92x at two; 256 or 512 rows no better; Llama-3.2-1B's and
-/// Gemma 3's unchanged, their attention a smaller share of a token there).
+/// decode step reads them from memory, and one position's work is a few nanoseconds against a
+/// hundred or more for a miss, so the requests go far enough ahead to cover it: 16 KiB, 128
+/// rows of SmolLM2's 64-value heads (its tg32 at depth 2048, against 16 rows ahead, in one
+/// process: 0.87-0.96x the time at one thread, 0.92x at two; 256 or 512 rows no better;
+/// Llama-3.2-1B's and Gemma 3's unchanged, their attention a smaller share of a token there).
+/// Measured when the cache kept every KV head's row of a position together; with each KV
+/// head's rows consecutive the hardware prefetchers follow them too.
 #[cfg(target_arch = "x86_64")]
 const AHEAD_BYTES: usize = 16 << 10;
 
