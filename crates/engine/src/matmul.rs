@@ -500,7 +500,7 @@ pub fn parallel_piece_runs_mut<S>(
     out: &mut [f32],
     chunk: usize,
     group: usize,
-    order: impl Fn(usize) -> Piece + Sync,
+    order: impl Fn(usize) -> Piece,
     init: impl Fn() -> S + Sync,
     f: impl Fn(&mut S, &mut [(usize, &mut [f32])]) + Sync,
 ) {
@@ -509,11 +509,11 @@ pub fn parallel_piece_runs_mut<S>(
     let group = group.max(1);
     // Every piece once (what makes the slices below disjoint), and where each run starts:
     // thread `i`'s at the first piece before which the cost reaches `i / t` of the total.
+    let pieces: Vec<Piece> = (0..n).map(order).collect();
     let mut seen = vec![false; n];
     let mut before = Vec::with_capacity(n + 1);
     before.push(0usize);
-    for k in 0..n {
-        let p = order(k);
+    for (k, p) in pieces.iter().enumerate() {
         assert!(
             p.index < n && !seen[p.index],
             "`order` must be a permutation of the pieces"
@@ -533,13 +533,12 @@ pub fn parallel_piece_runs_mut<S>(
     let thread = |i: usize| {
         let shared = &shared;
         let mut scratch = init();
-        let mut pieces = Vec::with_capacity(group);
+        let mut call = Vec::with_capacity(group);
         let mut key = None;
-        for k in starts[i]..starts[i + 1] {
-            let p = order(k);
-            if pieces.len() == group || key.is_some_and(|key| key != p.key) {
-                f(&mut scratch, &mut pieces);
-                pieces.clear();
+        for p in &pieces[starts[i]..starts[i + 1]] {
+            if call.len() == group || key.is_some_and(|key| key != p.key) {
+                f(&mut scratch, &mut call);
+                call.clear();
             }
             key = Some(p.key);
             // SAFETY: piece `p.index < n` lies inside `out` (n * chunk <= out.len()); `order`
@@ -547,10 +546,10 @@ pub fn parallel_piece_runs_mut<S>(
             // slice covers it while this one lives.
             let piece =
                 unsafe { std::slice::from_raw_parts_mut(shared.0.add(p.index * chunk), chunk) };
-            pieces.push((p.index, piece));
+            call.push((p.index, piece));
         }
-        if !pieces.is_empty() {
-            f(&mut scratch, &mut pieces);
+        if !call.is_empty() {
+            f(&mut scratch, &mut call);
         }
     };
     if t == 1 {
@@ -709,6 +708,7 @@ mod tests {
     /// one key, each thread's pieces one run of the order, the runs' costs near equal.
     #[test]
     fn piece_runs_cover_every_piece_once_in_runs_of_equal_cost() {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
         use std::sync::Mutex;
         for (n, threads, group) in [(9, 1, 4), (9, 2, 4), (9, 3, 3), (64 * 9, 2, 4), (5, 4, 2)] {
             // Pieces in reverse (a permutation), costs 1..=n (as a causal batch's), keys of 3.
@@ -718,7 +718,9 @@ mod tests {
                 key: k / 3,
             };
             let mut out = vec![0.0f32; n * 2];
+            // Each call's order positions, under the id of the thread's scratch.
             let calls = Mutex::new(Vec::new());
+            let ids = AtomicUsize::new(0);
             let pool = Threads::new(threads);
             parallel_piece_runs_mut(
                 &pool,
@@ -726,65 +728,49 @@ mod tests {
                 2,
                 group,
                 order,
-                || (),
-                |_, pieces| {
+                || ids.fetch_add(1, Relaxed),
+                |id, pieces| {
                     for (u, piece) in pieces.iter_mut() {
                         piece.fill(*u as f32 + 1.0);
                     }
                     let ks: Vec<usize> = pieces.iter().map(|(u, _)| n - 1 - u).collect();
-                    calls.lock().unwrap().push(ks);
+                    calls.lock().unwrap().push((*id, ks));
                 },
             );
             // Every piece written, by its own index.
             for (u, piece) in out.chunks_exact(2).enumerate() {
                 assert_eq!(piece, [u as f32 + 1.0; 2], "piece {u} of {n}");
             }
-            let mut calls = calls.into_inner().unwrap();
-            calls.sort();
-            let mut ks: Vec<usize> = calls.iter().flatten().copied().collect();
+            let calls = calls.into_inner().unwrap();
+            let mut ks: Vec<usize> = calls.iter().flat_map(|(_, c)| c).copied().collect();
             ks.sort();
             assert_eq!(ks, (0..n).collect::<Vec<_>>(), "each piece in one call");
-            for c in &calls {
+            for (_, c) in &calls {
                 assert!(!c.is_empty() && c.len() <= group, "{c:?}");
                 assert!(c.windows(2).all(|w| w[1] == w[0] + 1), "consecutive {c:?}");
                 assert!(c.iter().all(|&k| k / 3 == c[0] / 3), "one key {c:?}");
             }
+            // Each thread's pieces are one run of the order, and the thread that got the most
+            // carries within a piece of a fair share.
             let total: usize = (1..=n).sum();
+            let mut most = 0;
+            for id in 0..ids.load(Relaxed) {
+                let mut run: Vec<usize> = calls
+                    .iter()
+                    .filter(|(i, _)| *i == id)
+                    .flat_map(|(_, c)| c)
+                    .copied()
+                    .collect();
+                run.sort();
+                assert!(run.windows(2).all(|w| w[1] == w[0] + 1), "one run {run:?}");
+                most = most.max(run.iter().map(|k| k + 1).sum::<usize>());
+            }
             if threads > 1 && n > threads {
-                // The share of the thread that got the most is within a piece of a fair one.
-                let most = calls_by_thread_cost(&calls, n, threads, total);
                 assert!(
                     most <= total / threads + n,
                     "{most} of {total} ({threads} threads)"
                 );
             }
         }
-    }
-
-    /// The largest cost one thread's run carries, the runs being cut where the split puts them
-    /// (at the first piece before which the cost reaches `i / threads` of the total).
-    fn calls_by_thread_cost(calls: &[Vec<usize>], n: usize, threads: usize, total: usize) -> usize {
-        let mut before = 0;
-        let mut bounds = Vec::new();
-        for k in 0..n {
-            if bounds.len() < threads - 1 && before * threads >= (bounds.len() + 1) * total {
-                bounds.push(k);
-            }
-            before += k + 1;
-        }
-        // No call crosses a thread's boundary.
-        for c in calls {
-            for &b in &bounds {
-                assert!(!(c[0] < b && b <= c[c.len() - 1]), "call {c:?} crosses {b}");
-            }
-        }
-        let mut edges = vec![0];
-        edges.extend(&bounds);
-        edges.push(n);
-        edges
-            .windows(2)
-            .map(|w| (w[0]..w[1]).map(|k| k + 1).sum::<usize>())
-            .max()
-            .unwrap_or(0)
     }
 }

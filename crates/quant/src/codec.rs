@@ -640,10 +640,7 @@ fn bf16_row_avx2(x: &[f32], y: &mut [bf16]) {
 #[inline(always)]
 fn bf16_row(x: &[f32], y: &mut [bf16]) {
     for (x, y) in x.iter().zip(y) {
-        let bits = x.to_bits();
-        let rounded = bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16;
-        let nan = bits & 0x7fff_ffff > 0x7f80_0000;
-        *y = bf16::from_bits(if nan { (bits >> 16) | 64 } else { rounded } as u16);
+        *y = crate::reference::quantize::f32_to_bf16(*x);
     }
 }
 

@@ -135,7 +135,7 @@ pub fn attend_batch(
     #[cfg(target_arch = "x86_64")]
     let staged = if fast != Fast::No && n > 1 && n * (s.n_head / s.n_head_kv) >= STAGE_FROM {
         // The keys (and values) of every position some token of the batch sees.
-        let first = window.map_or(0, |w| (pos0 + 1).saturating_sub(w));
+        let first = first_seen(window, pos0);
         let rows = kv.layer_rows(layer, first, pos0 + n);
         // SAFETY: the CPU has the features of the path (`Fast::for_width` checked them).
         Some(unsafe {
@@ -170,7 +170,7 @@ pub fn attend_batch(
         |k| {
             let (h, t) = (k / n, k % n);
             let pos = pos0 + t;
-            let first = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let first = first_seen(window, pos);
             crate::matmul::Piece {
                 index: t * s.n_head + h,
                 cost: pos + 1 - first,
@@ -196,6 +196,12 @@ pub fn attend_batch(
     );
     #[cfg(target_arch = "x86_64")]
     STAGE.set(stage);
+}
+
+/// The first cached position a token at `pos` attends to: 0, or `pos + 1 - window` for a
+/// sliding window.
+fn first_seen(window: Option<usize>, pos: usize) -> usize {
+    window.map_or(0, |w| (pos + 1).saturating_sub(w))
 }
 
 /// Which x86-64 fast path ([`avx512::heads`], [`avx2::heads`]) takes heads of a width on this
@@ -303,7 +309,7 @@ impl Heads<'_> {
         let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
         let (t, h) = (u / s.n_head, u % s.n_head);
         let pos = self.pos0 + t;
-        let first = self.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let first = first_seen(self.window, pos);
         let kv_head = s.kv_head(h);
         HeadJob {
             q: &self.q[t * q_dim + h * hd..][..hd],

@@ -24,13 +24,19 @@ pub fn quantize_f16(x: &[f32], y: &mut f16) {
 /// ggml's `ggml_compute_fp32_to_bf16`: round to nearest even, NaN kept quiet (not truncated to
 /// infinity).
 pub fn quantize_bf16(x: &[f32], y: &mut bf16) {
-    let bits = x[0].to_bits();
-    let out = if bits & 0x7fff_ffff > 0x7f80_0000 {
+    *y = f32_to_bf16(x[0]);
+}
+
+/// [`quantize_bf16`] of one value (also the row loop of `codec`'s BF16 activations, which the
+/// compiler vectorises).
+#[inline(always)]
+pub(crate) fn f32_to_bf16(x: f32) -> bf16 {
+    let bits = x.to_bits();
+    bf16::from_bits(if bits & 0x7fff_ffff > 0x7f80_0000 {
         ((bits >> 16) | 64) as u16
     } else {
         ((bits + (0x7fff + ((bits >> 16) & 1))) >> 16) as u16
-    };
-    *y = bf16::from_bits(out);
+    })
 }
 
 #[inline(always)]

@@ -2997,24 +2997,15 @@ mod tests {
     use super::*;
     use crate::reference::dequant::{q3k_value, q6k_value};
 
-    /// The packers' one-pass unpacking gives the reference's values (bytes from an LCG: every
-    /// bit pattern a block can hold).
+    /// The packers' one-pass unpacking gives the reference's values (random blocks).
     #[test]
     fn one_pass_unpacking_gives_the_reference_values() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut bytes = |n: usize| -> Vec<u8> {
-            (0..n)
-                .map(|_| {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (x >> 56) as u8
-                })
-                .collect()
-        };
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let random = crate::test_util::random_weights;
         for _ in 0..200 {
-            let b6: BlockQ6K = bytemuck::pod_read_unaligned(&bytes(size_of::<BlockQ6K>()));
-            let b3: BlockQ3K = bytemuck::pod_read_unaligned(&bytes(size_of::<BlockQ3K>()));
+            let b6: BlockQ6K = bytemuck::pod_read_unaligned(&random(&mut rng, GgmlType::Q6_K, 1));
+            let b3: BlockQ3K = bytemuck::pod_read_unaligned(&random(&mut rng, GgmlType::Q3_K, 1));
             let (q6, q3) = (q6k_unsigned(&b6), q3k_unsigned(&b3));
             for i in 0..QK_K {
                 assert_eq!(
