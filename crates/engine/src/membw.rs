@@ -252,6 +252,26 @@ pub fn read_bandwidth(buf: &ProbeBuffer, threads: &Threads, reps: usize) -> f64 
     buf.bytes() as f64 / best.as_secs_f64() / 1e9
 }
 
+/// One timed pass of `threads` over slice `part` of `parts` equal slices of `buf`, each thread
+/// streaming its own contiguous share of the slice, in GB/s. A slice still several times the
+/// last-level cache is a short probe to pair with other work of the same moment (`synapse bench
+/// --probe-each-token`); passes over successive slices find each one cold.
+pub fn read_part(buf: &ProbeBuffer, threads: &Threads, part: usize, parts: usize) -> f64 {
+    let (_, read) = kernel();
+    let n = threads.n();
+    let all = buf.lines();
+    let parts = parts.clamp(1, all.len());
+    let lines = &all[part % parts * all.len() / parts..(part % parts + 1) * all.len() / parts];
+    let t = Instant::now();
+    parallel_for(threads, n, |r| {
+        for i in r {
+            let (s, e) = (i * lines.len() / n, (i + 1) * lines.len() / n);
+            black_box(read(&lines[s..e]));
+        }
+    });
+    (lines.len() * 64) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+}
+
 /// One probe result.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bandwidth {
@@ -289,6 +309,18 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
                 assert_eq!(x86::read_avx2(lines), want, "avx2 on rcx lines");
+            }
+        }
+    }
+
+    #[test]
+    fn a_part_pass_gives_a_positive_finite_rate() {
+        let b = ProbeBuffer::new(4 << 20);
+        for t in [1, 2] {
+            let threads = Threads::new(t);
+            for part in 0..5 {
+                let gbs = read_part(&b, &threads, part, 4);
+                assert!(gbs.is_finite() && gbs > 0.0, "{t} threads, part {part}: {gbs}");
             }
         }
     }

@@ -71,7 +71,17 @@ pub struct BenchArgs {
     /// measures how far this machine's noise moves that ratio.
     #[arg(long, value_name = "A,B", value_parser = parse_ab, conflicts_with = "membw")]
     pub ab: Option<(usize, usize)>,
+    /// tg tests against the bandwidth of the same moment: a pass of the probe over a quarter of
+    /// its buffer before every timed token and after the last, and each token's weight
+    /// bandwidth over the mean of the two passes around it (on a shared host the probe moves
+    /// by a quarter from minute to minute). Prints, per test, medians over the tokens of every
+    /// repetition instead of the usual table; pp tests are skipped.
+    #[arg(long, conflicts_with_all = ["membw", "ab", "no_membw"])]
+    pub probe_each_token: bool,
 }
+
+/// Slices of the probe's buffer that `--probe-each-token` passes over in turn.
+const PROBE_PARTS: usize = 4;
 
 /// `"A,B"`: two variant numbers.
 fn parse_ab(s: &str) -> Result<(usize, usize), String> {
@@ -409,8 +419,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let peak_at = |t: usize| peaks.iter().find(|b| b.threads == t).map_or(0.0, |b| b.gbs);
 
+    let probe_buf = args
+        .probe_each_token
+        .then(|| membw::ProbeBuffer::new(args.membw_mib << 20));
     let mut rows = Vec::new();
     let mut ab_lines = Vec::new();
+    let mut paired_lines = Vec::new();
     for path in &args.models {
         if !path.is_file() {
             bail!("{}: no such model file", path.display());
@@ -460,6 +474,62 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                             halves[0] * 1e3,
                             halves[1] * 1e3,
                             halves[1] / halves[0]
+                        ));
+                        continue;
+                    }
+                    if let Some(buf) = &probe_buf {
+                        if n == 0 {
+                            continue;
+                        }
+                        say(format!(
+                            "bench: {} {name} t={t}: tokens between probe passes",
+                            facts.filename
+                        ));
+                        let mut part = 0;
+                        let mut pass = || {
+                            part += 1;
+                            membw::read_part(buf, &threads, part, PROBE_PARTS)
+                        };
+                        let (mut probes, mut decode, mut fractions) =
+                            (Vec::new(), Vec::new(), Vec::new());
+                        // Repetition 0 is the warm-up.
+                        for r in 0..=args.reps {
+                            state.reset();
+                            if d > 0 {
+                                model.prefill(&mut state, &depth, b, Logits::Last, &threads)?;
+                            }
+                            let mut before = pass();
+                            for &tok in &toks {
+                                let t0 = Instant::now();
+                                model.forward(
+                                    &mut state,
+                                    &[tok],
+                                    Logits::Last,
+                                    &mut logits,
+                                    &threads,
+                                )?;
+                                let gbs = facts.bytes_per_token as f64
+                                    / t0.elapsed().as_secs_f64().max(1e-9)
+                                    / 1e9;
+                                let after = pass();
+                                if r > 0 {
+                                    probes.push(before);
+                                    decode.push(gbs);
+                                    fractions.push(2.0 * gbs / (before + after));
+                                }
+                                before = after;
+                            }
+                        }
+                        let [p25, med, p75] = quartiles(&mut fractions);
+                        paired_lines.push(format!(
+                            "| {} | {name} | {t} | {} | {:.1} | {:.1} | {:.1}% | {:.1}-{:.1}% |",
+                            facts.filename,
+                            decode.len(),
+                            quartiles(&mut probes)[1],
+                            quartiles(&mut decode)[1],
+                            100.0 * med,
+                            100.0 * p25,
+                            100.0 * p75
                         ));
                         continue;
                     }
@@ -564,7 +634,27 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         return Ok(());
     }
+    if args.probe_each_token {
+        println!(
+            "| model | test | threads | tokens | probe GB/s | decode GB/s | decode / probe around it | quartiles |"
+        );
+        println!("|---|---|--:|--:|--:|--:|--:|--:|");
+        for l in paired_lines {
+            println!("{l}");
+        }
+        return Ok(());
+    }
     print_rows(&rows, &peaks, args)
+}
+
+/// The lower quartile, the median and the upper quartile of `v` (nearest rank: the smallest
+/// value with at least that share of `v` at or below it; NaN when empty).
+fn quartiles(v: &mut [f64]) -> [f64; 3] {
+    if v.is_empty() {
+        return [f64::NAN; 3];
+    }
+    v.sort_by(f64::total_cmp);
+    [1, 2, 3].map(|q| v[(q * v.len()).div_ceil(4) - 1])
 }
 
 /// One test of `--ab`: what it runs.
@@ -792,6 +882,14 @@ mod tests {
         for bad in ["", "1,,2", "a", "4-1", "1-8+0", "0-8*2", "-3", "1.5"] {
             assert!(parse_list("-t", bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn quartiles_by_nearest_rank() {
+        assert_eq!(quartiles(&mut [3.0, 1.0, 2.0]), [1.0, 2.0, 3.0]);
+        assert_eq!(quartiles(&mut [5.0, 1.0, 4.0, 2.0, 3.0]), [2.0, 3.0, 4.0]);
+        assert_eq!(quartiles(&mut [7.0]), [7.0; 3]);
+        assert!(quartiles(&mut []).iter().all(|q| q.is_nan()));
     }
 
     #[test]
