@@ -118,7 +118,7 @@ impl<'a> Matrix<'a> {
     fn tile_rows(&self) -> usize {
         match (&self.packed, self.ty) {
             (Some(p), _) => p.tile_rows(),
-            (None, GgmlType::F16 | GgmlType::F32) => 8 * ROW_TILE,
+            (None, GgmlType::F16 | GgmlType::F32 | GgmlType::BF16) => 8 * ROW_TILE,
             _ => ROW_TILE,
         }
     }

@@ -320,7 +320,10 @@ mod tests {
             let threads = Threads::new(t);
             for part in 0..5 {
                 let gbs = read_part(&b, &threads, part, 4);
-                assert!(gbs.is_finite() && gbs > 0.0, "{t} threads, part {part}: {gbs}");
+                assert!(
+                    gbs.is_finite() && gbs > 0.0,
+                    "{t} threads, part {part}: {gbs}"
+                );
             }
         }
     }

@@ -338,6 +338,7 @@ pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)>
                 (GgmlType::IQ4_NL, false) => Some(tile::iq4_nl),
                 (GgmlType::IQ4_NL, true) => Some(tile::iq4_nl_rows8),
                 (GgmlType::F16, _) => Some(crate::x86::f16::gemm_avx2::<f16>),
+                (GgmlType::BF16, _) => Some(crate::x86::bf16::gemm_avx2),
                 (GgmlType::F32, _) => Some(crate::x86::f16::gemm_avx2::<f32>),
                 _ => None,
             };
@@ -672,7 +673,7 @@ static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
     (
         GgmlType::BF16,
         crate::x86::bf16_avx2,
-        crate::x86::bf16_avx2_gemv,
+        crate::x86::bf16::gemv_avx2,
     ),
     (GgmlType::Q4_0, crate::x86::q4_0, crate::x86::q4_0_gemv),
     (GgmlType::Q4_1, crate::x86::q4_1, crate::x86::q4_1_gemv),

@@ -716,3 +716,488 @@ pub fn dot_bf16_avx2<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [f32; R] {
 pub fn dot_bf16_avx2_row(x: &[bf16], y: &[bf16]) -> f32 {
     dot_bf16_avx2::<1>([x], y)[0]
 }
+
+// ---------------------------------------------------------------------------------------------
+// The same sums without the flushes by hand, under the SSE control word's own: with FTZ set,
+// every result that would be subnormal comes out a zero of its sign, and with DAZ every
+// subnormal input is taken as one, as `vdpbf16ps` does, so the main loop is two plain
+// multiply-adds a pair of registers. The two differ only where x86's FTZ (tininess detected
+// after rounding to f32's precision with an unbounded exponent) and the reference (rounding
+// to the subnormal grid, then flushing what has a zero exponent) disagree about a result just
+// under the smallest normal; any result flushed raises the underflow flag, so a call whose
+// flag comes back set is computed again the exact way above. Without such a result, the two
+// give the same bits: the reductions of normal values and the f64 leftovers (run after the
+// control word is restored, since DAZ would take their subnormal inputs as zeros) are the
+// reference's operations.
+
+/// The SSE control word's DAZ (subnormal inputs as zero) and FTZ (subnormal results flushed)
+/// bits, its exception flags (sticky) and among them the underflow flag.
+const MXCSR_DAZ: u32 = 1 << 6;
+const MXCSR_FTZ: u32 = 1 << 15;
+const MXCSR_FLAGS: u32 = 0x3F;
+const MXCSR_UNDERFLOW: u32 = 1 << 4;
+
+/// This thread's SSE control and status word.
+#[inline(always)]
+fn mxcsr() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: `stmxcsr` stores four bytes to the pointer, a live local.
+    unsafe {
+        std::arch::asm!("stmxcsr [{}]", in(reg) &mut v, options(nostack, preserves_flags));
+    }
+    v
+}
+
+/// Set this thread's SSE control and status word.
+///
+/// # Safety
+/// `v` must be a valid control word (reserved bits clear), and code running under it must not
+/// rely on IEEE subnormals where it sets FTZ or DAZ.
+#[inline(always)]
+unsafe fn set_mxcsr(v: u32) {
+    // SAFETY: the caller's word; `ldmxcsr` reads four bytes from a live local. Not `nomem`:
+    // memory accesses, and so the kernels' loads and stores, stay on their side of it.
+    unsafe {
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, preserves_flags, readonly));
+    }
+}
+
+/// Restores the control word it holds when dropped (a panic included).
+struct SavedMxcsr(u32);
+
+impl Drop for SavedMxcsr {
+    fn drop(&mut self) {
+        // SAFETY: the word read before it was changed.
+        unsafe { set_mxcsr(self.0) }
+    }
+}
+
+/// `f()` with FTZ and DAZ set and the exception flags cleared, then the control word as it
+/// was; with whether any operation in `f` underflowed (a result flushed). `f` must be a call
+/// the compiler cannot see into (`inline(never)`), so that none of its float operations moves
+/// across the changes of the word.
+fn flushing<R>(f: impl FnOnce() -> R) -> (R, bool) {
+    let saved = SavedMxcsr(mxcsr());
+    // SAFETY: the word as it was, its flags cleared, FTZ and DAZ set; `f` is the callers'
+    // kernels, whose results are checked by the flag read below.
+    unsafe { set_mxcsr((saved.0 & !MXCSR_FLAGS) | MXCSR_FTZ | MXCSR_DAZ) };
+    let r = std::hint::black_box(f());
+    let underflowed = mxcsr() & MXCSR_UNDERFLOW != 0;
+    drop(saved);
+    (r, underflowed)
+}
+
+/// Sixteen values from `p` as their pairs' odd and even values, unflushed (DAZ takes the
+/// subnormals as zeros).
+///
+/// # Safety
+/// `p..p + 16` must be readable; the CPU must have AVX2.
+#[inline(always)]
+unsafe fn pairs8_raw(p: *const bf16) -> [__m256; 2] {
+    // SAFETY: the caller's bounds and CPU.
+    unsafe {
+        let v = _mm256_loadu_si256(p.cast());
+        let odd = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF_0000u32 as i32));
+        [
+            _mm256_castsi256_ps(odd),
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(v)),
+        ]
+    }
+}
+
+/// The two reduced accumulators of `R` rows (`x`, every row `y.len()` long at least) with one
+/// activation row, over its 64-value steps, for a caller under FTZ and DAZ ([`flushing`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA (the caller's features; this is inlined into it).
+#[inline(always)]
+unsafe fn sums_avx2_inline<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [[f32; 2]; R] {
+    let np = y.len() & !63;
+    let x = x.map(|r| &r[..np]);
+    // SAFETY: the caller's CPU; values i + 16 q..+16 < np of `y` and of every row.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let mut i = 0;
+        while i < np {
+            for r in x {
+                super::prefetch_lines(r.as_ptr().wrapping_add(i).cast(), 0..2);
+            }
+            for q in 0..4 {
+                let yv = pairs8_raw(y.as_ptr().add(i + 16 * q));
+                for (acc, x) in acc.iter_mut().zip(&x) {
+                    let xv = pairs8_raw(x.as_ptr().add(i + 16 * q));
+                    acc[q] = _mm256_fmadd_ps(xv[1], yv[1], _mm256_fmadd_ps(xv[0], yv[0], acc[q]));
+                }
+            }
+            i += 64;
+        }
+        let mut out = [[0f32; 2]; R];
+        for (o, acc) in out.iter_mut().zip(&acc) {
+            for (j, red) in o.iter_mut().enumerate() {
+                *red = super::avx2::hsum(_mm256_add_ps(acc[2 * j], acc[2 * j + 1]));
+            }
+        }
+        out
+    }
+}
+
+/// The reduced accumulators of every row of `x` (`k` values each) with one activation row `y`,
+/// a row at a time, into `parts` (one pair a row), under FTZ and DAZ ([`flushing`]). A row at
+/// a time: the BF16 file's decode at `SYNAPSE_ISA=avx2` took 1.23x the time with two rows at
+/// once, 1.53x with three, 1.73x with four (alternated token by token, one thread, Zen 5).
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+fn row_sums_avx2(x: &[bf16], k: usize, y: &[bf16], parts: &mut [[f32; 2]]) {
+    for (r, p) in parts.iter_mut().enumerate() {
+        // SAFETY: this function's features.
+        *p = unsafe { sums_avx2_inline::<1>([&x[r * k..][..k]], y) }[0];
+    }
+}
+
+/// Every row of `x` (`k` values each) with one activation row `y`, into `out`: the 64-value
+/// steps under FTZ and DAZ ([`row_sums_avx2`]), then the leftovers; a call that underflowed
+/// computed again by hand ([`dot_bf16_avx2`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `y.len() == k > 0`, `x.len() == k * out.len()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemv_avx2_unchecked(x: &[bf16], k: usize, y: &[bf16], out: &mut [f32]) {
+    let np = k & !63;
+    PARTS.with_borrow_mut(|parts| {
+        parts.clear();
+        parts.resize(out.len(), [0.0; 2]);
+        let ((), underflowed) = flushing(|| row_sums_avx2(x, k, y, parts));
+        for (r, (o, p)) in out.iter_mut().zip(parts.iter()).enumerate() {
+            let xr = &x[r * k..][..k];
+            *o = if underflowed {
+                dot_bf16_avx2::<1>([xr], y)[0]
+            } else {
+                bf16_tail(p[0], p[1], &xr[np..], &y[np..])
+            };
+        }
+    });
+}
+
+thread_local! {
+    /// Each thread's reduced accumulators of a call, a pair an output.
+    static PARTS: std::cell::RefCell<Vec<[f32; 2]>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The AVX2 BF16 row entry ([`crate::GemvFn`]): one token, every row.
+pub fn gemv_avx2(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let (x, y, k) = crate::codec::gemm_operands::<bf16>(w, row_bytes, a, 1, out)?;
+    // SAFETY: `matrix_kernel` hands this entry out only after detecting AVX2 and FMA; the
+    // operands' sizes agree (checked above).
+    unsafe { gemv_avx2_unchecked(x, k, y, out) };
+    Ok(())
+}
+
+/// The 64-value steps of `x` (`out.len()` values, a multiple of 64) as f32 into `out`, by
+/// chain: the values `16c..16c + 16` of every step (those of 256-bit chain `c`, which is half
+/// of the reference's accumulator `c / 2`) at `c * out.len() / 4`, step by step, each step's
+/// eight odd values then its eight even ones. Unflushed: the tiles run under DAZ.
+///
+/// # Safety
+/// The CPU must have AVX2; `x.len() >= out.len()`.
+#[inline(always)]
+unsafe fn widen_pairs_by_chain(x: &[bf16], out: &mut [f32]) {
+    let np = out.len() & !63;
+    for s in 0..np / 64 {
+        for c in 0..4 {
+            // SAFETY: the caller's CPU; 64 s + 16 c + 16 <= np values of `x`, and c np / 4 +
+            // 16 s + 16 <= np of `out`.
+            unsafe {
+                let [odd, even] = pairs8_raw(x.as_ptr().add(64 * s + 16 * c));
+                let at = out.as_mut_ptr().add(c * np / 4 + 16 * s);
+                _mm256_storeu_ps(at, odd);
+                _mm256_storeu_ps(at.add(8), even);
+            }
+        }
+    }
+}
+
+/// The reduced accumulators of `R` rows (`x[r]`: a row's copy from [`widen_pairs_by_chain`])
+/// by `T` tokens (`y[t]`, alike), `np` values each, into `parts[t][r]`: each of the four
+/// chains in turn over every step, one register an output, for a caller under FTZ and DAZ.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA (the caller's features; this is inlined into it); every
+/// pointer must have `np` values.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `r` and `t` index every accumulator of the tile
+unsafe fn pair_tile<const R: usize, const T: usize>(
+    x: [*const f32; R],
+    y: [*const f32; T],
+    np: usize,
+) -> [[[f32; 2]; R]; T] {
+    // SAFETY: the caller's CPU and bounds: chain c's steps lie at c np / 4 + 16 s.. + 16.
+    unsafe {
+        let mut chains = [[[_mm256_setzero_ps(); 4]; R]; T];
+        for c in 0..4 {
+            let mut v = [[_mm256_setzero_ps(); R]; T];
+            let base = c * np / 4;
+            for s in 0..np / 64 {
+                let off = base + 16 * s;
+                let xv: [[__m256; 2]; R] = std::array::from_fn(|r| {
+                    [
+                        _mm256_loadu_ps(x[r].add(off)),
+                        _mm256_loadu_ps(x[r].add(off + 8)),
+                    ]
+                });
+                for t in 0..T {
+                    let (yo, ye) = (
+                        _mm256_loadu_ps(y[t].add(off)),
+                        _mm256_loadu_ps(y[t].add(off + 8)),
+                    );
+                    for r in 0..R {
+                        v[t][r] =
+                            _mm256_fmadd_ps(xv[r][1], ye, _mm256_fmadd_ps(xv[r][0], yo, v[t][r]));
+                    }
+                }
+            }
+            for t in 0..T {
+                for r in 0..R {
+                    chains[t][r][c] = v[t][r];
+                }
+            }
+        }
+        let mut out = [[[0f32; 2]; R]; T];
+        for t in 0..T {
+            for r in 0..R {
+                let ch = &chains[t][r];
+                out[t][r] = [
+                    super::avx2::hsum(_mm256_add_ps(ch[0], ch[1])),
+                    super::avx2::hsum(_mm256_add_ps(ch[2], ch[3])),
+                ];
+            }
+        }
+        out
+    }
+}
+
+/// The reduced accumulators of every row of `w` with every token of `y` (`k` values each),
+/// into `parts` (`(n_tok, rows)`), under FTZ and DAZ ([`flushing`]): the tokens widened once
+/// ([`widen_pairs_by_chain`], into `a`), then blocks of 32 rows widened once each (into `wf`)
+/// and run past the tokens in tiles of two rows by four tokens.
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+fn tile_sums_avx2(
+    w: &[bf16],
+    y: &[bf16],
+    k: usize,
+    parts: &mut [[f32; 2]],
+    (a, wf): (&mut Vec<f32>, &mut Vec<f32>),
+) {
+    let np = k & !63;
+    let (rows, n_tok) = (w.len() / k, y.len() / k);
+    a.resize(n_tok * np, 0.0);
+    for (t, at) in a.chunks_exact_mut(np.max(1)).enumerate() {
+        // SAFETY: this function's features; token t has k >= np values.
+        unsafe { widen_pairs_by_chain(&y[t * k..][..k], at) };
+    }
+    let a = &a[..];
+    const BLOCK: usize = 32;
+    for r0 in (0..rows).step_by(BLOCK) {
+        let rs = r0..(r0 + BLOCK).min(rows);
+        wf.resize(rs.len() * np, 0.0);
+        for (r, at) in rs.clone().zip(wf.chunks_exact_mut(np.max(1))) {
+            // SAFETY: as above, for row r.
+            unsafe { widen_pairs_by_chain(&w[r * k..][..k], at) };
+        }
+        let wf = &wf[..];
+        let row = |r: usize| wf[(r - r0) * np..].as_ptr();
+        let tok = |t: usize| a[t * np..].as_ptr();
+        macro_rules! tiles {
+            ($r:literal, $t:literal, $ri:expr, $ti:expr) => {{
+                let (ri, ti) = ($ri, $ti);
+                // SAFETY: this function's features; rows ri.. and tokens ti.. exist, each
+                // with np values in its copy.
+                let s = unsafe {
+                    pair_tile::<$r, $t>(
+                        std::array::from_fn(|i| row(ri + i)),
+                        std::array::from_fn(|i| tok(ti + i)),
+                        np,
+                    )
+                };
+                for (t, s) in s.iter().enumerate() {
+                    parts[(ti + t) * rows + ri..][..$r].copy_from_slice(s);
+                }
+            }};
+        }
+        macro_rules! shape {
+            ($r:literal, $t:literal) => {{
+                let mut t0 = 0;
+                while t0 + $t <= n_tok {
+                    let mut r = rs.start;
+                    while r + $r <= rs.end {
+                        tiles!($r, $t, r, t0);
+                        r += $r;
+                    }
+                    while r < rs.end {
+                        tiles!(1, $t, r, t0);
+                        r += 1;
+                    }
+                    t0 += $t;
+                }
+                while t0 < n_tok {
+                    let mut r = rs.start;
+                    while r + $r <= rs.end {
+                        tiles!($r, 1, r, t0);
+                        r += $r;
+                    }
+                    while r < rs.end {
+                        tiles!(1, 1, r, t0);
+                        r += 1;
+                    }
+                    t0 += 1;
+                }
+            }};
+        }
+        shape!(3, 4)
+    }
+}
+
+/// Every row of `w` with every token of `y` (`k` values each), into `out` (`(n_tok, rows)`):
+/// the 64-value steps in tiles under FTZ and DAZ ([`tile_sums_avx2`]), then each output's
+/// leftovers; a call that underflowed computed again by hand ([`dot_bf16_avx2`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `w.len()` and `y.len()` must be multiples of `k > 0` and
+/// `out` `(y.len() / k) * (w.len() / k)` long.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn gemm_avx2_unchecked(w: &[bf16], y: &[bf16], k: usize, out: &mut [f32]) {
+    let np = k & !63;
+    let rows = w.len() / k;
+    TILE_COPIES.with_borrow_mut(|(a, wf)| {
+        PARTS.with_borrow_mut(|parts| {
+            parts.clear();
+            parts.resize(out.len(), [0.0; 2]);
+            let ((), underflowed) = flushing(|| tile_sums_avx2(w, y, k, parts, (a, wf)));
+            for (i, (o, p)) in out.iter_mut().zip(parts.iter()).enumerate() {
+                let (xr, yt) = (&w[i % rows * k..][..k], &y[i / rows * k..][..k]);
+                *o = if underflowed {
+                    dot_bf16_avx2::<1>([xr], yt)[0]
+                } else {
+                    bf16_tail(p[0], p[1], &xr[np..], &yt[np..])
+                };
+            }
+        })
+    });
+}
+
+thread_local! {
+    /// Each thread's tokens and block of rows of a tile call, widened ([`tile_sums_avx2`]).
+    static TILE_COPIES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+tiled_entry! {
+    /// The AVX2 BF16 tile entry ([`crate::GemmFn`]).
+    gemm_avx2: bf16 => gemm_avx2_unchecked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::dot::vec_dot_bf16_bf16;
+
+    fn avx2_fma() -> bool {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+
+    /// Rows whose first pair makes lane 0 of the first accumulator `2^-126 - 2^-150`: the odd
+    /// products first, `2^-63 * 2^-63`, then `2^-75 * -2^-75`. The reference rounds that to
+    /// the subnormal grid, a tie, to even: `2^-126`, normal, kept. FTZ flushes it (tiny
+    /// however the CPU detects tininess), so the fast sums alone give zero.
+    fn edge_row(k: usize, sign: f32) -> (Vec<bf16>, Vec<bf16>) {
+        let mut x = vec![bf16::ZERO; k];
+        let mut y = vec![bf16::ZERO; k];
+        let p = |e: i32| bf16::from_f32(2f32.powi(e));
+        (x[0], y[0]) = (p(-75), bf16::from_f32(-sign * 2f32.powi(-75)));
+        (x[1], y[1]) = (p(-63), bf16::from_f32(sign * 2f32.powi(-63)));
+        (x, y)
+    }
+
+    /// Values of modest size: no product or partial sum comes near f32's subnormals.
+    fn modest(n: usize, seed: u32) -> Vec<bf16> {
+        let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                bf16::from_f32((s % 2001) as f32 / 1000.0 - 1.0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_control_word_reports_a_flushed_result_and_is_restored() {
+        if !avx2_fma() {
+            eprintln!("no AVX2/FMA on this CPU: the AVX2 BF16 kernels cannot run here");
+            return;
+        }
+        let before = mxcsr();
+        for k in [64, 200, 2048] {
+            let (x, y) = (modest(3 * k, 1), modest(k, 2));
+            let mut parts = vec![[0f32; 2]; 3];
+            // SAFETY: AVX2 and FMA (checked).
+            let ((), flushed) = flushing(|| unsafe { row_sums_avx2(&x, k, &y, &mut parts) });
+            assert!(!flushed, "{k} values of modest size: no result is tiny");
+            let (x, y) = edge_row(k, 1.0);
+            // SAFETY: as above.
+            let ((), flushed) = flushing(|| unsafe { row_sums_avx2(&x, k, &y, &mut parts[..1]) });
+            assert!(
+                flushed,
+                "{k} values: the edge's result is flushed and says so"
+            );
+            let want = vec_dot_bf16_bf16(&x, &y);
+            assert_eq!(want, 2f32.powi(-126), "the reference keeps the rounded tie");
+            assert_ne!(parts[0][0], want, "the fast sums alone differ there");
+        }
+        // (The flags are sticky: the reference's own arithmetic above sets some.)
+        assert_eq!(
+            mxcsr() & !MXCSR_FLAGS,
+            before & !MXCSR_FLAGS,
+            "the control word is as it was"
+        );
+    }
+
+    #[test]
+    fn rows_and_tiles_take_the_exact_way_where_a_result_was_flushed() {
+        if !avx2_fma() {
+            eprintln!("no AVX2/FMA on this CPU: the AVX2 BF16 kernels cannot run here");
+            return;
+        }
+        for k in [64, 130, 2048] {
+            for sign in [1.0, -1.0] {
+                // Four rows, the edge row among rows of modest values; three tokens, the edge
+                // token among them.
+                let (ex, ey) = edge_row(k, sign);
+                let mut x = modest(4 * k, 3);
+                x[2 * k..3 * k].copy_from_slice(&ex);
+                let mut y = modest(3 * k, 4);
+                y[k..2 * k].copy_from_slice(&ey);
+                let want =
+                    |r: usize, t: usize| vec_dot_bf16_bf16(&x[r * k..][..k], &y[t * k..][..k]);
+                let mut out = vec![f32::NAN; 4];
+                // SAFETY: AVX2 and FMA (checked); four rows of k values, one token.
+                unsafe { gemv_avx2_unchecked(&x, k, &y[k..2 * k], &mut out) };
+                for (r, got) in out.iter().enumerate() {
+                    assert_eq!(got.to_bits(), want(r, 1).to_bits(), "{k} values, row {r}");
+                }
+                let mut out = vec![f32::NAN; 12];
+                // SAFETY: as above; three tokens.
+                unsafe { gemm_avx2_unchecked(&x, &y, k, &mut out) };
+                for (i, got) in out.iter().enumerate() {
+                    let (t, r) = (i / 4, i % 4);
+                    assert_eq!(
+                        got.to_bits(),
+                        want(r, t).to_bits(),
+                        "{k} values, row {r}, token {t}"
+                    );
+                }
+            }
+        }
+    }
+}

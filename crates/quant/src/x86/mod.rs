@@ -87,13 +87,18 @@ avx2_entry! {
     q6_k, q6_k_gemv: BlockQ6K => avx2::vec_dot_q6_k_q8_k;
     iq4_xs, iq4_xs_gemv: BlockIQ4XS => avx2::vec_dot_iq4_xs_q8_k;
     f16_avx2, f16_avx2_gemv: half::f16 => f16::dot_avx2;
-    bf16_avx2, bf16_avx2_gemv: half::bf16 => bf16::dot_bf16_avx2_row;
     f32_avx2, f32_avx2_gemv: f32 => f16::dot_avx2;
     iq4_nl_rows8, iq4_nl_rows8_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0_rows8;
     q4_0_rows8, q4_0_rows8_gemv: BlockQ4_0 => avx2::vec_dot_q4_0_q8_0_rows8;
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
     q2_k, q2_k_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k;
     iq4_nl, iq4_nl_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0;
+}
+
+/// Type-erased entry to the AVX2 BF16 kernel for one row (rows: [`bf16::gemv_avx2`]).
+pub fn bf16_avx2(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+    // SAFETY: `vec_dot_kernel` hands this entry out only after detecting AVX2, FMA and F16C.
+    dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16_avx2_row(x, y) })
 }
 
 /// The kernel tiers, lowest first.
