@@ -112,9 +112,10 @@ impl<'a> Matrix<'a> {
         self.act
     }
 
-    /// Rows a call of the batch kernel takes. The float formats' kernels widen the batch's
-    /// tokens to f32 once a call and block the rows themselves: at 64 rows a call, widening
-    /// the tokens was a tenth of an F16 file's prefill. A packed matrix says its own.
+    /// Rows a call of the batch kernel takes. The float formats' kernels (BF16's without
+    /// AVX512-BF16 too) widen the batch's tokens to f32 once a call and block the rows
+    /// themselves: at 64 rows a call, widening the tokens was a tenth of an F16 file's
+    /// prefill. A packed matrix says its own.
     fn tile_rows(&self) -> usize {
         match (&self.packed, self.ty) {
             (Some(p), _) => p.tile_rows(),
