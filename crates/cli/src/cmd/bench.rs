@@ -76,7 +76,7 @@ pub struct BenchArgs {
     /// bandwidth over the mean of the two passes around it (on a shared host the probe moves
     /// by a quarter from minute to minute). Prints, per test, medians over the tokens of every
     /// repetition instead of the usual table; pp tests are skipped.
-    #[arg(long, conflicts_with_all = ["membw", "ab", "no_membw"])]
+    #[arg(long, conflicts_with_all = ["membw", "ab"])]
     pub probe_each_token: bool,
 }
 
@@ -400,7 +400,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             eprintln!("{s}");
         }
     };
-    let peaks: Vec<membw::Bandwidth> = if args.no_membw {
+    // `--probe-each-token` probes between the tokens instead.
+    let peaks: Vec<membw::Bandwidth> = if args.no_membw || args.probe_each_token {
         Vec::new()
     } else {
         say(format!(

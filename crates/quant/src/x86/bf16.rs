@@ -723,14 +723,14 @@ pub fn dot_bf16_avx2_row(x: &[bf16], y: &[bf16]) -> f32 {
 // The same sums without the flushes by hand, under the SSE control word's own: with FTZ set,
 // every result that would be subnormal comes out a zero of its sign, and with DAZ every
 // subnormal input is taken as one, as `vdpbf16ps` does, so the main loop is two plain
-// multiply-adds a pair of registers. The two differ only where x86's FTZ (tininess detected
-// after rounding to f32's precision with an unbounded exponent) and the reference (rounding
-// to the subnormal grid, then flushing what has a zero exponent) disagree about a result just
-// under the smallest normal; any result flushed raises the underflow flag, so a call whose
-// flag comes back set is computed again the exact way above. Without such a result, the two
-// give the same bits: the reductions of normal values and the f64 leftovers (run after the
-// control word is restored, since DAZ would take their subnormal inputs as zeros) are the
-// reference's operations.
+// multiply-adds a pair of registers. The two can differ only about a result just under the
+// smallest normal, which x86's FTZ judges tiny (before rounding, or after rounding to f32's
+// precision with an unbounded exponent) and flushes where the reference rounds it to the
+// subnormal grid first, up to the smallest normal, and keeps it. Any result flushed raises
+// the underflow flag, so a call whose flag comes back set is computed again the exact way
+// above. Without such a result the two give the same bits: the reductions of normal values
+// and the f64 leftovers (run after the control word is restored, since DAZ would take their
+// subnormal inputs as zeros) are the reference's operations.
 
 /// The SSE control word's DAZ (subnormal inputs as zero) and FTZ (subnormal results flushed)
 /// bits, its exception flags (sticky) and among them the underflow flag.
@@ -757,10 +757,11 @@ fn mxcsr() -> u32 {
 /// rely on IEEE subnormals where it sets FTZ or DAZ.
 #[inline(always)]
 unsafe fn set_mxcsr(v: u32) {
-    // SAFETY: the caller's word; `ldmxcsr` reads four bytes from a live local. Not `nomem`:
-    // memory accesses, and so the kernels' loads and stores, stay on their side of it.
+    // SAFETY: the caller's word; `ldmxcsr` reads four bytes from a live local. Neither `nomem`
+    // nor `readonly`: memory accesses, and so the kernels' loads and stores, stay on their
+    // side of it.
     unsafe {
-        std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, preserves_flags, readonly));
+        std::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack, preserves_flags));
     }
 }
 
