@@ -459,16 +459,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     }
                     let toks = tokens(p.max(n), n_vocab, 0x5EED ^ (p as u64) << 20 ^ n as u64);
                     let depth = tokens(d, n_vocab, 0xDE97 ^ d as u64);
+                    let run = TestRun {
+                        model: &*model,
+                        threads: &threads,
+                        batch: b,
+                        depth: &depth,
+                        toks: &toks,
+                        prefill: p > 0,
+                    };
                     if let Some(ab) = args.ab {
-                        let run = AbRun {
-                            model: &*model,
-                            threads: &threads,
-                            batch: b,
-                            depth: &depth,
-                            toks: &toks,
-                            prefill: p > 0,
-                        };
-                        let halves = run.measure(&mut state, &mut logits, ab, args.reps)?;
+                        let halves = run.measure_ab(&mut state, &mut logits, ab, args.reps)?;
                         ab_lines.push(format!(
                             "| {} | {name} | {t} | {:.3} | {:.3} | {:.3} |",
                             facts.filename,
@@ -486,41 +486,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                             "bench: {} {name} t={t}: tokens between probe passes",
                             facts.filename
                         ));
-                        let mut part = 0;
-                        let mut pass = || {
-                            part += 1;
-                            membw::read_part(buf, &threads, part, PROBE_PARTS)
-                        };
-                        let (mut probes, mut decode, mut fractions) =
-                            (Vec::new(), Vec::new(), Vec::new());
-                        // Repetition 0 is the warm-up.
-                        for r in 0..=args.reps {
-                            state.reset();
-                            if d > 0 {
-                                model.prefill(&mut state, &depth, b, Logits::Last, &threads)?;
-                            }
-                            let mut before = pass();
-                            for &tok in &toks {
-                                let t0 = Instant::now();
-                                model.forward(
-                                    &mut state,
-                                    &[tok],
-                                    Logits::Last,
-                                    &mut logits,
-                                    &threads,
-                                )?;
-                                let gbs = facts.bytes_per_token as f64
-                                    / t0.elapsed().as_secs_f64().max(1e-9)
-                                    / 1e9;
-                                let after = pass();
-                                if r > 0 {
-                                    probes.push(before);
-                                    decode.push(gbs);
-                                    fractions.push(2.0 * gbs / (before + after));
-                                }
-                                before = after;
-                            }
-                        }
+                        let [mut probes, mut decode, mut fractions] = run.measure_paired(
+                            &mut state,
+                            &mut logits,
+                            (buf, facts.bytes_per_token),
+                            args.reps,
+                        )?;
                         let [p25, med, p75] = quartiles(&mut fractions);
                         paired_lines.push(format!(
                             "| {} | {name} | {t} | {} | {:.1} | {:.1} | {:.1}% | {:.1}-{:.1}% |",
@@ -658,8 +629,8 @@ fn quartiles(v: &mut [f64]) -> [f64; 3] {
     [1, 2, 3].map(|q| v[(q * v.len()).div_ceil(4) - 1])
 }
 
-/// One test of `--ab`: what it runs.
-struct AbRun<'a> {
+/// One test of `--ab` or `--probe-each-token`: what it runs.
+struct TestRun<'a> {
     model: &'a dyn synapse_engine::Model,
     threads: &'a Threads,
     batch: usize,
@@ -668,11 +639,21 @@ struct AbRun<'a> {
     prefill: bool,
 }
 
-impl AbRun<'_> {
+impl TestRun<'_> {
+    /// An empty cache, then the untimed prefill of the test's depth.
+    fn start(&self, state: &mut synapse_engine::State) -> Result<()> {
+        state.reset();
+        if !self.depth.is_empty() {
+            self.model
+                .prefill(state, self.depth, self.batch, Logits::Last, self.threads)?;
+        }
+        Ok(())
+    }
+
     /// The median time of variant `ab.0`'s and of `ab.1`'s halves, in seconds: whole prefills
     /// alternating (at least eight of each), or the tokens of each decode run alternating
     /// (`reps` runs; each half's time a run is the sum over its tokens, per token).
-    fn measure(
+    fn measure_ab(
         &self,
         state: &mut synapse_engine::State,
         logits: &mut [f32],
@@ -681,20 +662,12 @@ impl AbRun<'_> {
     ) -> Result<[f64; 2]> {
         let variants = [ab.0, ab.1];
         let mut halves: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
-        let start = |state: &mut synapse_engine::State| -> Result<()> {
-            state.reset();
-            if !self.depth.is_empty() {
-                self.model
-                    .prefill(state, self.depth, self.batch, Logits::Last, self.threads)?;
-            }
-            Ok(())
-        };
         if self.prefill {
             let runs = 2 * reps.max(8);
             for i in 0..=runs {
                 // Half `h` runs variant `variants[h]` and keeps its own times.
                 let h = i % 2;
-                start(state)?;
+                self.start(state)?;
                 synapse_quant::ab::set_variant(variants[h]);
                 let t = Instant::now();
                 self.model
@@ -706,7 +679,7 @@ impl AbRun<'_> {
             }
         } else {
             for r in 0..=reps {
-                start(state)?;
+                self.start(state)?;
                 let mut sums = [0.0f64; 2];
                 for (i, &tok) in self.toks.iter().enumerate() {
                     let h = i % 2;
@@ -728,6 +701,43 @@ impl AbRun<'_> {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         }))
+    }
+
+    /// `reps` decode runs of the tokens (after a warm-up run), a pass of the probe over the
+    /// next slice of `buf` before every token and after the last: for every timed token, the
+    /// probe before it, its weight bandwidth, and that over the mean of the passes around it.
+    fn measure_paired(
+        &self,
+        state: &mut synapse_engine::State,
+        logits: &mut [f32],
+        (buf, bytes_per_token): (&membw::ProbeBuffer, u64),
+        reps: usize,
+    ) -> Result<[Vec<f64>; 3]> {
+        let mut part = 0;
+        let mut pass = || {
+            part += 1;
+            membw::read_part(buf, self.threads, part, PROBE_PARTS)
+        };
+        let [mut probes, mut decode, mut fractions] = [Vec::new(), Vec::new(), Vec::new()];
+        // Run 0 is the warm-up.
+        for r in 0..=reps {
+            self.start(state)?;
+            let mut before = pass();
+            for &tok in self.toks {
+                let t0 = Instant::now();
+                self.model
+                    .forward(state, &[tok], Logits::Last, logits, self.threads)?;
+                let gbs = bytes_per_token as f64 / t0.elapsed().as_secs_f64().max(1e-9) / 1e9;
+                let after = pass();
+                if r > 0 {
+                    probes.push(before);
+                    decode.push(gbs);
+                    fractions.push(2.0 * gbs / (before + after));
+                }
+                before = after;
+            }
+        }
+        Ok([probes, decode, fractions])
     }
 }
 
