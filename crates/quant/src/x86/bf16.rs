@@ -276,29 +276,29 @@ pub(crate) fn pack_rows(
 }
 
 /// The chains of a group (`rows`: sixteen rows of `k` values, as bytes) into `chains` in the
-/// packed layout.
+/// packed layout: each part's 32 values of the sixteen rows loaded and transposed as 32-bit
+/// words ([`transpose16`]: word `m`, pair `m` of every row), each word one chain's step.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
 #[target_feature(enable = "avx512f")]
 unsafe fn gather_pairs(rows: &[u8], k: usize, s: usize, chains: &mut [u8]) {
     assert!(rows.len() >= GROUP * 2 * k && chains.len() >= GROUP * 4 * 32 * s && 64 * s <= k);
-    // Byte offsets of the sixteen rows.
-    let at = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32((2 * k) as i32),
-    );
-    for m in 0..16 {
-        for i in 0..s {
-            for j in 0..2 {
-                let value = 64 * i + 32 * j + 2 * m;
+    for i in 0..s {
+        for j in 0..2 {
+            let value = 64 * i + 32 * j;
+            let mut v = [_mm512_setzero_ps(); GROUP];
+            for (r, v) in v.iter_mut().enumerate() {
+                // SAFETY: values value..value + 32 <= 64 s <= k of row r: 64 bytes inside
+                // `rows`.
+                *v = unsafe { _mm512_loadu_ps(rows[2 * (r * k + value)..][..64].as_ptr().cast()) };
+            }
+            // SAFETY: this function's features.
+            let pairs = unsafe { transpose16(v) };
+            for (m, p) in pairs.iter().enumerate() {
                 let dst = chain_at(s, m, i, j) * 64;
-                // SAFETY: values `value`, `value + 1` < 64 s <= k of every row: four bytes at
-                // each offset, inside `rows`; 64 bytes at `dst`, inside `chains`.
-                unsafe {
-                    let v = _mm512_i32gather_epi32::<1>(at, rows[2 * value..].as_ptr().cast());
-                    _mm512_storeu_si512(chains[dst..][..64].as_mut_ptr().cast(), v);
-                }
+                // SAFETY: 64 bytes at `dst`, inside `chains`.
+                unsafe { _mm512_storeu_ps(chains[dst..][..64].as_mut_ptr().cast(), *p) };
             }
         }
     }
