@@ -981,7 +981,7 @@ unsafe fn pair_tile<const R: usize, const T: usize>(
 /// The reduced accumulators of every row of `w` with every token of `y` (`k` values each),
 /// into `parts` (`(n_tok, rows)`), under FTZ and DAZ ([`flushing`]): the tokens widened once
 /// ([`widen_pairs_by_chain`], into `a`), then blocks of 32 rows widened once each (into `wf`)
-/// and run past the tokens in tiles of two rows by four tokens.
+/// and run past the tokens in tiles of three rows by four tokens.
 #[inline(never)]
 #[target_feature(enable = "avx2,fma")]
 fn tile_sums_avx2(
