@@ -15,6 +15,8 @@
 
 use std::arch::x86_64::*;
 
+use half::slice::HalfFloatSliceExt;
+
 use super::avx512::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::{
     fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, LayerRows,
@@ -487,15 +489,8 @@ impl<'a> Staged<'a> {
         for g in 0..s.n_head_kv {
             let (keys, values) = rows.head_rows(g, hd);
             let (kf, vf) = (&mut kf[g * one..][..one], &mut vf[g * one..][..one]);
-            for (src, dst) in [(keys, kf), (values, vf)] {
-                for (h, f) in src.chunks_exact(8).zip(dst.chunks_exact_mut(8)) {
-                    // SAFETY: eight values each way.
-                    unsafe {
-                        let x = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast()));
-                        _mm256_storeu_ps(f.as_mut_ptr(), x);
-                    }
-                }
-            }
+            keys.convert_to_f32_slice(kf);
+            values.convert_to_f32_slice(vf);
         }
         Staged {
             base,

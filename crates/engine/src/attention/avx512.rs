@@ -16,6 +16,8 @@
 
 use std::arch::x86_64::*;
 
+use half::slice::HalfFloatSliceExt;
+
 use super::{
     fma_for_f16_zmm, prefetch_ahead, round_f16_zmm, AttnShape, HeadJob, HeadScratch, LayerRows,
     Rows, F16_STEP,
@@ -1017,14 +1019,7 @@ impl<'a> Staged<'a> {
                 }
             }
             if f32_values {
-                let vf = &mut vf[kvh * n_pos * hd..][..n_pos * hd];
-                for (v, f) in values.chunks_exact(16).zip(vf.chunks_exact_mut(16)) {
-                    // SAFETY: 16 values each way.
-                    unsafe {
-                        let v = _mm512_cvtph_ps(_mm256_loadu_si256(v.as_ptr().cast()));
-                        _mm512_storeu_ps(f.as_mut_ptr(), v);
-                    }
-                }
+                values.convert_to_f32_slice(&mut vf[kvh * n_pos * hd..][..n_pos * hd]);
             }
         }
         Staged {

@@ -24,7 +24,7 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::f16::{chain_passes, lay_out_tokens, transpose16};
+use super::f16::{chain_passes, lay_out_tokens, load_transposed16, transpose16};
 use super::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
 use crate::QuantError;
@@ -286,15 +286,9 @@ unsafe fn gather_pairs(rows: &[u8], k: usize, s: usize, chains: &mut [u8]) {
     assert!(rows.len() >= GROUP * 2 * k && chains.len() >= GROUP * 4 * 32 * s && 64 * s <= k);
     for i in 0..s {
         for j in 0..2 {
-            let value = 64 * i + 32 * j;
-            let mut v = [_mm512_setzero_ps(); GROUP];
-            for (r, v) in v.iter_mut().enumerate() {
-                // SAFETY: values value..value + 32 <= 64 s <= k of row r: 64 bytes inside
-                // `rows`.
-                *v = unsafe { _mm512_loadu_ps(rows[2 * (r * k + value)..][..64].as_ptr().cast()) };
-            }
-            // SAFETY: this function's features.
-            let pairs = unsafe { transpose16(v) };
+            // SAFETY: this function's features; values 64 i + 32 j..+32 <= 64 s <= k of each
+            // row.
+            let pairs = unsafe { load_transposed16(rows, 2 * k, 2 * (64 * i + 32 * j)) };
             for (m, p) in pairs.iter().enumerate() {
                 let dst = chain_at(s, m, i, j) * 64;
                 // SAFETY: 64 bytes at `dst`, inside `chains`.
@@ -655,11 +649,7 @@ unsafe fn flush8(v: __m256i) -> __m256 {
 #[inline(always)]
 unsafe fn pairs8(p: *const bf16) -> [__m256; 2] {
     // SAFETY: the caller's bounds and CPU.
-    unsafe {
-        let v = _mm256_loadu_si256(p.cast());
-        let odd = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF_0000u32 as i32));
-        [flush8(odd), flush8(_mm256_slli_epi32::<16>(v))]
-    }
+    unsafe { pairs8_raw(p).map(|v| flush8(_mm256_castps_si256(v))) }
 }
 
 /// One `vdpbf16ps` step of eight lanes: `acc + odd products`, then `+ even products`, each
@@ -808,39 +798,29 @@ unsafe fn pairs8_raw(p: *const bf16) -> [__m256; 2] {
     }
 }
 
-/// The two reduced accumulators of `R` rows (`x`, every row `y.len()` long at least) with one
-/// activation row, over its 64-value steps, for a caller under FTZ and DAZ ([`flushing`]).
+/// The two reduced accumulators of a row `x` (at least `y.len()` long) with one activation row,
+/// over its 64-value steps, for a caller under FTZ and DAZ ([`flushing`]).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA (the caller's features; this is inlined into it).
 #[inline(always)]
-unsafe fn sums_avx2_inline<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [[f32; 2]; R] {
+unsafe fn row_sums(x: &[bf16], y: &[bf16]) -> [f32; 2] {
     let np = y.len() & !63;
-    let x = x.map(|r| &r[..np]);
-    // SAFETY: the caller's CPU; values i + 16 q..+16 < np of `y` and of every row.
+    let x = &x[..np];
+    // SAFETY: the caller's CPU; values i + 16 q..+16 < np of `y` and of the row.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i < np {
-            for r in x {
-                super::prefetch_lines(r.as_ptr().wrapping_add(i).cast(), 0..2);
-            }
-            for q in 0..4 {
+            super::prefetch_lines(x.as_ptr().wrapping_add(i).cast(), 0..2);
+            for (q, acc) in acc.iter_mut().enumerate() {
                 let yv = pairs8_raw(y.as_ptr().add(i + 16 * q));
-                for (acc, x) in acc.iter_mut().zip(&x) {
-                    let xv = pairs8_raw(x.as_ptr().add(i + 16 * q));
-                    acc[q] = _mm256_fmadd_ps(xv[1], yv[1], _mm256_fmadd_ps(xv[0], yv[0], acc[q]));
-                }
+                let xv = pairs8_raw(x.as_ptr().add(i + 16 * q));
+                *acc = _mm256_fmadd_ps(xv[1], yv[1], _mm256_fmadd_ps(xv[0], yv[0], *acc));
             }
             i += 64;
         }
-        let mut out = [[0f32; 2]; R];
-        for (o, acc) in out.iter_mut().zip(&acc) {
-            for (j, red) in o.iter_mut().enumerate() {
-                *red = super::avx2::hsum(_mm256_add_ps(acc[2 * j], acc[2 * j + 1]));
-            }
-        }
-        out
+        [0, 1].map(|j| super::avx2::hsum(_mm256_add_ps(acc[2 * j], acc[2 * j + 1])))
     }
 }
 
@@ -853,32 +833,52 @@ unsafe fn sums_avx2_inline<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [[f32
 fn row_sums_avx2(x: &[bf16], k: usize, y: &[bf16], parts: &mut [[f32; 2]]) {
     for (r, p) in parts.iter_mut().enumerate() {
         // SAFETY: this function's features.
-        *p = unsafe { sums_avx2_inline::<1>([&x[r * k..][..k]], y) }[0];
+        *p = unsafe { row_sums(&x[r * k..][..k], y) };
     }
 }
 
-/// Every row of `x` (`k` values each) with one activation row `y`, into `out`: the 64-value
-/// steps under FTZ and DAZ ([`row_sums_avx2`]), then the leftovers; a call that underflowed
+/// The outputs of a call, `out` (`(n_tok, rows)`: row `i % rows` of `w` with token `i / rows`
+/// of `y`, `k` values each): `sums` fills each output's two reduced accumulators under FTZ
+/// and DAZ ([`flushing`]; it must call a function the compiler cannot see into), then each
+/// output adds its leftovers past the 64-value steps; a call in which a result was flushed is
 /// computed again by hand ([`dot_bf16_avx2`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `w.len()` and `y.len()` must be multiples of `k > 0` and
+/// `out` `(y.len() / k) * (w.len() / k)` long.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn outputs_avx2(
+    (w, y, k): (&[bf16], &[bf16], usize),
+    out: &mut [f32],
+    sums: impl FnOnce(&mut [[f32; 2]]),
+) {
+    let (np, rows) = (k & !63, w.len() / k);
+    PARTS.with_borrow_mut(|parts| {
+        parts.clear();
+        parts.resize(out.len(), [0.0; 2]);
+        let ((), underflowed) = flushing(|| sums(parts));
+        for (i, (o, p)) in out.iter_mut().zip(parts.iter()).enumerate() {
+            let (xr, yt) = (&w[i % rows * k..][..k], &y[i / rows * k..][..k]);
+            *o = if underflowed {
+                dot_bf16_avx2::<1>([xr], yt)[0]
+            } else {
+                bf16_tail(p[0], p[1], &xr[np..], &yt[np..])
+            };
+        }
+    });
+}
+
+/// Every row of `x` (`k` values each) with one activation row `y`, into `out`: the 64-value
+/// steps a row at a time ([`row_sums_avx2`]), then the leftovers ([`outputs_avx2`]).
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA; `y.len() == k > 0`, `x.len() == k * out.len()`.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemv_avx2_unchecked(x: &[bf16], k: usize, y: &[bf16], out: &mut [f32]) {
-    let np = k & !63;
-    PARTS.with_borrow_mut(|parts| {
-        parts.clear();
-        parts.resize(out.len(), [0.0; 2]);
-        let ((), underflowed) = flushing(|| row_sums_avx2(x, k, y, parts));
-        for (r, (o, p)) in out.iter_mut().zip(parts.iter()).enumerate() {
-            let xr = &x[r * k..][..k];
-            *o = if underflowed {
-                dot_bf16_avx2::<1>([xr], y)[0]
-            } else {
-                bf16_tail(p[0], p[1], &xr[np..], &y[np..])
-            };
-        }
-    });
+    // SAFETY: the caller's CPU and sizes.
+    unsafe {
+        outputs_avx2((x, y, k), out, |parts| row_sums_avx2(x, k, y, parts));
+    }
 }
 
 thread_local! {
@@ -1068,22 +1068,13 @@ fn tile_sums_avx2(
 /// `out` `(y.len() / k) * (w.len() / k)` long.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn gemm_avx2_unchecked(w: &[bf16], y: &[bf16], k: usize, out: &mut [f32]) {
-    let np = k & !63;
-    let rows = w.len() / k;
     TILE_COPIES.with_borrow_mut(|(a, wf)| {
-        PARTS.with_borrow_mut(|parts| {
-            parts.clear();
-            parts.resize(out.len(), [0.0; 2]);
-            let ((), underflowed) = flushing(|| tile_sums_avx2(w, y, k, parts, (a, wf)));
-            for (i, (o, p)) in out.iter_mut().zip(parts.iter()).enumerate() {
-                let (xr, yt) = (&w[i % rows * k..][..k], &y[i / rows * k..][..k]);
-                *o = if underflowed {
-                    dot_bf16_avx2::<1>([xr], yt)[0]
-                } else {
-                    bf16_tail(p[0], p[1], &xr[np..], &yt[np..])
-                };
-            }
-        })
+        // SAFETY: the caller's CPU and sizes.
+        unsafe {
+            outputs_avx2((w, y, k), out, |parts| {
+                tile_sums_avx2(w, y, k, parts, (a, wf))
+            });
+        }
     });
 }
 

@@ -652,6 +652,23 @@ pub(super) unsafe fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
     }
 }
 
+/// Sixteen rows' 64 bytes from byte `at` of each (row `r` at `rows[r * stride..]`), transposed
+/// as 32-bit words ([`transpose16`]): register `j` holds word `j` of every row, a row a lane.
+///
+/// # Safety
+/// The CPU must have AVX-512 F.
+#[inline(always)]
+pub(super) unsafe fn load_transposed16(rows: &[u8], stride: usize, at: usize) -> [__m512; 16] {
+    // SAFETY: the caller's CPU.
+    let mut v = [unsafe { _mm512_setzero_ps() }; 16];
+    for (r, v) in v.iter_mut().enumerate() {
+        // SAFETY: the caller's CPU; 64 bytes of row r, bounds-checked by the slice.
+        *v = unsafe { _mm512_loadu_ps(rows[r * stride + at..][..64].as_ptr().cast()) };
+    }
+    // SAFETY: the caller's CPU.
+    unsafe { transpose16(v) }
+}
+
 /// The tokens of a batch laid out for the packed float kernels' passes ([`gemm_packed`] and
 /// `super::bf16`'s), into `yp` (`block_len` words a block of [`PASS_TOKENS`] tokens, zeros
 /// past the last token): sixteen tokens at a time, for each step `i < s` and part `j < J`,
@@ -760,16 +777,12 @@ pub(crate) fn pack_rows(
 unsafe fn gather_columns(rows: &[u16], k: usize, s: usize, chains: &mut [u16]) {
     assert!(rows.len() >= GROUP * k && chains.len() >= GROUP * 64 * s && 64 * s <= k);
     let dst = |m: usize, i: usize, q: usize| chain_at(s, m, i, q) * GROUP;
+    let bytes: &[u8] = bytemuck::cast_slice(rows);
     for i in 0..s {
         for h in 0..2 {
             let c0 = 64 * i + 32 * h;
-            let mut v = [_mm512_setzero_ps(); GROUP];
-            for (r, v) in v.iter_mut().enumerate() {
-                // SAFETY: columns c0..c0 + 32 <= 64 s <= k of row r, inside `rows`.
-                *v = unsafe { _mm512_loadu_ps(rows[r * k + c0..][..32].as_ptr().cast()) };
-            }
-            // SAFETY: this function's features.
-            let words = unsafe { transpose16(v) };
+            // SAFETY: this function's features; columns c0..c0 + 32 <= 64 s <= k of each row.
+            let words = unsafe { load_transposed16(bytes, 2 * k, 2 * c0) };
             for (j, w) in words.iter().enumerate() {
                 // Columns c0 + 2j and c0 + 2j + 1: chain m = (32 h + 2 j) % 16 of part q.
                 let (q, m) = (2 * h + j / 8, 2 * (j % 8));
