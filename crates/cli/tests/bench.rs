@@ -290,6 +290,69 @@ fn bench_ab_reports_each_variants_median_and_their_ratio() {
 }
 
 #[test]
+fn bench_profile_accounts_for_every_product_of_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "Q8_0");
+    let m = model.to_str().unwrap();
+    let r = synapse(&[
+        "bench",
+        "-m",
+        m,
+        "-p",
+        "8",
+        "-n",
+        "3",
+        "-r",
+        "2",
+        "-t",
+        "2",
+        "--no-membw",
+        "--profile",
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let text = String::from_utf8(r.stdout).unwrap();
+    // One profile a test, after the usual table.
+    let profiles: Vec<&str> = text.split("Profile of ").skip(1).collect();
+    assert_eq!(profiles.len(), 2, "{text}");
+    assert!(profiles[0].contains(" pp8 t=2: ") && profiles[1].contains(" tg3 t=2: "));
+    let n_layer = 2.0; // tiny-llama
+    for (profile, tokens) in profiles.iter().zip([8.0, 1.0]) {
+        let parts: std::collections::HashMap<&str, Vec<&str>> = profile
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| part"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                (cells[1], cells[2..].to_vec())
+            })
+            .collect();
+        let calls = |name: &str| parts[name][0].parse::<f64>().unwrap();
+        // Per token of the test: a pass per batch of the prompt, a pass per decoded token.
+        let per_pass = |k: f64| k / tokens;
+        for (name, k) in [
+            ("attn_qkv", n_layer),
+            ("attn_output", n_layer),
+            ("ffn_gate_up", n_layer),
+            ("ffn_down", n_layer),
+            ("output", 1.0),
+            ("norm", 2.0 * n_layer + 1.0),
+        ] {
+            let want = per_pass(k);
+            assert!((calls(name) - want).abs() < 0.01, "{name}: {profile}");
+        }
+        // Products have a weight bandwidth, other parts none; the shares add up to 100%.
+        assert!(!parts["ffn_down"][3].is_empty() && parts["norm"][3].is_empty());
+        let share: f64 = parts
+            .values()
+            .map(|c| c[2].trim_end_matches('%').parse::<f64>().unwrap())
+            .sum();
+        assert!(
+            (share - 100.0).abs() < 0.1 * parts.len() as f64,
+            "{profile}"
+        );
+    }
+}
+
+#[test]
 fn membw_probe_prints_one_rate_per_thread_count() {
     let r = synapse(&[
         "bench",

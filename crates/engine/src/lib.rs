@@ -13,6 +13,7 @@ pub mod membw;
 pub mod model;
 pub mod ops;
 pub mod pool;
+pub mod profile;
 pub mod sampler;
 pub mod tokenizer;
 

@@ -103,6 +103,11 @@ impl<'a> Matrix<'a> {
         Ok(self)
     }
 
+    /// Bytes of the file's encoding of the whole matrix (what one token's product reads).
+    pub fn bytes(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }

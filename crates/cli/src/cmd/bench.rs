@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::{ArgAction, Args, ValueEnum};
 use serde::Serialize;
-use synapse_engine::{membw, Logits, Threads};
+use synapse_engine::{membw, profile, Logits, Threads};
 use synapse_gguf::GgufFile;
 
 use super::common;
@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// repetition instead of the usual table; pp tests are skipped.
     #[arg(long, conflicts_with_all = ["membw", "ab"])]
     pub probe_each_token: bool,
+    /// After the table, where each test's timed runs spent their time: the forward pass's
+    /// parts (norms, each product, attention, ...) by wall time per token, with the weight
+    /// bandwidth of each product (on stderr with -o json or csv).
+    #[arg(long, conflicts_with_all = ["membw", "ab", "probe_each_token"])]
+    pub profile: bool,
 }
 
 /// Slices of the probe's buffer that `--probe-each-token` passes over in turn.
@@ -426,6 +431,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut rows = Vec::new();
     let mut ab_lines = Vec::new();
     let mut paired_lines = Vec::new();
+    let mut profiles = Vec::new();
     for path in &args.models {
         if !path.is_file() {
             bail!("{}: no such model file", path.display());
@@ -505,10 +511,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         ));
                         continue;
                     }
-                    let mut one = || -> Result<u64> {
+                    let mut account: Vec<profile::Part> = Vec::new();
+                    let mut one = |timed: bool| -> Result<u64> {
                         state.reset();
                         if d > 0 {
                             model.prefill(&mut state, &depth, b, Logits::Last, &threads)?;
+                        }
+                        let profiling = timed && args.profile;
+                        if profiling {
+                            profile::start();
                         }
                         let t0 = Instant::now();
                         if p > 0 {
@@ -524,16 +535,20 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                                 )?;
                             }
                         }
-                        Ok(t0.elapsed().as_nanos() as u64)
+                        let ns = t0.elapsed().as_nanos() as u64;
+                        if profiling {
+                            profile::merge(&mut account, profile::stop());
+                        }
+                        Ok(ns)
                     };
                     say(format!(
                         "bench: {} {name} t={t} b={b}: warm-up",
                         facts.filename
                     ));
-                    one()?;
+                    one(false)?;
                     let mut samples_ns = Vec::with_capacity(args.reps);
                     for r in 0..args.reps {
-                        let ns = one()?.max(1);
+                        let ns = one(true)?.max(1);
                         say(format!(
                             "bench: {} {name} t={t} b={b}: rep {}/{}: {:.2} tok/s",
                             facts.filename,
@@ -555,6 +570,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                     } else {
                         0.0
                     };
+                    if args.profile {
+                        let per_token = (args.reps * (p + n)) as f64;
+                        profiles.push((
+                            format!("{} {name} t={t}", facts.filename),
+                            account,
+                            per_token,
+                        ));
+                    }
                     let peak = peak_at(t);
                     rows.push(Row {
                         build_commit: env!("CARGO_PKG_VERSION").to_string(),
@@ -616,7 +639,52 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
         return Ok(());
     }
-    print_rows(&rows, &peaks, args)
+    print_rows(&rows, &peaks, args)?;
+    if !profiles.is_empty() {
+        let text = profiles
+            .iter()
+            .map(|(test, parts, per_token)| profile_table(test, parts, *per_token))
+            .collect::<Vec<_>>()
+            .join("\n");
+        match args.output {
+            Output::Md => print!("\n{text}"),
+            Output::Json | Output::Csv => eprint!("{text}"),
+        }
+    }
+    Ok(())
+}
+
+/// A markdown table of where one test's timed runs spent their time: each part's calls, wall
+/// time and share per token (`per_token`: the tokens of every timed run), and for products
+/// the weight bandwidth while they ran.
+fn profile_table(test: &str, parts: &[profile::Part], per_token: f64) -> String {
+    let total: u64 = parts.iter().map(|p| p.nanos).sum();
+    let products: u64 = parts
+        .iter()
+        .filter(|p| p.weight_bytes > 0)
+        .map(|p| p.nanos)
+        .sum();
+    let mut s = format!(
+        "Profile of {test}: {:.1} us a token, {:.1}% in products\n\n\
+         | part | calls a token | us a token | share | weights GB/s |\n|---|--:|--:|--:|--:|\n",
+        total as f64 / per_token / 1e3,
+        100.0 * products as f64 / total.max(1) as f64
+    );
+    for p in parts {
+        let gbs = if p.weight_bytes > 0 {
+            format!("{:.1}", p.weight_bytes as f64 / p.nanos.max(1) as f64)
+        } else {
+            String::new()
+        };
+        s += &format!(
+            "| {} | {:.2} | {:.1} | {:.1}% | {gbs} |\n",
+            p.name,
+            p.calls as f64 / per_token,
+            p.nanos as f64 / per_token / 1e3,
+            100.0 * p.nanos as f64 / total.max(1) as f64
+        );
+    }
+    s
 }
 
 /// The lower quartile, the median and the upper quartile of `v` (nearest rank: the smallest

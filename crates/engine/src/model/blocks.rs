@@ -77,6 +77,7 @@ pub(crate) fn embed(tok_embd: &Matrix, tokens: &[u32], x: &mut [f32]) -> Result<
             },
         )?;
     }
+    crate::profile::mark("embed");
     Ok(())
 }
 
@@ -159,6 +160,7 @@ impl<'a> Attention<'a> {
         pos0: usize,
     ) {
         mm_many(
+            "attn_qkv",
             &[&self.wq, &self.wk, &self.wv],
             &s.h,
             n,
@@ -175,6 +177,9 @@ impl<'a> Attention<'a> {
                 add_bias_rows(x, b, n);
             }
         }
+        if self.bq.is_some() || self.bk.is_some() || self.bv.is_some() {
+            crate::profile::mark("bias");
+        }
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         if let Some(w) = &self.q_norm {
             norm_rows(&mut s.q, a.head_dim, n * a.n_head, w, eps);
@@ -184,12 +189,23 @@ impl<'a> Attention<'a> {
             norm_rows(&mut s.k, a.head_dim, n * a.n_head_kv, w, eps);
             tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
         }
+        if self.q_norm.is_some() || self.k_norm.is_some() {
+            crate::profile::mark("norm");
+        }
     }
 
     /// `s.o = Wo · s.att` for `n` rows.
     #[inline(always)]
     pub fn output(&self, s: &mut Scratch, n: usize, threads: &Threads) {
-        mm(&self.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+        mm(
+            "attn_output",
+            &self.wo,
+            &s.att,
+            n,
+            &mut s.acts,
+            &mut s.o,
+            threads,
+        );
     }
 }
 
@@ -218,6 +234,7 @@ pub(crate) fn rope_and_store(
         rope.apply(k, hd, &s.rope);
         kv.store(kv_layer, pos, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
     }
+    crate::profile::mark("rope and KV store");
 }
 
 /// Causal attention of the `n` queries in `s.q` (positions `pos0..`) over cache layer
@@ -246,6 +263,7 @@ pub(crate) fn attend_causal(
         &mut s.att,
         threads,
     );
+    crate::profile::mark("attention");
 }
 
 /// The gate's activation in a gated FFN.
@@ -295,6 +313,7 @@ impl<'a> Ffn<'a> {
     ) {
         let n_ff = self.gate.rows;
         mm_many(
+            "ffn_gate_up",
             &[&self.gate, &self.up],
             &s.h,
             n,
@@ -321,8 +340,17 @@ impl<'a> Ffn<'a> {
             Activation::Silu => "ffn_swiglu",
             Activation::Gelu => "ffn_geglu",
         };
+        crate::profile::mark(name);
         tap.rows(name, l, pos0, &s.gate[..n * n_ff], n);
-        mm(&self.down, &s.gate, n, &mut s.acts, &mut s.o, threads);
+        mm(
+            "ffn_down",
+            &self.down,
+            &s.gate,
+            n,
+            &mut s.acts,
+            &mut s.o,
+            threads,
+        );
         tap.rows("ffn_out", l, pos0, &s.o[..n * self.down.rows], n);
     }
 }
@@ -381,7 +409,8 @@ pub(crate) fn output_logits(
         let src = &s.x[(first + t) * d..(first + t + 1) * d];
         crate::ops::rms_norm(src, norm, eps, &mut s.h[t * d..(t + 1) * d]);
     }
-    mm(output, &s.h, rows, &mut s.acts, out, threads);
+    crate::profile::mark("norm");
+    mm("output", output, &s.h, rows, &mut s.acts, out, threads);
 }
 
 /// The shape hyperparameters of a decoder whose layers share one attention shape, read from
@@ -487,6 +516,7 @@ impl<'a> DecoderLayer<'a> {
         let a = c.a;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         rms_norm_rows(&s.x[..n * d], &self.attn_norm, c.eps, &mut s.h, d);
+        crate::profile::mark("norm");
         c.tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
         self.attn.qkv(s, n, a, c.eps, c.threads, c.tap, l, pos0);
         rope_and_store(c.rope, s, kv, l, pos0, n, a);
@@ -498,12 +528,15 @@ impl<'a> DecoderLayer<'a> {
         self.attn.output(s, n, c.threads);
         c.tap.rows("attn_out", l, pos0, &s.o[..n * d], n);
         add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        crate::profile::mark("residual");
         c.tap.rows("ffn_inp", l, pos0, &s.x[..n * d], n);
 
         rms_norm_rows(&s.x[..n * d], &self.ffn_norm, c.eps, &mut s.h, d);
+        crate::profile::mark("norm");
         c.tap.rows("ffn_norm", l, pos0, &s.h[..n * d], n);
         self.ffn.forward(c.act, s, n, c.threads, c.tap, l, pos0);
         add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        crate::profile::mark("residual");
         c.tap.rows("l_out", l, pos0, &s.x[..n * d], n);
     }
 }

@@ -204,6 +204,7 @@ impl super::ForwardBody for Gemma3<'_> {
 
         embed(&self.tok_embd, tokens, &mut s.x)?;
         scale_inplace(&mut s.x[..n * d], self.embd_scale);
+        crate::profile::mark("embed");
         tap.rows("inp_scaled", 0, pos0, &s.x[..n * d], n);
 
         for (l, layer) in self.layers.iter().enumerate() {
@@ -212,6 +213,7 @@ impl super::ForwardBody for Gemma3<'_> {
                 let x = &s.x[t * d..(t + 1) * d];
                 rms_norm(x, &layer.attn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
             }
+            crate::profile::mark("norm");
             tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
             layer.attn.qkv(s, n, a, eps, threads, tap, l, pos0);
             let (rope, window) = if layer.local {
@@ -224,13 +226,16 @@ impl super::ForwardBody for Gemma3<'_> {
             tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
             tap.rows("Vcur", l, pos0, &s.v[..n * kv_dim], n);
             scale_inplace(&mut s.q[..n * q_dim], self.q_scale);
+            crate::profile::mark("rope and KV store");
             attend_causal(a, s, &st.kv, l, pos0, n, window, threads);
             tap.rows("kqv_out", l, pos0, &s.att[..n * q_dim], n);
             layer.attn.output(s, n, threads);
             tap.rows("attn_out", l, pos0, &s.o[..n * d], n);
             norm_rows(&mut s.o, d, n, &layer.attn_post_norm, eps);
+            crate::profile::mark("norm");
             tap.rows("attn_post_norm", l, pos0, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            crate::profile::mark("residual");
             tap.rows("sa_out", l, pos0, &s.x[..n * d], n);
 
             // Feed-forward block.
@@ -238,13 +243,16 @@ impl super::ForwardBody for Gemma3<'_> {
                 let x = &s.x[t * d..(t + 1) * d];
                 rms_norm(x, &layer.ffn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
             }
+            crate::profile::mark("norm");
             tap.rows("ffn_norm", l, pos0, &s.h[..n * d], n);
             layer
                 .ffn
                 .forward(Activation::Gelu, s, n, threads, tap, l, pos0);
             norm_rows(&mut s.o, d, n, &layer.ffn_post_norm, eps);
+            crate::profile::mark("norm");
             tap.rows("ffn_post_norm", l, pos0, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            crate::profile::mark("residual");
             tap.rows("l_out", l, pos0, &s.x[..n * d], n);
         }
         st.pos += n;

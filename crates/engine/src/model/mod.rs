@@ -288,6 +288,21 @@ pub(crate) fn forward<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     crate::check_forward(m.info(), st, tokens, logits, out)?;
+    crate::profile::begin();
+    let r = dispatch(m, st, tokens, logits, out, threads);
+    crate::profile::mark("other");
+    r
+}
+
+/// [`forward`]'s pass compiled for the best of the CPU's feature levels.
+fn dispatch<M: ForwardBody>(
+    m: &M,
+    st: &mut State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
     #[cfg(target_arch = "x86_64")]
     if crate::has_avx512f() {
         // SAFETY: the CPU has AVX-512 F besides AVX2, FMA and F16C (just checked).
@@ -332,6 +347,7 @@ unsafe fn forward_v3<M: ForwardBody>(
 
 /// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
 pub(crate) fn mm(
+    name: &'static str,
     w: &Matrix,
     x: &[f32],
     n: usize,
@@ -340,13 +356,16 @@ pub(crate) fn mm(
     threads: &Threads,
 ) {
     acts.quantize(w.act_type(), &x[..n * w.cols], w.cols, threads);
+    crate::profile::mark("quantize activations");
     matmul(w, acts, &mut out[..n * w.rows], threads);
+    crate::profile::mark_weights(name, w.bytes() as u64);
 }
 
 /// [`mm`] for matrices that share their input (Q, K, V; gate, up): the input quantized once
 /// and all the products in one hand-off to the threads when the matrices take the same
 /// activation type, separate [`mm`]s otherwise. Same bits either way.
 pub(crate) fn mm_many(
+    name: &'static str,
     ws: &[&Matrix],
     x: &[f32],
     n: usize,
@@ -357,10 +376,13 @@ pub(crate) fn mm_many(
     let (ty, cols) = (ws[0].act_type(), ws[0].cols);
     if ws.iter().all(|w| w.act_type() == ty && w.cols == cols) {
         acts.quantize(ty, &x[..n * cols], cols, threads);
+        crate::profile::mark("quantize activations");
         crate::matmul::matmul_many(ws, acts, outs, threads);
+        let bytes = ws.iter().map(|w| w.bytes() as u64).sum();
+        crate::profile::mark_weights(name, bytes);
     } else {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            mm(w, x, n, acts, out, threads);
+            mm(name, w, x, n, acts, out, threads);
         }
     }
 }

@@ -296,6 +296,7 @@ impl<'a> Qwen35<'a> {
         let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         let tap = &self.tap;
         mm_many(
+            "attn_qkv",
             &[&w.wq, &w.wk, &w.wv],
             &s.h,
             n,
@@ -312,6 +313,7 @@ impl<'a> Qwen35<'a> {
         }
         norm_rows(&mut s.q, hd, n * a.n_head, &w.q_norm, self.eps);
         norm_rows(&mut s.k, hd, n * a.n_head_kv, &w.k_norm, self.eps);
+        crate::profile::mark("norm");
         tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
         tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
         rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, n, a);
@@ -328,8 +330,17 @@ impl<'a> Qwen35<'a> {
                 *o *= sigmoid(g);
             }
         }
+        crate::profile::mark("attention gate");
         tap.rows("attn_gated", l, pos0, &s.att[..n * q_dim], n);
-        mm(&w.wo, &s.att, n, &mut s.acts, &mut s.o, threads);
+        mm(
+            "attn_output",
+            &w.wo,
+            &s.att,
+            n,
+            &mut s.acts,
+            &mut s.o,
+            threads,
+        );
     }
 
     /// A gated delta-net layer over the `n` normed rows of `s.h`, into `s.o`, carrying its
@@ -352,6 +363,7 @@ impl<'a> Qwen35<'a> {
         let tap = &self.tap;
         let b: &mut DeltaNetBuffers = &mut s.dn;
         mm_many(
+            "ssm_in",
             &[&w.wqkv, &w.wgate, &w.wbeta, &w.walpha],
             &s.h,
             n,
@@ -424,8 +436,17 @@ impl<'a> Qwen35<'a> {
             rms_norm_inplace(o, &w.norm, self.eps);
             o.iter_mut().zip(z).for_each(|(o, &z)| *o *= z);
         }
+        crate::profile::mark("delta net");
         tap.rows("final_output", l, pos0, &b.core[..n * value_dim], n);
-        mm(&w.wout, &b.core, n, &mut s.acts, &mut s.o, threads);
+        mm(
+            "ssm_out",
+            &w.wout,
+            &b.core,
+            n,
+            &mut s.acts,
+            &mut s.o,
+            threads,
+        );
     }
 }
 
@@ -478,6 +499,7 @@ impl super::ForwardBody for Qwen35<'_> {
 
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
+            crate::profile::mark("norm");
             tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
             let name = match &layer.mixer {
                 Mixer::Attention(w) => {
@@ -491,14 +513,17 @@ impl super::ForwardBody for Qwen35<'_> {
             };
             tap.rows(name, l, pos0, &s.o[..n * d], n);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            crate::profile::mark("residual");
             tap.rows("attn_residual", l, pos0, &s.x[..n * d], n);
 
             rms_norm_rows(&s.x[..n * d], &layer.post_norm, eps, &mut s.h, d);
+            crate::profile::mark("norm");
             tap.rows("attn_post_norm", l, pos0, &s.h[..n * d], n);
             layer
                 .ffn
                 .forward(Activation::Silu, s, n, threads, tap, l, pos0);
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            crate::profile::mark("residual");
             tap.rows("l_out", l, pos0, &s.x[..n * d], n);
         }
         st.pos += n;
