@@ -341,6 +341,7 @@ fn bench_profile_accounts_for_every_product_of_a_token() {
         }
         // Products have a weight bandwidth, other parts none; the shares add up to 100%.
         assert!(!parts["ffn_down"][3].is_empty() && parts["norm"][3].is_empty());
+        assert!(!parts["ffn_down"][4].is_empty() && parts["norm"][4].is_empty());
         let share: f64 = parts
             .values()
             .map(|c| c[2].trim_end_matches('%').parse::<f64>().unwrap())

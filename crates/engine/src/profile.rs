@@ -1,8 +1,8 @@
 //! Where a forward pass spends its time: an opt-in account of wall time by part (the norms,
 //! each product, attention, ...), kept by the thread that calls `forward`.
 //!
-//! The forward pass marks the end of each part with [`mark`] (or [`mark_weights`] for a
-//! product, with the bytes of weights it read); the time since the previous mark, or since the
+//! The forward pass marks the end of each part with [`mark`] (or [`mark_product`] for a
+//! product, with the bytes of weights it read and its multiply-adds); the time since the previous mark, or since the
 //! pass began, goes to that part. Parts of the same name add up over layers and passes. Off
 //! unless [`start`] was called on the thread: a mark then costs one thread-local flag check,
 //! and nothing the pass computes depends on it.
@@ -22,6 +22,8 @@ pub struct Part {
     pub nanos: u64,
     /// Bytes of weights its products read (0 for parts that are not products).
     pub weight_bytes: u64,
+    /// Multiply-adds its products did (weights x tokens).
+    pub macs: u64,
 }
 
 struct Account {
@@ -56,6 +58,7 @@ pub fn merge(into: &mut Vec<Part>, more: Vec<Part>) {
                 p.calls += m.calls;
                 p.nanos += m.nanos;
                 p.weight_bytes += m.weight_bytes;
+                p.macs += m.macs;
             }
             None => into.push(m),
         }
@@ -75,12 +78,13 @@ pub(crate) fn begin() {
 /// The part `name` ends here.
 #[inline]
 pub(crate) fn mark(name: &'static str) {
-    mark_weights(name, 0);
+    mark_product(name, 0, 0);
 }
 
-/// The part `name`, a product that read `weight_bytes` of weights, ends here.
+/// The part `name`, a product that read `weight_bytes` of weights and did `macs`
+/// multiply-adds, ends here.
 #[inline]
-pub(crate) fn mark_weights(name: &'static str, weight_bytes: u64) {
+pub(crate) fn mark_product(name: &'static str, weight_bytes: u64, macs: u64) {
     ACCOUNT.with(|a| {
         if let Some(acc) = a.borrow_mut().as_mut() {
             let now = Instant::now();
@@ -94,6 +98,7 @@ pub(crate) fn mark_weights(name: &'static str, weight_bytes: u64) {
                         calls: 0,
                         nanos: 0,
                         weight_bytes: 0,
+                        macs: 0,
                     });
                     acc.parts.last_mut().expect("just pushed")
                 }
@@ -101,6 +106,7 @@ pub(crate) fn mark_weights(name: &'static str, weight_bytes: u64) {
             part.calls += 1;
             part.nanos += nanos;
             part.weight_bytes += weight_bytes;
+            part.macs += macs;
         }
     });
 }
@@ -115,15 +121,16 @@ mod tests {
         start();
         begin();
         mark("a");
-        mark_weights("w", 100);
+        mark_product("w", 100, 7);
         std::thread::sleep(std::time::Duration::from_millis(2));
         mark("a");
-        mark_weights("w", 50);
+        mark_product("w", 50, 3);
         let parts = stop();
         let names: Vec<_> = parts.iter().map(|p| p.name).collect();
         assert_eq!(names, ["a", "w"]);
         assert_eq!((parts[0].calls, parts[1].calls), (2, 2));
         assert_eq!((parts[0].weight_bytes, parts[1].weight_bytes), (0, 150));
+        assert_eq!((parts[0].macs, parts[1].macs), (0, 10));
         assert!(parts[0].nanos >= 2_000_000, "{parts:?}");
         mark("after"); // off again
         assert!(stop().is_empty());
@@ -137,20 +144,27 @@ mod tests {
                     calls: 1,
                     nanos: 7,
                     weight_bytes: 0,
+                    macs: 0,
                 },
                 Part {
                     name: "w",
                     calls: 1,
                     nanos: 3,
                     weight_bytes: 10,
+                    macs: 1,
                 },
             ],
         );
         let names: Vec<_> = into.iter().map(|p| p.name).collect();
         assert_eq!(names, ["a", "w", "x"]);
         assert_eq!(
-            (into[1].calls, into[1].nanos, into[1].weight_bytes),
-            (3, parts[1].nanos + 3, 160)
+            (
+                into[1].calls,
+                into[1].nanos,
+                into[1].weight_bytes,
+                into[1].macs
+            ),
+            (3, parts[1].nanos + 3, 160, 11)
         );
     }
 

@@ -80,7 +80,7 @@ pub struct BenchArgs {
     pub probe_each_token: bool,
     /// After the table, where each test's timed runs spent their time: the forward pass's
     /// parts (norms, each product, attention, ...) by wall time per token, with the weight
-    /// bandwidth of each product (on stderr with -o json or csv).
+    /// bandwidth and multiply-adds a second of each product (on stderr with -o json or csv).
     #[arg(long, conflicts_with_all = ["membw", "ab", "probe_each_token"])]
     pub profile: bool,
 }
@@ -666,18 +666,19 @@ fn profile_table(test: &str, parts: &[profile::Part], per_token: f64) -> String 
         .sum();
     let mut s = format!(
         "Profile of {test}: {:.1} us a token, {:.1}% in products\n\n\
-         | part | calls a token | us a token | share | weights GB/s |\n|---|--:|--:|--:|--:|\n",
+         | part | calls a token | us a token | share | weights GB/s | GMAC/s |\n\
+         |---|--:|--:|--:|--:|--:|\n",
         total as f64 / per_token / 1e3,
         100.0 * products as f64 / total.max(1) as f64
     );
     for p in parts {
-        let gbs = if p.weight_bytes > 0 {
-            format!("{:.1}", p.weight_bytes as f64 / p.nanos.max(1) as f64)
-        } else {
-            String::new()
+        let rate = |x: u64| match x {
+            0 => String::new(),
+            x => format!("{:.1}", x as f64 / p.nanos.max(1) as f64),
         };
+        let (gbs, gmacs) = (rate(p.weight_bytes), rate(p.macs));
         s += &format!(
-            "| {} | {:.2} | {:.1} | {:.1}% | {gbs} |\n",
+            "| {} | {:.2} | {:.1} | {:.1}% | {gbs} | {gmacs} |\n",
             p.name,
             p.calls as f64 / per_token,
             p.nanos as f64 / per_token / 1e3,

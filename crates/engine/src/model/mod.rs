@@ -358,7 +358,8 @@ pub(crate) fn mm(
     acts.quantize(w.act_type(), &x[..n * w.cols], w.cols, threads);
     crate::profile::mark("quantize activations");
     matmul(w, acts, &mut out[..n * w.rows], threads);
-    crate::profile::mark_weights(name, w.bytes() as u64);
+    let macs = (n * w.rows * w.cols) as u64;
+    crate::profile::mark_product(name, w.bytes() as u64, macs);
 }
 
 /// [`mm`] for matrices that share their input (Q, K, V; gate, up): the input quantized once
@@ -379,7 +380,8 @@ pub(crate) fn mm_many(
         crate::profile::mark("quantize activations");
         crate::matmul::matmul_many(ws, acts, outs, threads);
         let bytes = ws.iter().map(|w| w.bytes() as u64).sum();
-        crate::profile::mark_weights(name, bytes);
+        let macs = ws.iter().map(|w| (n * w.rows * w.cols) as u64).sum();
+        crate::profile::mark_product(name, bytes, macs);
     } else {
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             mm(name, w, x, n, acts, out, threads);
