@@ -1609,8 +1609,10 @@ packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType:
 /// The AVX2 packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
 /// repacked order), if there is one. Not Q8_0: its `vec_dot` order (a float per lane and
 /// block) left the packed kernel at 1.14x the AVX2 tiles' speed in prefill (tilebench `Q8_0
-/// 512 2048 64`: 26.4 -> 30.2 GMAC/s) and at 0.9-1.0x the row kernels' for one token (`Q8_0
-/// 2048 2048 1`: 16-21 against 16-19 GMAC/s), where decode spends its time.
+/// 512 2048 64`: 26.4 -> 30.2 GMAC/s), which the tiles have since gained themselves (their
+/// products of scales taken out of the steps: 36.8 -> 43.0), and at 0.9-1.0x the row kernels'
+/// for one token (`Q8_0 2048 2048 1`: 16-21 against 16-19 GMAC/s), where decode spends its
+/// time.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
