@@ -354,6 +354,59 @@ fn bench_profile_accounts_for_every_product_of_a_token() {
 }
 
 #[test]
+fn probe_each_token_pairs_decode_with_passes_over_a_buffer_or_the_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = synth(dir.path(), "tiny-llama", "Q8_0");
+    let m = model.to_str().unwrap();
+    for (extra, over) in [
+        (None, "the probe's 16 MiB buffer"),
+        (Some("--probe-weights"), "the model's weights"),
+    ] {
+        let mut args = vec![
+            "bench",
+            "-m",
+            m,
+            "-p",
+            "0",
+            "-n",
+            "3",
+            "-r",
+            "2",
+            "-t",
+            "1,2",
+            "--membw-mib",
+            "16",
+            "--probe-each-token",
+        ];
+        args.extend(extra);
+        let r = synapse(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let text = String::from_utf8(r.stdout).unwrap();
+        assert!(
+            text.starts_with(&format!("Probe passes over {over}")),
+            "{text}"
+        );
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .filter(|l| l.contains("| tg3 |"))
+            .map(|l| l.split('|').map(str::trim).collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        for (row, t) in rows.iter().zip(["1", "2"]) {
+            // Three tokens a repetition, two repetitions; positive rates and fraction.
+            assert_eq!((row[3], row[4]), (t, "6"), "{text}");
+            for cell in [row[5], row[6], row[7].trim_end_matches('%')] {
+                let v: f64 = cell.parse().unwrap();
+                assert!(v.is_finite() && v > 0.0, "{text}");
+            }
+        }
+    }
+    let r = synapse(&["bench", "-m", m, "--probe-weights"]);
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--probe-each-token"));
+}
+
+#[test]
 fn membw_probe_prints_one_rate_per_thread_count() {
     let r = synapse(&[
         "bench",

@@ -108,6 +108,20 @@ impl<'a> Matrix<'a> {
         self.rows * self.row_bytes
     }
 
+    /// The memory one token's product reads the weights from: the packed copy of the rows
+    /// packed, the file's bytes of the rest.
+    pub fn resident(&self) -> Vec<&[u8]> {
+        let packed_rows = self.packed.as_ref().map_or(0, |p| p.rows());
+        let mut parts = Vec::with_capacity(2);
+        if let Some(p) = &self.packed {
+            parts.push(p.data());
+        }
+        if packed_rows < self.rows {
+            parts.push(&self.data[packed_rows * self.row_bytes..self.rows * self.row_bytes]);
+        }
+        parts
+    }
+
     pub fn row(&self, r: usize) -> &'a [u8] {
         &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
     }

@@ -167,6 +167,31 @@ fn a_prompt_longer_than_the_context_is_an_error() {
     assert!(matches!(e, ModelError::BadToken { id: 300, .. }), "{e}");
 }
 
+#[test]
+fn weight_memory_is_every_matrix_a_decode_step_reads_once() {
+    for (path, tied) in [
+        (data("tiny-Q4_K.gguf"), false),
+        (data("tiny-tied-Q4_K.gguf"), true),
+        (data("tiny-qwen35-Q4_K.gguf"), false),
+        (model_path("gemma-3-270m-q4_k_m.gguf"), true),
+    ] {
+        let name = path.display();
+        let file = GgufFile::open(&path).unwrap();
+        let model = load(&file).unwrap();
+        // Every 2-D weight but the embedding (unless it is the output too) and the delta
+        // net's convolution (read into floats at load), in the file's encoding: packing moves
+        // bytes, it adds none.
+        let want: usize = file
+            .tensors()
+            .filter(|t| t.info.shape.len() == 2 && !t.info.name.ends_with("ssm_conv1d.weight"))
+            .filter(|t| tied || t.info.name != "token_embd.weight")
+            .map(|t| t.data.len())
+            .sum();
+        let got: usize = model.weight_memory().iter().map(|s| s.len()).sum();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
 /// A copy of the tiny model with one metadata value replaced or one tensor dropped.
 fn altered(set: Option<(&str, Value)>, drop: Option<&str>) -> GgufFile {
     let src = GgufFile::open(data("tiny-Q8_0.gguf")).unwrap();

@@ -153,6 +153,14 @@ impl PackedMatrix {
         0
     }
 
+    /// The packed rows' bytes, as the kernels read them ([`Self::bytes`] of them).
+    pub fn data(&self) -> &[u8] {
+        #[cfg(target_arch = "x86_64")]
+        return &self.data[..self.bytes()];
+        #[cfg(not(target_arch = "x86_64"))]
+        &[]
+    }
+
     /// Rows `rows` (whole groups of sixteen, within [`Self::rows`]) times the `n_tok`
     /// activation rows in `a` (the weight type's activation blocks), into `out` as `(n_tok,
     /// rows.len())`: bit for bit what the matrix's row kernel gives, token by token.

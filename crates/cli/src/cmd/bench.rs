@@ -78,6 +78,11 @@ pub struct BenchArgs {
     /// repetition instead of the usual table; pp tests are skipped.
     #[arg(long, conflicts_with_all = ["membw", "ab"])]
     pub probe_each_token: bool,
+    /// With --probe-each-token: the passes read the model's own weights (a quarter of them a
+    /// pass, in turn) instead of the probe's buffer: the bandwidth of the very pages decode
+    /// streams (on a VM, buffers at other addresses can read 1.5x faster or slower).
+    #[arg(long, requires = "probe_each_token")]
+    pub probe_weights: bool,
     /// After the table, where each test's timed runs spent their time: the forward pass's
     /// parts (norms, each product, attention, ...) by wall time per token, with the weight
     /// bandwidth and multiply-adds a second of each product (on stderr with -o json or csv).
@@ -425,8 +430,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     let peak_at = |t: usize| peaks.iter().find(|b| b.threads == t).map_or(0.0, |b| b.gbs);
 
-    let probe_buf = args
-        .probe_each_token
+    let probe_buf = (args.probe_each_token && !args.probe_weights)
         .then(|| membw::ProbeBuffer::new(args.membw_mib << 20));
     let mut rows = Vec::new();
     let mut ab_lines = Vec::new();
@@ -484,10 +488,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         ));
                         continue;
                     }
-                    if let Some(buf) = &probe_buf {
+                    if args.probe_each_token {
                         if n == 0 {
                             continue;
                         }
+                        let weights = model.weight_memory();
+                        let probe = |part: usize| match &probe_buf {
+                            Some(buf) => membw::read_part(buf, &threads, part, PROBE_PARTS),
+                            None => membw::read_slices_part(&weights, &threads, part, PROBE_PARTS),
+                        };
                         say(format!(
                             "bench: {} {name} t={t}: tokens between probe passes",
                             facts.filename
@@ -495,7 +504,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         let [mut probes, mut decode, mut fractions] = run.measure_paired(
                             &mut state,
                             &mut logits,
-                            (buf, facts.bytes_per_token),
+                            (&probe, facts.bytes_per_token),
                             args.reps,
                         )?;
                         let [p25, med, p75] = quartiles(&mut fractions);
@@ -630,6 +639,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         return Ok(());
     }
     if args.probe_each_token {
+        println!(
+            "Probe passes over {}.\n",
+            if args.probe_weights {
+                "the model's weights, a quarter a pass".to_string()
+            } else {
+                format!(
+                    "the probe's {} MiB buffer, a quarter a pass",
+                    args.membw_mib
+                )
+            }
+        );
         println!(
             "| model | test | threads | tokens | probe GB/s | decode GB/s | decode / probe around it | quartiles |"
         );
@@ -772,20 +792,21 @@ impl TestRun<'_> {
         }))
     }
 
-    /// `reps` decode runs of the tokens (after a warm-up run), a pass of the probe over the
-    /// next slice of `buf` before every token and after the last: for every timed token, the
-    /// probe before it, its weight bandwidth, and that over the mean of the passes around it.
+    /// `reps` decode runs of the tokens (after a warm-up run), a pass of the probe (`probe(k)`:
+    /// the `k`-th pass's GB/s, each over the next slice of its memory) before every token and
+    /// after the last: for every timed token, the probe before it, its weight bandwidth, and
+    /// that over the mean of the passes around it.
     fn measure_paired(
         &self,
         state: &mut synapse_engine::State,
         logits: &mut [f32],
-        (buf, bytes_per_token): (&membw::ProbeBuffer, u64),
+        (probe, bytes_per_token): (&dyn Fn(usize) -> f64, u64),
         reps: usize,
     ) -> Result<[Vec<f64>; 3]> {
         let mut part = 0;
         let mut pass = || {
             part += 1;
-            membw::read_part(buf, self.threads, part, PROBE_PARTS)
+            probe(part)
         };
         let [mut probes, mut decode, mut fractions] = [Vec::new(), Vec::new(), Vec::new()];
         // Run 0 is the warm-up.

@@ -194,6 +194,11 @@ impl<'a> Attention<'a> {
         }
     }
 
+    /// Its matrices, in the order a pass multiplies them.
+    pub fn matrices(&self) -> [&Matrix<'a>; 4] {
+        [&self.wq, &self.wk, &self.wv, &self.wo]
+    }
+
     /// `s.o = Wo · s.att` for `n` rows.
     #[inline(always)]
     pub fn output(&self, s: &mut Scratch, n: usize, threads: &Threads) {
@@ -296,6 +301,11 @@ impl<'a> Ffn<'a> {
             up: matrix(file, &p("ffn_up"), n_embd, Some(n_ff))?,
             down: matrix(file, &p("ffn_down"), n_ff, Some(n_embd))?,
         })
+    }
+
+    /// Its matrices, in the order a pass multiplies them.
+    pub fn matrices(&self) -> [&Matrix<'a>; 3] {
+        [&self.gate, &self.up, &self.down]
     }
 
     /// `s.o` of the `n` normed rows in `s.h`.

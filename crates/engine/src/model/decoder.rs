@@ -88,6 +88,12 @@ impl ForwardBody for Decoder<'_> {
         State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
     }
 
+    fn matrices(&self) -> Vec<&Matrix<'_>> {
+        let layers = self.layers.iter();
+        let per_layer = layers.flat_map(|l| l.attn.matrices().into_iter().chain(l.ffn.matrices()));
+        per_layer.chain([&self.output]).collect()
+    }
+
     #[inline(always)]
     fn forward_body(
         &self,

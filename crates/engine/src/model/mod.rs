@@ -97,6 +97,12 @@ pub trait Model: Send + Sync {
         threads: &Threads,
     ) -> Result<(), ModelError>;
 
+    /// The memory a decode step reads its weights from, in the order it reads it: each
+    /// matrix's packed copy or file bytes (see [`crate::matmul::Matrix::resident`]). The read
+    /// probe's passes over it measure the bandwidth of the very pages decode streams
+    /// (`synapse bench --probe-each-token --probe-weights`).
+    fn weight_memory(&self) -> Vec<&[u8]>;
+
     /// Feed a whole prompt in batches of `n_batch` and return the logits asked for:
     /// every position's (`All`) or the last one's (`Last`).
     fn prefill(
@@ -241,6 +247,10 @@ pub(crate) trait ForwardBody {
     /// See [`Model::new_state`].
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State;
 
+    /// The matrices one decode step multiplies, in the order it does (not the token
+    /// embedding, of which it reads one row, unless it is also the output).
+    fn matrices(&self) -> Vec<&Matrix<'_>>;
+
     /// The pass itself, after [`crate::check_forward`]; mark implementations `#[inline(always)]`
     /// so that the x86-64-v3 copy really is compiled with those features.
     fn forward_body(
@@ -273,6 +283,13 @@ impl<M: ForwardBody + Send + Sync> Model for M {
         threads: &Threads,
     ) -> Result<(), ModelError> {
         forward(self, st, tokens, logits, out, threads)
+    }
+
+    fn weight_memory(&self) -> Vec<&[u8]> {
+        self.matrices()
+            .into_iter()
+            .flat_map(|m| m.resident())
+            .collect()
     }
 }
 

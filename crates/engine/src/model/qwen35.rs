@@ -455,6 +455,19 @@ impl super::ForwardBody for Qwen35<'_> {
         &self.info
     }
 
+    fn matrices(&self) -> Vec<&Matrix<'_>> {
+        let mut ms = Vec::new();
+        for l in &self.layers {
+            match &l.mixer {
+                Mixer::Attention(w) => ms.extend([&w.wq, &w.wk, &w.wv, &w.wo]),
+                Mixer::DeltaNet(w) => ms.extend([&w.wqkv, &w.wgate, &w.wbeta, &w.walpha, &w.wout]),
+            }
+            ms.extend(l.ffn.matrices());
+        }
+        ms.push(&self.output);
+        ms
+    }
+
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
         let a = &self.attn;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
