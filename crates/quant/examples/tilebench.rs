@@ -8,6 +8,11 @@
 //! cold instead, as prefill meets it: copies of it packed until they fill `MIB` MiB, each rep on
 //! the next copy. `TILEBENCH_IN_TILES=1` calls the packed matrix tile by tile, `tile_rows()` rows
 //! a call, as the engine's prefill does. `TILEBENCH_AB=N` sets `synapse_quant::ab`'s variant.
+//! `TILEBENCH_SUSTAINED=A,B,..` (with `TILEBENCH_COLD`, x86-64 with AVX-512): after the best-of
+//! timing, `TILEBENCH_REPS` rounds of sweeps over every copy, one sweep per `ab` variant listed,
+//! each followed by a plain read of the same bytes; prints each variant's median of kernel rate
+//! over plain-read rate. Sustained and paired, that ratio holds still on a noisy host where
+//! best-of times move by a third.
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -113,6 +118,45 @@ fn main() {
             best * 1e3
         );
     }
+    // Sustained: every copy in turn (one sweep), each sweep followed by a plain read of the
+    // same bytes; with TILEBENCH_SUSTAINED=A,B,.. the sweeps take `ab` variants A, B, .. in
+    // turn. Prints each variant's median of kernel / plain read over TILEBENCH_REPS rounds.
+    #[cfg(target_arch = "x86_64")]
+    if let (Ok(vs), true) = (std::env::var("TILEBENCH_SUSTAINED"), packed.len() > 1) {
+        let variants: Vec<usize> = vs.split(',').map(|v| v.parse().unwrap_or(0)).collect();
+        let bytes: usize = packed.iter().map(|p| p.data().len()).sum();
+        let mut out = vec![0f32; packed[0].rows() * n_tok];
+        let mut ratios = vec![Vec::new(); variants.len()];
+        for _ in 0..reps {
+            for (i, &v) in variants.iter().enumerate() {
+                synapse_quant::ab::set_variant(v);
+                let t = Instant::now();
+                for p in &packed {
+                    p.gemm(0..p.rows(), &a, n_tok, &mut out).unwrap();
+                }
+                let kernel = t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                let mut x = 0u64;
+                for p in &packed {
+                    // SAFETY: AVX-512 F (the packed kernels ran); page-aligned whole lines.
+                    x ^= unsafe { plain_read(p.data()) };
+                }
+                std::hint::black_box(x);
+                ratios[i].push(t.elapsed().as_secs_f64() / kernel);
+            }
+        }
+        for (v, mut r) in variants.iter().zip(ratios) {
+            r.sort_by(f64::total_cmp);
+            let q = |f: usize| 100.0 * r[(f * r.len() / 4).min(r.len() - 1)];
+            println!(
+                "sustained over {} MiB, variant {v}: kernel / plain read median {:.1}% (quartiles {:.1}-{:.1}%)",
+                bytes >> 20,
+                q(2),
+                q(1),
+                q(3)
+            );
+        }
+    }
     let tiles = if runs("tiles") {
         synapse_quant::gemm_kernels(ty, repacked)
     } else {
@@ -128,4 +172,31 @@ fn main() {
         let gmac = (rows * cols * n_tok) as f64 / best / 1e9;
         println!("{ty} repacked={repacked} {isa:>10} {rows}x{cols} n={n_tok}: {:.3} ms, {gmac:.1} GMAC/s", best * 1e3);
     }
+}
+
+/// XOR of every 64-byte line, four lines a step.
+///
+/// # Safety
+/// The CPU must have AVX-512 F; `b` 64-byte aligned.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn plain_read(b: &[u8]) -> u64 {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm512_setzero_si512(); 4];
+    let lines = b.len() / 256 * 4;
+    let p = b.as_ptr();
+    let mut i = 0;
+    while i < lines {
+        for (k, a) in acc.iter_mut().enumerate() {
+            // SAFETY: line i + k < lines lies inside `b`, 64-byte aligned (the caller's word).
+            let line = unsafe { _mm512_load_si512(p.add(64 * (i + k)).cast()) };
+            *a = _mm512_xor_si512(*a, line);
+        }
+        i += 4;
+    }
+    let x = _mm512_xor_si512(
+        _mm512_xor_si512(acc[0], acc[1]),
+        _mm512_xor_si512(acc[2], acc[3]),
+    );
+    _mm512_reduce_add_epi64(x) as u64
 }
