@@ -210,7 +210,6 @@ impl super::ForwardBody for Gemma3<'_> {
 
         embed(&self.tok_embd, tokens, &mut s.x)?;
         scale_inplace(&mut s.x[..n * d], self.embd_scale);
-        crate::profile::mark("embed");
         tap.rows("inp_scaled", 0, pos0, &s.x[..n * d], n);
 
         for (l, layer) in self.layers.iter().enumerate() {
