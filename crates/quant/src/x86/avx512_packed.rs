@@ -42,7 +42,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
-use super::{prefetch_ahead, prefetch_part};
+use super::{prefetch_ahead, prefetch_part, prefetch_part_deep};
 use crate::blocks::*;
 use crate::{GgmlType, QuantError};
 
@@ -1172,7 +1172,7 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
             }
             for l in 0..8 {
                 if !UNPACKED {
-                    prefetch_part(g, l, 8);
+                    prefetch_part_deep(g, l, 8);
                 }
                 // 16 (scale[2l], scale[2l + 1]) (`>> 4` of the scale in a half's high byte).
                 let offset =
