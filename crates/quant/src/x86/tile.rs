@@ -93,7 +93,25 @@ unsafe fn gemm<K: Tile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32
             }
             t0 += 4;
         }
-        for t0 in t0..n_tok {
+        single_tokens::<K>(w, a, per_row, t0, out);
+    }
+}
+
+/// Tokens `t0..` (fewer than four) one at a time, four rows a tile.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn single_tokens<K: Tile>(
+    w: &[K::W],
+    a: &[Act<K>],
+    per_row: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let rows = w.len() / per_row;
+    // SAFETY: the caller's CPU has AVX2, FMA and F16C; the tiles stay in bounds (the loops'
+    // conditions), which the slicing in `tile` checks again.
+    unsafe {
+        for t0 in t0..a.len() / per_row {
             let mut r0 = 0;
             while rows - r0 >= 4 {
                 tile::<K, 4, 1>(w, a, per_row, (r0, t0), out);
@@ -231,18 +249,7 @@ unsafe fn gemm_signed<K: SignedTile>(w: &[K::W], a: &[BlockQ8_0], per_row: usize
         t0 += 4;
     }
     // SAFETY: as above.
-    unsafe {
-        for t0 in t0..n_tok {
-            let mut r0 = 0;
-            while rows - r0 >= 4 {
-                tile::<K, 4, 1>(w, a, per_row, (r0, t0), out);
-                r0 += 4;
-            }
-            for r0 in r0..rows {
-                tile::<K, 1, 1>(w, a, per_row, (r0, t0), out);
-            }
-        }
-    }
+    unsafe { single_tokens::<K>(w, a, per_row, t0, out) };
 }
 
 /// Rows `r0..r0 + R` times tokens `t0..t0 + 4` for [`gemm_signed`]: `dy` holds the four
