@@ -676,7 +676,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// A markdown table of where one test's timed runs spent their time: each part's calls, wall
 /// time and share per token (`per_token`: the tokens of every timed run), and for products
-/// the weight bandwidth while they ran.
+/// the weight bandwidth and the multiply-adds a second while they ran.
 fn profile_table(test: &str, parts: &[profile::Part], per_token: f64) -> String {
     let total: u64 = parts.iter().map(|p| p.nanos).sum();
     let products: u64 = parts
