@@ -1851,7 +1851,11 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                 }
             }
             for l in 0..8 {
-                prefetch_part(g, l, 8);
+                if UNPACKED {
+                    prefetch_part(g, l, 8);
+                } else {
+                    prefetch_part_deep(g, l, 8);
+                }
                 let u = q3_k_octet(g, l);
                 // With one token, two chains (pairs 0, 1 and 2, 3), added at the end.
                 let mut lane = [_mm512_setzero_si512(); T];
@@ -2096,7 +2100,7 @@ fn iq4_xs_few<const T: usize>(
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
-            prefetch_part(g, k, 8);
+            prefetch_part_deep(g, k, 8);
             // Two chains a token (even and odd sub-blocks, added at the end): one chain of
             // eight dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
             let mut lane = [_mm512_setzero_si512(); T];

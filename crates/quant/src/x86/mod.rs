@@ -214,12 +214,13 @@ pub(crate) fn prefetch_plan() -> Prefetch {
 
 /// [`prefetch_plan`] for the kernels whose loads lag the memory most: on AMD's cores before
 /// Zen 5 (measured on a Zen 4 EPYC), a second-level request 16 KiB ahead besides the first-
-/// level one. Q6_K's one-token kernel streamed 60-76% of a plain read of the same bytes with
-/// the first-level request alone and 83-93% with both (tilebench `TILEBENCH_SUSTAINED`, 512 MiB
-/// of copies of a 2048 x 8192 matrix, three runs each in turn); in decode of the 1B-shaped
-/// Q4_K_M file its output matrix went from 19.0-20.0 to 23.1 GB/s. Q4_K's kernel gained
-/// nothing from it, and the whole plan for every kernel cost Gemma 3's decode 6%: only the
-/// kernels that gain take this one. `SYNAPSE_PREFETCH` sets both plans.
+/// level one. The one-token kernels streaming 512 MiB of copies of a 2048 x 8192 matrix,
+/// against a plain read of the same bytes (tilebench `TILEBENCH_SUSTAINED`, three runs each in
+/// turn), first-level request alone -> both: Q6_K 60-76% -> 83-93%, IQ4_XS 68-69% -> 80-82%,
+/// Q3_K 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went
+/// from 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 79-81% -> 73-76%), Q5_K (87-89% either
+/// way) and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only
+/// the kernels that gain take this one. `SYNAPSE_PREFETCH` sets both plans.
 pub(crate) fn deep_prefetch_plan() -> Prefetch {
     static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
     *PLAN.get_or_init(|| {
