@@ -220,7 +220,9 @@ pub(crate) fn prefetch_plan() -> Prefetch {
 /// Q3_K 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went
 /// from 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 79-81% -> 73-76%), Q5_K (87-89% either
 /// way) and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only
-/// the kernels that gain take this one. `SYNAPSE_PREFETCH` sets both plans.
+/// the kernels that gain take this one. The AVX2 tier's kernels of the same three formats
+/// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
+/// 50-61%, Q6_K 55-60% -> 58-61%. `SYNAPSE_PREFETCH` sets both plans.
 pub(crate) fn deep_prefetch_plan() -> Prefetch {
     static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
     *PLAN.get_or_init(|| {
