@@ -218,7 +218,7 @@ pub(crate) fn prefetch_plan() -> Prefetch {
 /// against a plain read of the same bytes (tilebench `TILEBENCH_SUSTAINED`, three runs each in
 /// turn), first-level request alone -> both: Q6_K 60-76% -> 83-93%, IQ4_XS 68-69% -> 80-82%,
 /// Q3_K 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went
-/// from 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 79-81% -> 73-76%), Q5_K (87-89% either
+/// from 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 67-74% -> 65-76%), Q5_K (87-89% either
 /// way) and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only
 /// the kernels that gain take this one. The AVX2 tier's kernels of the same three formats
 /// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
