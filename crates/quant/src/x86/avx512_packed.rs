@@ -752,7 +752,7 @@ fn q2_k_tokens<const T: usize>(
     let mut main = [_mm512_setzero_ps(); T];
     let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_ahead(g);
+        prefetch_part_deep(g, 0, 1);
         // SAFETY: rows of `sc`.
         let sc = unsafe { [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])] };
         // Group `g`'s scale as an i32 (an i16 pair with a zero high half).
@@ -2512,6 +2512,9 @@ trait Lanes32 {
     unsafe fn lane(&self, l: usize) -> __m512i;
     fn d(&self) -> &[u16; ROWS];
     fn m(&self) -> &[u16; ROWS];
+    /// Ask for the bytes as far ahead of this block as its kind wants: the packed weights
+    /// from memory at [`crate::x86::deep_prefetch_plan`]'s distances.
+    fn ask_ahead(&self);
 }
 
 impl<P: Pack32> Lanes32 for P {
@@ -2519,6 +2522,10 @@ impl<P: Pack32> Lanes32 for P {
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: the caller's.
         unsafe { Pack32::lane(self, l) }
+    }
+    #[inline(always)]
+    fn ask_ahead(&self) {
+        prefetch_part_deep(self, 0, 1);
     }
     fn d(&self) -> &[u16; ROWS] {
         Pack32::d(self)
@@ -2548,6 +2555,10 @@ impl Lanes32 for Unpacked32 {
     }
     fn m(&self) -> &[u16; ROWS] {
         &self.m
+    }
+    #[inline(always)]
+    fn ask_ahead(&self) {
+        prefetch_ahead(self);
     }
 }
 
@@ -2620,7 +2631,7 @@ fn tokens32<P: Pack32, L: Lanes32, const T: usize>(
     let mut acc = [[_mm512_setzero_ps(); 8]; T];
     let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_ahead(g);
+        g.ask_ahead();
         // SAFETY: a row of `d`.
         let dx = unsafe { ld_f16(g.d()) };
         let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
@@ -2669,7 +2680,7 @@ fn tokens32_rows8<P: Pack32, L: Lanes32, const T: usize>(
 ) {
     let mut acc = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_ahead(g);
+        g.ask_ahead();
         // SAFETY: a row of `d`.
         let dx = unsafe { ld_f16(g.d()) };
         let tk: [&Tok32; T] = std::array::from_fn(|t| &toks[t][b]);
