@@ -222,7 +222,9 @@ pub(crate) fn prefetch_plan() -> Prefetch {
 /// way) and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only
 /// the kernels that gain take this one. The AVX2 tier's kernels of the same three formats
 /// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
-/// 50-61%, Q6_K 55-60% -> 58-61%. `SYNAPSE_PREFETCH` sets both plans.
+/// 50-61%, Q6_K 55-60% -> 58-61%. The 32-value formats' and Q2_K's one-token kernels (two runs
+/// each): Q4_1 60% -> 75-89%, Q4_0 57-63% -> 74-75%, Q5_0 60-65% -> 76-84%, Q2_K 52-68% ->
+/// 67-68%. `SYNAPSE_PREFETCH` sets both plans.
 pub(crate) fn deep_prefetch_plan() -> Prefetch {
     static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
     *PLAN.get_or_init(|| {
