@@ -492,7 +492,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         if n == 0 {
                             continue;
                         }
-                        let weights = model.weight_memory();
+                        let weights = match probe_buf {
+                            Some(_) => Vec::new(),
+                            None => model.weight_memory(),
+                        };
                         let probe = |part: usize| match &probe_buf {
                             Some(buf) => membw::read_part(buf, &threads, part, PROBE_PARTS),
                             None => membw::read_slices_part(&weights, &threads, part, PROBE_PARTS),

@@ -474,6 +474,15 @@ impl Dims {
     }
 }
 
+/// The matrices of a layer of attention and a feed-forward block, in the order a pass
+/// multiplies them.
+pub(crate) fn layer_matrices<'m, 'a>(
+    attn: &'m Attention<'a>,
+    ffn: &'m Ffn<'a>,
+) -> impl Iterator<Item = &'m Matrix<'a>> {
+    attn.matrices().into_iter().chain(ffn.matrices())
+}
+
 /// A pre-norm decoder layer (llama, Qwen2, Qwen3):
 /// `x += Wo · attn(norm(x))`, then `x += ffn(norm(x))`.
 pub(crate) struct DecoderLayer<'a> {

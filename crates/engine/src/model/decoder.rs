@@ -13,8 +13,8 @@
 use synapse_gguf::GgufFile;
 
 use super::blocks::{
-    add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
-    DecoderLayer, Dims, LayerCtx,
+    add_bias_rows, embed, layer_matrices, matrix, optional_vector, output_logits, output_matrix,
+    Activation, DecoderLayer, Dims, LayerCtx,
 };
 use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
@@ -90,7 +90,7 @@ impl ForwardBody for Decoder<'_> {
 
     fn matrices(&self) -> Vec<&Matrix<'_>> {
         let layers = self.layers.iter();
-        let per_layer = layers.flat_map(|l| l.attn.matrices().into_iter().chain(l.ffn.matrices()));
+        let per_layer = layers.flat_map(|l| layer_matrices(&l.attn, &l.ffn));
         per_layer.chain([&self.output]).collect()
     }
 

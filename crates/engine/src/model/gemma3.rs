@@ -22,8 +22,8 @@
 use synapse_gguf::{GgufFile, Value};
 
 use super::blocks::{
-    attend_causal, embed, matrix, norm_rows, output_logits, output_matrix, rope_and_store,
-    Activation, Attention, Dims, Ffn,
+    attend_causal, embed, layer_matrices, matrix, norm_rows, output_logits, output_matrix,
+    rope_and_store, Activation, Attention, Dims, Ffn,
 };
 use super::{vector, HParams, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
@@ -188,7 +188,7 @@ impl super::ForwardBody for Gemma3<'_> {
 
     fn matrices(&self) -> Vec<&Matrix<'_>> {
         let layers = self.layers.iter();
-        let per_layer = layers.flat_map(|l| l.attn.matrices().into_iter().chain(l.ffn.matrices()));
+        let per_layer = layers.flat_map(|l| layer_matrices(&l.attn, &l.ffn));
         per_layer.chain([&self.output]).collect()
     }
 

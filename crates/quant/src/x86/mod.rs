@@ -196,19 +196,27 @@ const PREFETCH_AMD: Prefetch = Prefetch { l1: 8192, l2: 0 };
 pub(crate) fn prefetch_plan() -> Prefetch {
     static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
     *PLAN.get_or_init(|| {
-        if let Ok(v) = std::env::var("SYNAPSE_PREFETCH") {
-            match parse_prefetch(&v) {
-                Some(plan) => return plan,
-                None => eprintln!(
-                    "synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored"
-                ),
-            }
-        }
-        if is_amd() {
+        prefetch_override().unwrap_or(if is_amd() {
             PREFETCH_AMD
         } else {
             PREFETCH_BOTH
+        })
+    })
+}
+
+/// The distances `SYNAPSE_PREFETCH` sets, if it is set and well formed (read once; a value
+/// that is not two distances is reported and ignored).
+fn prefetch_override() -> Option<Prefetch> {
+    static PLAN: std::sync::OnceLock<Option<Prefetch>> = std::sync::OnceLock::new();
+    *PLAN.get_or_init(|| {
+        let v = std::env::var("SYNAPSE_PREFETCH").ok()?;
+        let plan = parse_prefetch(&v);
+        if plan.is_none() {
+            eprintln!(
+                "synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored"
+            );
         }
+        plan
     })
 }
 
@@ -227,13 +235,12 @@ pub(crate) fn prefetch_plan() -> Prefetch {
 /// 67-68%. `SYNAPSE_PREFETCH` sets both plans.
 pub(crate) fn deep_prefetch_plan() -> Prefetch {
     static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
-    *PLAN.get_or_init(|| {
-        let plan = prefetch_plan();
-        let overridden = std::env::var_os("SYNAPSE_PREFETCH").is_some();
-        match amd_family() {
-            Some(f) if f < 0x1A && !overridden && plan.l2 == 0 => Prefetch { l2: 16384, ..plan },
-            _ => plan,
-        }
+    *PLAN.get_or_init(|| match (prefetch_override(), amd_family()) {
+        (None, Some(f)) if f < 0x1A => Prefetch {
+            l2: 16384,
+            ..PREFETCH_AMD
+        },
+        _ => prefetch_plan(),
     })
 }
 
@@ -306,18 +313,21 @@ fn prefetch_ahead<P>(p: &P) {
 /// that they do not all wait at once for the core's few line-fill buffers.
 #[inline(always)]
 fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
-    let lines = size_of::<P>().div_ceil(64);
-    let at = (p as *const P).cast::<u8>();
-    prefetch_lines(at, lines * part / parts..lines * (part + 1) / parts);
+    prefetch_part_by(p, part, parts, prefetch_plan());
 }
 
 /// [`prefetch_part`] at the distances of [`deep_prefetch_plan`].
 #[inline(always)]
 fn prefetch_part_deep<P>(p: &P, part: usize, parts: usize) {
+    prefetch_part_by(p, part, parts, deep_prefetch_plan());
+}
+
+/// [`prefetch_part`] at the distances `plan`.
+#[inline(always)]
+fn prefetch_part_by<P>(p: &P, part: usize, parts: usize, plan: Prefetch) {
     let lines = size_of::<P>().div_ceil(64);
     let at = (p as *const P).cast::<u8>();
-    let range = lines * part / parts..lines * (part + 1) / parts;
-    prefetch_lines_by(at, range, deep_prefetch_plan());
+    prefetch_lines_by(at, lines * part / parts..lines * (part + 1) / parts, plan);
 }
 
 /// Part `part` of `parts` of the lines of `bytes`, asked for now: what a batch's passes over
