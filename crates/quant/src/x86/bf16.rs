@@ -999,13 +999,15 @@ fn tile_sums_avx2(
         unsafe { widen_pairs_by_chain(&y[t * k..][..k], at) };
     }
     let a = &a[..];
-    const BLOCK: usize = 32;
     // Three rows by four tokens: twelve independent sums of two dependent multiply-adds a
     // step each keep both FMA pipes busy (tilebench 512 x 2048 x 64 tokens, Zen 5: 45.6-46.1
     // GMAC/s, where two by four gave 39.6-40.9, four by three 25.0, two by six 40.6, three by
     // three 41.2).
     const R: usize = 3;
     const T: usize = 4;
+    // About 32 rows (256 KiB of f32 at 2048 values a row), a whole number of tiles: blocks of
+    // 32 left two rows of every block to tiles of one row.
+    const BLOCK: usize = 32 / R * R;
     for r0 in (0..rows).step_by(BLOCK) {
         let rs = r0..(r0 + BLOCK).min(rows);
         wf.resize(rs.len() * np, 0.0);
@@ -1045,6 +1047,16 @@ fn tile_sums_avx2(
                     tiles!(R, 1, r, t0);
                 }
                 r += R;
+            }
+            // Rows left: two at a time before one (a row alone by T tokens takes 2T + 2
+            // loads for 2T multiply-adds).
+            while r + 2 <= rs.end {
+                if whole {
+                    tiles!(2, T, r, t0);
+                } else {
+                    tiles!(2, 1, r, t0);
+                }
+                r += 2;
             }
             while r < rs.end {
                 if whole {

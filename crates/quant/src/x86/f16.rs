@@ -394,6 +394,13 @@ unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
                     tile::<W, R, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += R;
                 }
+                // Rows left: two at a time before one (a row alone by T tokens takes T + 1
+                // loads for T multiply-adds).
+                while R > 2 && rs.end - r0 >= 2 {
+                    let i = r0 - rs.start;
+                    tile::<W, 2, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
+                    r0 += 2;
+                }
                 while r0 < rs.end {
                     let i = r0 - rs.start;
                     tile::<W, 1, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
@@ -441,8 +448,10 @@ unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
 ) {
     let rows = w.len() / k;
     let n_tok = y.len() / k;
-    // 32 rows: 256 KiB of f32 at 2048 values a row (16 and 64 measured no better).
-    let block = 32;
+    // About 32 rows (256 KiB of f32 at 2048 values a row; 16 and 64 measured no better), a
+    // whole number of tiles: with three-row tiles, blocks of 32 left two rows of every block
+    // to slower tiles.
+    let block = 32 / R * R;
     let np = k & !63;
     // Rows of f32 copies a line longer than the 64-value steps they hold, so that rows of
     // 2048 or 8192 values do not all start on the same first-level cache set (tilebench
