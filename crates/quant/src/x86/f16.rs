@@ -280,8 +280,9 @@ impl Lanes for __m256 {
     }
 }
 
-/// Chain `c` of rows `r0..r0 + R` of `w` times tokens `t0..t0 + T` of `a` (both f32 copies
-/// laid out by chain, [`widen_by_chain`], a row or token every `kp` values) over the 64-value
+/// Chain `c` of rows `r0..r0 + R` of `w` times tokens `t0..t0 + T` of `a` (copies laid out by
+/// chain, a row or token every `kp` values: the rows in their own type by [`order_by_chain`],
+/// widened here as they load, the tokens widened by [`widen_by_chain`]) over the 64-value
 /// steps of `ks` (values `ks.start..ks.end`, both multiples of 64), carried in
 /// `acc[(r * T + t) * W::CHAINS + c]` from the steps before to the next. The reference's chains
 /// are separate sums, so a pass takes one register an output: four rows by six tokens (ten
@@ -291,8 +292,8 @@ impl Lanes for __m256 {
 /// The CPU must have `W`'s features; the rows and tokens must exist, and `ks.end <= kp - 16`.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `r` and `t` index every accumulator of the tile
-unsafe fn tile<W: Lanes, const R: usize, const T: usize>(
-    w: &[f32],
+unsafe fn tile<W: Lanes, E: Elem, const R: usize, const T: usize>(
+    w: &[E],
     a: &[f32],
     kp: usize,
     (r0, t0): (usize, usize),
@@ -328,7 +329,7 @@ unsafe fn tile<W: Lanes, const R: usize, const T: usize>(
         unsafe {
             let mut xv = [W::zero(); R];
             for r in 0..R {
-                xv[r] = W::load(x[r].add(off));
+                xv[r] = W::widen(x[r].add(off));
             }
             for t in 0..T {
                 let yv = W::load(y[t].add(off));
@@ -350,9 +351,9 @@ unsafe fn tile<W: Lanes, const R: usize, const T: usize>(
 /// chunks, each chain of a chunk over every row tile while the tokens' part of it stays in the
 /// first-level cache, every output's accumulators carried from chunk to chunk in order (so each
 /// sums exactly as the row kernel does); then the reduction and the tail of each output into
-/// `out` (`(n_tok, rows)`). The tiles read the rows from `wf`, the block `rs` widened by chain
-/// (row `r` at `(r - rs.start) * kp`), and the tokens from `a`, widened alike (token `t` at `t *
-/// kp`); the tails from `w` and `y16`.
+/// `out` (`(n_tok, rows)`). The tiles read the rows from `wf`, the block `rs` laid out by chain
+/// (row `r` at `(r - rs.start) * kp`), and the tokens from `a`, widened and laid out alike
+/// (token `t` at `t * kp`); the tails from `w` and `y16`.
 ///
 /// # Safety
 /// As for [`tile`].
@@ -360,7 +361,7 @@ unsafe fn tile<W: Lanes, const R: usize, const T: usize>(
 #[allow(clippy::too_many_arguments)]
 unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
     w: &[E],
-    wf: &[f32],
+    wf: &[E],
     a: &[f32],
     y16: &[E],
     (k, kp): (usize, usize),
@@ -391,19 +392,19 @@ unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
             unsafe {
                 while rs.end - r0 >= R {
                     let i = r0 - rs.start;
-                    tile::<W, R, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
+                    tile::<W, E, R, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += R;
                 }
                 // Rows left: two at a time before one (a row alone by T tokens takes T + 1
                 // loads for T multiply-adds).
                 while R > 2 && rs.end - r0 >= 2 {
                     let i = r0 - rs.start;
-                    tile::<W, 2, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
+                    tile::<W, E, 2, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += 2;
                 }
                 while r0 < rs.end {
                     let i = r0 - rs.start;
-                    tile::<W, 1, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
+                    tile::<W, E, 1, T>(wf, a, kp, (i, t0), (ks.clone(), c), &mut accs[i * per..]);
                     r0 += 1;
                 }
             }
@@ -422,8 +423,10 @@ unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
 }
 
 /// Every row of `w` (`k` values each) times every token of `y` (`k` values each), into `out`
-/// (`(n_tok, rows)`). The tokens are widened to f32 (exactly) once per call into `a`, and each
-/// block of 32 rows once into `wf`, laid out by chain ([`widen_by_chain`]); then, for `T`
+/// (`(n_tok, rows)`). The tokens are widened to f32 (exactly) once per call into `a`, laid out
+/// by chain ([`widen_by_chain`]), and each block of about 32 rows once into `wf`, laid out
+/// alike but left in their type ([`order_by_chain`]: the tiles widen F16 as they load it, in
+/// `vcvtph2ps`, which on a Zen 4 took no multiply-add's place); then, for `T`
 /// tokens at a time, chunk by chunk of the values and chain by chain, passes of `R` rows by
 /// `T` tokens ([`tile`]). The loop order only: every output sums its chains in the reference's
 /// order.
@@ -453,7 +456,7 @@ unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
     // to slower tiles.
     let block = 32 / R * R;
     let np = k & !63;
-    // Rows of f32 copies a line longer than the 64-value steps they hold, so that rows of
+    // Rows of the copies a line longer than the 64-value steps they hold, so that rows of
     // 2048 or 8192 values do not all start on the same first-level cache set (tilebench
     // measured no difference on this CPU; [`tile`] relies on the 16).
     let kp = np + 16;
@@ -466,13 +469,15 @@ unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
     let mut accs = Vec::new();
     for r0 in (0..rows).step_by(block) {
         let rs = r0..(r0 + block).min(rows);
-        // The block's weights widened once, for every token (F16 to f32 is exact).
-        wf.resize(rs.len() * kp, 0.0);
-        for (r, at) in rs.clone().zip(wf.chunks_exact_mut(kp)) {
-            // SAFETY: the caller's CPU.
-            unsafe { widen_by_chain::<W, E>(&w[r * k..][..np], &mut at[..np]) };
+        // The block's weights laid out by chain once, for every token, in their own type (the
+        // tiles widen F16 as they load it: half the bytes to move, no widening pass).
+        let words = rs.len() * kp * size_of::<E>() / size_of::<f32>();
+        wf.resize(words, 0.0);
+        let wfe: &mut [E] = bytemuck::cast_slice_mut(&mut wf[..words]);
+        for (r, at) in rs.clone().zip(wfe.chunks_exact_mut(kp)) {
+            order_by_chain::<W, E>(&w[r * k..][..np], &mut at[..np]);
         }
-        let wf = &wf[..];
+        let wf = &*wfe;
         let mut t0 = 0;
         macro_rules! pass {
             ($t:expr) => {
@@ -498,7 +503,8 @@ unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
 }
 
 thread_local! {
-    /// The tokens of a batch kernel's call, and a block of its rows, as f32.
+    /// The tokens of a batch kernel's call as f32, and a block of its rows in their own type
+    /// (in f32 words).
     static COPIES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
@@ -519,6 +525,18 @@ unsafe fn widen_by_chain<W: Lanes, E: Elem>(x: &[E], out: &mut [f32]) {
                 let v = W::widen(x.as_ptr().add(64 * s + W::LANES * c));
                 W::store(out.as_mut_ptr().add(c * n / W::CHAINS + W::LANES * s), v);
             }
+        }
+    }
+}
+
+/// The 64-value steps of `x` into `out` (as long, a multiple of 64) by chain, as
+/// [`widen_by_chain`] lays them out, unconverted.
+#[inline(always)]
+fn order_by_chain<W: Lanes, E: Elem>(x: &[E], out: &mut [E]) {
+    let n = x.len().min(out.len()) & !63;
+    for (s, step) in x[..n].chunks_exact(64).enumerate() {
+        for (c, chain) in step.chunks_exact(W::LANES).enumerate() {
+            out[c * n / W::CHAINS + W::LANES * s..][..W::LANES].copy_from_slice(chain);
         }
     }
 }
