@@ -42,7 +42,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
-use super::{prefetch_ahead, prefetch_part, prefetch_part_deep};
+use super::{prefetch_ahead, prefetch_part, prefetch_part_deep, prefetch_part_stream};
 use crate::blocks::*;
 use crate::{GgmlType, QuantError};
 
@@ -575,7 +575,7 @@ unsafe fn q4_k_pass<const T: usize, const UNPACKED: bool>(
             // chains of `vpdpbusd` a token.
             for j in 0..4 {
                 if !UNPACKED {
-                    prefetch_part(g, j, 4);
+                    prefetch_part_stream(g, j, 4);
                 }
                 let mut lo = [_mm512_setzero_si512(); T];
                 let mut hi = [_mm512_setzero_si512(); T];
@@ -2218,6 +2218,10 @@ pub(crate) trait Pack32: Pack {
     const OFFSET: i32;
     /// Whether the format has a min (`x = d * q + m`), fused against the token's `s`.
     const MIN: bool;
+    /// Whether its one-token kernels ask for its bytes at [`crate::x86::deep_prefetch_plan`]'s
+    /// distances, or (Q8_0, which streams best on its own) at
+    /// [`crate::x86::stream_prefetch_plan`]'s.
+    const DEEP: bool = true;
     /// Values `4l..4l + 4` of the sixteen rows, plus [`Self::OFFSET`], as unsigned bytes.
     ///
     /// # Safety
@@ -2260,6 +2264,7 @@ impl Pack32 for Q8_0Packed {
     type A = BlockQ8_0;
     const OFFSET: i32 = 128;
     const MIN: bool = false;
+    const DEEP: bool = false;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: a row of `q`; the caller's features.
@@ -2513,7 +2518,7 @@ trait Lanes32 {
     fn d(&self) -> &[u16; ROWS];
     fn m(&self) -> &[u16; ROWS];
     /// Ask for the bytes as far ahead of this block as its kind wants: the packed weights
-    /// from memory at [`crate::x86::deep_prefetch_plan`]'s distances.
+    /// from memory at the distances of their format's plan ([`Pack32::DEEP`]).
     fn ask_ahead(&self);
 }
 
@@ -2525,7 +2530,11 @@ impl<P: Pack32> Lanes32 for P {
     }
     #[inline(always)]
     fn ask_ahead(&self) {
-        prefetch_part_deep(self, 0, 1);
+        if P::DEEP {
+            prefetch_part_deep(self, 0, 1);
+        } else {
+            prefetch_part_stream(self, 0, 1);
+        }
     }
     fn d(&self) -> &[u16; ROWS] {
         Pack32::d(self)

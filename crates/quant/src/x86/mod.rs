@@ -244,6 +244,24 @@ pub(crate) fn deep_prefetch_plan() -> Prefetch {
     })
 }
 
+/// [`prefetch_plan`] for the one-token kernels that stream best on their own: on AMD's cores
+/// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. The kernels that spend the
+/// fewest operations a byte (Q4_K, Q8_0) keep the core's own prefetchers ahead of them, and
+/// the requests only took line-fill buffers from their loads. Against a plain read of the same
+/// bytes (tilebench `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, separate processes in turn),
+/// with requests (their plans then) -> none: Q4_K 8192 x 2048 50.7 / 67.1 / 72.6 / 69.9 /
+/// 77.8 / 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 /
+/// 70.0% -> 77.7 / 79.1 / 78.2%. Every other one-token kernel read less without them (Q5_K
+/// 75-85% -> 26-30%, Q4_1 71-73% -> 40-42%, Q6_K, IQ4_XS, Q3_K, Q5_0, Q5_1, IQ4_NL 10 to 30
+/// points less, Q2_K and Q4_0 4 to 17). `SYNAPSE_PREFETCH` sets this plan too.
+pub(crate) fn stream_prefetch_plan() -> Prefetch {
+    static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
+    *PLAN.get_or_init(|| match (prefetch_override(), amd_family()) {
+        (None, Some(f)) if f < 0x1A => Prefetch { l1: 0, l2: 0 },
+        _ => prefetch_plan(),
+    })
+}
+
 /// The CPU family of an AMD CPU (CPUID leaf 1: the base family, plus the extended family
 /// where the base is 0xF), `None` on others.
 fn amd_family() -> Option<u32> {
@@ -322,9 +340,18 @@ fn prefetch_part_deep<P>(p: &P, part: usize, parts: usize) {
     prefetch_part_by(p, part, parts, deep_prefetch_plan());
 }
 
+/// [`prefetch_part`] at the distances of [`stream_prefetch_plan`].
+#[inline(always)]
+fn prefetch_part_stream<P>(p: &P, part: usize, parts: usize) {
+    prefetch_part_by(p, part, parts, stream_prefetch_plan());
+}
+
 /// [`prefetch_part`] at the distances `plan`.
 #[inline(always)]
 fn prefetch_part_by<P>(p: &P, part: usize, parts: usize, plan: Prefetch) {
+    if plan.l1 == 0 && plan.l2 == 0 {
+        return;
+    }
     let lines = size_of::<P>().div_ceil(64);
     let at = (p as *const P).cast::<u8>();
     prefetch_lines_by(at, lines * part / parts..lines * (part + 1) / parts, plan);
