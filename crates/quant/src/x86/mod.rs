@@ -245,9 +245,10 @@ pub(crate) fn deep_prefetch_plan() -> Prefetch {
 }
 
 /// [`prefetch_plan`] for the one-token kernels that stream best on their own: on AMD's cores
-/// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. The kernels that spend the
-/// fewest operations a byte (Q4_K, Q8_0) keep the core's own prefetchers ahead of them, and
-/// the requests only took line-fill buffers from their loads. Against a plain read of the same
+/// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. Q4_K's and Q8_0's, the
+/// kernels that spend the fewest operations a byte, read more of the memory with the core's
+/// own prefetchers alone (likely the requests only took line-fill buffers from their loads;
+/// not checked with counters, which that VM lacks). Against a plain read of the same
 /// bytes (tilebench `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, separate processes in turn),
 /// with requests (their plans then) -> none: Q4_K 8192 x 2048 50.7 / 67.1 / 72.6 / 69.9 /
 /// 77.8 / 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 /
