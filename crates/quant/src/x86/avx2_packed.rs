@@ -37,7 +37,7 @@ use super::avx512_packed::{
     Q5_1Packed, Q6KAct, Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, ROWS,
     TOKS32,
 };
-use super::{prefetch_ahead, prefetch_part, prefetch_part_deep};
+use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead};
 use crate::blocks::*;
 use crate::GgmlType;
 
@@ -499,7 +499,7 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                 }
                 for l in 0..8 {
                     if hr == 0 && !UNPACKED {
-                        prefetch_part_deep(g, l, 8);
+                        prefetch_part_as(Ahead::Deep, g, l, 8);
                     }
                     // The offset: 16 (scale[2l], scale[2l + 1]) against -2 (bsum[2l],
                     // bsum[2l + 1]).
@@ -679,7 +679,7 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
                 }
                 for k in 0..8 {
                     if hr == 0 && !UNPACKED {
-                        prefetch_part_deep(g, k, 8);
+                        prefetch_part_as(Ahead::Deep, g, k, 8);
                     }
                     let mut lane = [_mm256_setzero_si256(); T];
                     for j in 0..8 {
@@ -890,7 +890,7 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                         u
                     } else {
                         if hr == 0 {
-                            prefetch_part_deep(g, l, 8);
+                            prefetch_part_as(Ahead::Deep, g, l, 8);
                         }
                         q3_k_octet(g, hr, l)
                     };

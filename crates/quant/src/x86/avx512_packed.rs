@@ -42,7 +42,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
-use super::{prefetch_ahead, prefetch_part, prefetch_part_deep, prefetch_part_stream};
+use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead};
 use crate::blocks::*;
 use crate::{GgmlType, QuantError};
 
@@ -575,7 +575,7 @@ unsafe fn q4_k_pass<const T: usize, const UNPACKED: bool>(
             // chains of `vpdpbusd` a token.
             for j in 0..4 {
                 if !UNPACKED {
-                    prefetch_part_stream(g, j, 4);
+                    prefetch_part_as(Ahead::Stream, g, j, 4);
                 }
                 let mut lo = [_mm512_setzero_si512(); T];
                 let mut hi = [_mm512_setzero_si512(); T];
@@ -752,7 +752,7 @@ fn q2_k_tokens<const T: usize>(
     let mut main = [_mm512_setzero_ps(); T];
     let mut mins = [_mm512_setzero_ps(); T];
     for (b, g) in g.iter().enumerate() {
-        prefetch_part_deep(g, 0, 1);
+        prefetch_part_as(Ahead::Deep, g, 0, 1);
         // SAFETY: rows of `sc`.
         let sc = unsafe { [ld(&g.sc[0]), ld(&g.sc[1]), ld(&g.sc[2]), ld(&g.sc[3])] };
         // Group `g`'s scale as an i32 (an i16 pair with a zero high half).
@@ -1172,7 +1172,7 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
             }
             for l in 0..8 {
                 if !UNPACKED {
-                    prefetch_part_deep(g, l, 8);
+                    prefetch_part_as(Ahead::Deep, g, l, 8);
                 }
                 // 16 (scale[2l], scale[2l + 1]) (`>> 4` of the scale in a half's high byte).
                 let offset =
@@ -1854,7 +1854,7 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                 if UNPACKED {
                     prefetch_part(g, l, 8);
                 } else {
-                    prefetch_part_deep(g, l, 8);
+                    prefetch_part_as(Ahead::Deep, g, l, 8);
                 }
                 let u = q3_k_octet(g, l);
                 // With one token, two chains (pairs 0, 1 and 2, 3), added at the end.
@@ -2100,7 +2100,7 @@ fn iq4_xs_few<const T: usize>(
         let d: [__m512; T] = std::array::from_fn(|t| _mm512_mul_ps(dx, _mm512_set1_ps(ys[t][b].d)));
         let y: [*const i8; T] = std::array::from_fn(|t| ys[t][b].qs.as_ptr());
         for k in 0..8 {
-            prefetch_part_deep(g, k, 8);
+            prefetch_part_as(Ahead::Deep, g, k, 8);
             // Two chains a token (even and odd sub-blocks, added at the end): one chain of
             // eight dependent `vpdpwssd` (5 cycles each) would leave the multipliers waiting.
             let mut lane = [_mm512_setzero_si512(); T];
@@ -2218,10 +2218,9 @@ pub(crate) trait Pack32: Pack {
     const OFFSET: i32;
     /// Whether the format has a min (`x = d * q + m`), fused against the token's `s`.
     const MIN: bool;
-    /// Whether its one-token kernels ask for its bytes at [`crate::x86::deep_prefetch_plan`]'s
-    /// distances, or (Q8_0, which streams best on its own) at
-    /// [`crate::x86::stream_prefetch_plan`]'s.
-    const DEEP: bool = true;
+    /// The distances its one-token kernels ask for its bytes at: [`Ahead::Deep`], or
+    /// [`Ahead::Stream`] for Q8_0, which streams best on its own.
+    const AHEAD: Ahead = Ahead::Deep;
     /// Values `4l..4l + 4` of the sixteen rows, plus [`Self::OFFSET`], as unsigned bytes.
     ///
     /// # Safety
@@ -2264,7 +2263,7 @@ impl Pack32 for Q8_0Packed {
     type A = BlockQ8_0;
     const OFFSET: i32 = 128;
     const MIN: bool = false;
-    const DEEP: bool = false;
+    const AHEAD: Ahead = Ahead::Stream;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: a row of `q`; the caller's features.
@@ -2518,7 +2517,7 @@ trait Lanes32 {
     fn d(&self) -> &[u16; ROWS];
     fn m(&self) -> &[u16; ROWS];
     /// Ask for the bytes as far ahead of this block as its kind wants: the packed weights
-    /// from memory at the distances of their format's plan ([`Pack32::DEEP`]).
+    /// from memory at their format's distances ([`Pack32::AHEAD`]).
     fn ask_ahead(&self);
 }
 
@@ -2530,11 +2529,7 @@ impl<P: Pack32> Lanes32 for P {
     }
     #[inline(always)]
     fn ask_ahead(&self) {
-        if P::DEEP {
-            prefetch_part_deep(self, 0, 1);
-        } else {
-            prefetch_part_stream(self, 0, 1);
-        }
+        prefetch_part_as(P::AHEAD, self, 0, 1);
     }
     fn d(&self) -> &[u16; ROWS] {
         Pack32::d(self)

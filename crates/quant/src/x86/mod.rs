@@ -190,77 +190,80 @@ const PREFETCH_BOTH: Prefetch = Prefetch {
 /// 64 KiB) took Q4_K back to 31-34.
 const PREFETCH_AMD: Prefetch = Prefetch { l1: 8192, l2: 0 };
 
-/// The prefetch distances of this CPU: [`PREFETCH_AMD`] on AMD's, [`PREFETCH_BOTH`] on
-/// others; `SYNAPSE_PREFETCH=L1,L2` (bytes) sets them, to tune a CPU not measured here. Only
-/// the speed depends on them. Some kernels take [`deep_prefetch_plan`] instead.
+/// Which prefetch distances a kernel asks ahead at. Only the speed depends on them;
+/// `SYNAPSE_PREFETCH=L1,L2` (bytes) sets all three kinds to those distances, to tune a CPU
+/// not measured here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ahead {
+    /// The distances of this CPU: [`PREFETCH_AMD`] on AMD's, [`PREFETCH_BOTH`] on others.
+    Plan,
+    /// [`Ahead::Plan`] for the kernels whose loads lag the memory most: on AMD's cores before Zen 5
+    /// (measured on a Zen 4 EPYC), a second-level request 16 KiB ahead besides the first- level
+    /// one. The one-token kernels streaming 512 MiB of copies of a 2048 x 8192 matrix, against a
+    /// plain read of the same bytes (tilebench `TILEBENCH_SUSTAINED`, three runs each in turn),
+    /// first-level request alone -> both: Q6_K 60-76% -> 83-93%, IQ4_XS 68-69% -> 80-82%, Q3_K
+    /// 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went from
+    /// 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 67-74% -> 65-76%), Q5_K (87-89% either way)
+    /// and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only the
+    /// kernels that gain take this one. The AVX2 tier's kernels of the same three formats
+    /// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
+    /// 50-61%, Q6_K 55-60% -> 58-61%. The 32-value formats' and Q2_K's one-token kernels (two runs
+    /// each): Q4_1 60% -> 75-89%, Q4_0 57-63% -> 74-75%, Q5_0 60-65% -> 76-84%, Q2_K 52-68% ->
+    /// 67-68%.
+    Deep,
+    /// [`Ahead::Plan`] for the one-token kernels that stream best on their own: on AMD's cores
+    /// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. Q4_K's and Q8_0's, the kernels
+    /// that spend the fewest operations a byte, read more of the memory with the core's own
+    /// prefetchers alone (likely the requests only took line-fill buffers from their loads; not
+    /// checked with counters, which that VM lacks). Against a plain read of the same bytes
+    /// (tilebench `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, separate processes in turn), with
+    /// requests (their plans then) -> none: Q4_K 8192 x 2048 50.7 / 67.1 / 72.6 / 69.9 / 77.8 /
+    /// 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 / 70.0% ->
+    /// 77.7 / 79.1 / 78.2%. Every other one-token kernel read less without them (Q5_K 75-85% ->
+    /// 26-30%, Q4_1 71-73% -> 40-42%, Q6_K, IQ4_XS, Q3_K, Q5_0, Q5_1, IQ4_NL 10 to 30 points less,
+    /// Q2_K and Q4_0 4 to 17).
+    Stream,
+}
+
+impl Ahead {
+    /// This kind's distances on this CPU (the three worked out once, together).
+    #[inline(always)]
+    pub(crate) fn plan(self) -> Prefetch {
+        static PLANS: std::sync::OnceLock<[Prefetch; 3]> = std::sync::OnceLock::new();
+        PLANS.get_or_init(|| {
+            if let Some(plan) = prefetch_override() {
+                return [plan; 3];
+            }
+            if amd_family().is_some_and(|f| f < 0x1A) {
+                let deep = Prefetch {
+                    l2: 16384,
+                    ..PREFETCH_AMD
+                };
+                return [PREFETCH_AMD, deep, Prefetch { l1: 0, l2: 0 }];
+            }
+            [if is_amd() {
+                PREFETCH_AMD
+            } else {
+                PREFETCH_BOTH
+            }; 3]
+        })[self as usize]
+    }
+}
+
+/// [`Ahead::Plan`]'s distances.
 pub(crate) fn prefetch_plan() -> Prefetch {
-    static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
-    *PLAN.get_or_init(|| {
-        prefetch_override().unwrap_or(if is_amd() {
-            PREFETCH_AMD
-        } else {
-            PREFETCH_BOTH
-        })
-    })
+    Ahead::Plan.plan()
 }
 
-/// The distances `SYNAPSE_PREFETCH` sets, if it is set and well formed (read once; a value
-/// that is not two distances is reported and ignored).
+/// The distances `SYNAPSE_PREFETCH` sets, if it is set and well formed (a value that is not
+/// two distances is reported and ignored). Read once, by [`Ahead::plan`].
 fn prefetch_override() -> Option<Prefetch> {
-    static PLAN: std::sync::OnceLock<Option<Prefetch>> = std::sync::OnceLock::new();
-    *PLAN.get_or_init(|| {
-        let v = std::env::var("SYNAPSE_PREFETCH").ok()?;
-        let plan = parse_prefetch(&v);
-        if plan.is_none() {
-            eprintln!(
-                "synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored"
-            );
-        }
-        plan
-    })
-}
-
-/// [`prefetch_plan`] for the kernels whose loads lag the memory most: on AMD's cores before
-/// Zen 5 (measured on a Zen 4 EPYC), a second-level request 16 KiB ahead besides the first-
-/// level one. The one-token kernels streaming 512 MiB of copies of a 2048 x 8192 matrix,
-/// against a plain read of the same bytes (tilebench `TILEBENCH_SUSTAINED`, three runs each in
-/// turn), first-level request alone -> both: Q6_K 60-76% -> 83-93%, IQ4_XS 68-69% -> 80-82%,
-/// Q3_K 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went
-/// from 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 67-74% -> 65-76%), Q5_K (87-89% either
-/// way) and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only
-/// the kernels that gain take this one. The AVX2 tier's kernels of the same three formats
-/// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
-/// 50-61%, Q6_K 55-60% -> 58-61%. The 32-value formats' and Q2_K's one-token kernels (two runs
-/// each): Q4_1 60% -> 75-89%, Q4_0 57-63% -> 74-75%, Q5_0 60-65% -> 76-84%, Q2_K 52-68% ->
-/// 67-68%. `SYNAPSE_PREFETCH` sets both plans.
-pub(crate) fn deep_prefetch_plan() -> Prefetch {
-    static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
-    *PLAN.get_or_init(|| match (prefetch_override(), amd_family()) {
-        (None, Some(f)) if f < 0x1A => Prefetch {
-            l2: 16384,
-            ..PREFETCH_AMD
-        },
-        _ => prefetch_plan(),
-    })
-}
-
-/// [`prefetch_plan`] for the one-token kernels that stream best on their own: on AMD's cores
-/// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. Q4_K's and Q8_0's, the
-/// kernels that spend the fewest operations a byte, read more of the memory with the core's
-/// own prefetchers alone (likely the requests only took line-fill buffers from their loads;
-/// not checked with counters, which that VM lacks). Against a plain read of the same
-/// bytes (tilebench `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, separate processes in turn),
-/// with requests (their plans then) -> none: Q4_K 8192 x 2048 50.7 / 67.1 / 72.6 / 69.9 /
-/// 77.8 / 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 /
-/// 70.0% -> 77.7 / 79.1 / 78.2%. Every other one-token kernel read less without them (Q5_K
-/// 75-85% -> 26-30%, Q4_1 71-73% -> 40-42%, Q6_K, IQ4_XS, Q3_K, Q5_0, Q5_1, IQ4_NL 10 to 30
-/// points less, Q2_K and Q4_0 4 to 17). `SYNAPSE_PREFETCH` sets this plan too.
-pub(crate) fn stream_prefetch_plan() -> Prefetch {
-    static PLAN: std::sync::OnceLock<Prefetch> = std::sync::OnceLock::new();
-    *PLAN.get_or_init(|| match (prefetch_override(), amd_family()) {
-        (None, Some(f)) if f < 0x1A => Prefetch { l1: 0, l2: 0 },
-        _ => prefetch_plan(),
-    })
+    let v = std::env::var("SYNAPSE_PREFETCH").ok()?;
+    let plan = parse_prefetch(&v);
+    if plan.is_none() {
+        eprintln!("synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored");
+    }
+    plan
 }
 
 /// The CPU family of an AMD CPU (CPUID leaf 1: the base family, plus the extended family
@@ -308,6 +311,9 @@ fn prefetch_lines(p: *const u8, lines: std::ops::Range<usize>) {
 /// [`prefetch_lines`] at the distances `plan`.
 #[inline(always)]
 fn prefetch_lines_by(p: *const u8, lines: std::ops::Range<usize>, plan: Prefetch) {
+    if plan.l1 == 0 && plan.l2 == 0 {
+        return;
+    }
     for line in lines {
         let at = p.wrapping_add(64 * line);
         // SAFETY: a prefetch reads nothing into the program and never faults.
@@ -332,30 +338,19 @@ fn prefetch_ahead<P>(p: &P) {
 /// that they do not all wait at once for the core's few line-fill buffers.
 #[inline(always)]
 fn prefetch_part<P>(p: &P, part: usize, parts: usize) {
-    prefetch_part_by(p, part, parts, prefetch_plan());
+    prefetch_part_as(Ahead::Plan, p, part, parts);
 }
 
-/// [`prefetch_part`] at the distances of [`deep_prefetch_plan`].
+/// [`prefetch_part`] at the distances of `ahead`.
 #[inline(always)]
-fn prefetch_part_deep<P>(p: &P, part: usize, parts: usize) {
-    prefetch_part_by(p, part, parts, deep_prefetch_plan());
-}
-
-/// [`prefetch_part`] at the distances of [`stream_prefetch_plan`].
-#[inline(always)]
-fn prefetch_part_stream<P>(p: &P, part: usize, parts: usize) {
-    prefetch_part_by(p, part, parts, stream_prefetch_plan());
-}
-
-/// [`prefetch_part`] at the distances `plan`.
-#[inline(always)]
-fn prefetch_part_by<P>(p: &P, part: usize, parts: usize, plan: Prefetch) {
-    if plan.l1 == 0 && plan.l2 == 0 {
-        return;
-    }
+fn prefetch_part_as<P>(ahead: Ahead, p: &P, part: usize, parts: usize) {
     let lines = size_of::<P>().div_ceil(64);
     let at = (p as *const P).cast::<u8>();
-    prefetch_lines_by(at, lines * part / parts..lines * (part + 1) / parts, plan);
+    prefetch_lines_by(
+        at,
+        lines * part / parts..lines * (part + 1) / parts,
+        ahead.plan(),
+    );
 }
 
 /// Part `part` of `parts` of the lines of `bytes`, asked for now: what a batch's passes over
