@@ -248,6 +248,33 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
     acc
 }
 
+/// `for $l in 0..8 { $body }`, with the eight copies written out when a pass has one token
+/// (`$t == 1`): as a loop, the compiler kept a one-token pass's eight float lanes on the stack,
+/// indexed by `l`, and worked out each lane's shuffle masks and prefetch lines at run time.
+/// Only Q3_K's pass takes it (decode, where that pass runs: 63.5 -> 74.8 GMAC/s hot, 77-90% ->
+/// 90-103% of a plain read over cold copies, the Q3_K_M file's tg32 1.157x at one thread and
+/// 0.98-1.04x at two). Written out, the Q6_K, Q5_K and IQ4_XS passes ran faster hot (Q6_K 53
+/// -> 60, 75 GMAC/s with their prefetch loop's tests hoisted) but streamed less of the memory
+/// over cold copies (Q6_K 87-90% -> 75-78%, Q5_K 82-88% -> 52-70%), or decoded slower at two
+/// threads (IQ4_XS 0.95x), on the Zen 4 (docs/PERF.md, 2026-12-03 03:30 UTC): they keep the
+/// loop. Several tokens' accumulators do not fit the registers anyway, and eight copies of
+/// their bodies would crowd the instruction cache.
+macro_rules! lanes8 {
+    ($t:expr, $l:ident => $body:block) => {
+        if $t == 1 {
+            lanes8!(@each $l => $body; 0 1 2 3 4 5 6 7);
+        } else {
+            for $l in 0..8usize $body
+        }
+    };
+    (@each $l:ident => $body:block; $($n:literal)*) => {
+        $({
+            let $l: usize = $n;
+            $body
+        })*
+    };
+}
+
 /// `$pass!(T, t0)` for tokens `t0..t0 + T` over tokens `0..$n_tok`: passes of `$full`, then
 /// one pass of those left (`$rest` lists every count below `$full`).
 macro_rules! token_passes {
@@ -1850,7 +1877,7 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                         _mm512_srai_epi16::<8>(_mm512_shuffle_epi8(by[p], pair_bytes[q]));
                 }
             }
-            for l in 0..8 {
+            lanes8!(T, l => {
                 if UNPACKED {
                     prefetch_part(g, l, 8);
                 } else {
@@ -1880,7 +1907,7 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                     }
                 }
                 fuse_lanes(&mut acc, l, &d, &lane, &lane1);
-            }
+            });
         }
         store_tokens(out, (stride, r0, t0), &acc);
     }
