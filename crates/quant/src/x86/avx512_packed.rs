@@ -229,6 +229,38 @@ unsafe fn nibble_or(a: __m512i, b: __m512i) -> __m512i {
     unsafe { _mm512_ternarylogic_epi32::<0xEC>(a, b, _mm512_set1_epi32(0x0F0F_0F0F)) }
 }
 
+/// [`dpwssd`] by the four bytes at `b` in every lane: in a pass of several tokens (`T > 1`)
+/// with the broadcast folded into the instruction's memory operand, where a register operand
+/// takes a `vpbroadcastd` of its own (IQ4_XS batches, two such products a four values: 70.5 ->
+/// 87.6 GMAC/s in tilebench `IQ4_XS 512 2048 64`, the IQ4_XS file's pp64 1.32x at one thread
+/// and 1.34x at two, bench/alternate.sh, four pairs; Q5_K_M's and Q6_K's 1.01x, 1.03x). A
+/// one-token pass keeps the register form: those passes stream their weights from memory in
+/// decode, where a change of their instruction mix changed how much of the memory they read
+/// on a Zen 4 (see [`lanes8`]), and the fold was not measured there.
+///
+/// # Safety
+/// Four readable bytes at `b`; the CPU must have AVX-512 F and VNNI.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vnni")]
+unsafe fn dpwssd_by<const T: usize, P>(acc: __m512i, a: __m512i, b: *const P) -> __m512i {
+    if T == 1 {
+        // SAFETY: the caller's.
+        return unsafe { dpwssd(acc, a, bcast4(b)) };
+    }
+    let mut acc = acc;
+    // SAFETY: the caller's: four readable bytes at `b`; AVX-512 VNNI.
+    unsafe {
+        std::arch::asm!(
+            "vpdpwssd {acc}, {a}, dword ptr [{b}]{{1to16}}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(reg) b,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
 /// `acc + Σ a.i16[2l + p] * b.i16[2l + p]` per i32 lane, as one `vpdpwssd`: LLVM splits the
 /// intrinsic into `vpmaddwd` + `vpaddd` unless it is told the CPU runs it fast.
 #[inline]
@@ -634,7 +666,7 @@ unsafe fn q4_k_pass<const T: usize, const UNPACKED: bool>(
                 let ps = &pair_sums[t][b];
                 let mut m = _mm512_setzero_si512();
                 for (j, &mn) in mn.iter().enumerate() {
-                    m = dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j)));
+                    m = dpwssd_by::<T, _>(m, mn, ps.as_ptr().add(2 * j));
                 }
                 let yd = _mm512_set1_ps(ys[t][b].d);
                 main[t] =
@@ -862,7 +894,7 @@ unsafe fn q2_k_fuse<const T: usize>(
             let bs = ys[t][b].bsums.as_ptr();
             let mut m = _mm512_setzero_si512();
             for (p, &mn) in min.iter().enumerate() {
-                m = dpwssd(m, mn, bcast4(bs.add(2 * p)));
+                m = dpwssd_by::<T, _>(m, mn, bs.add(2 * p));
             }
             let yd = _mm512_set1_ps(ys[t][b].d);
             main[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(tot[t]), _mm512_mul_ps(dx, yd), main[t]);
@@ -1206,8 +1238,8 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                     _mm512_srai_epi16::<4>(_mm512_shuffle_epi8(sc[l / 2], offset_bytes[l % 2]));
                 let mut lane = [_mm512_setzero_si512(); T];
                 for t in 0..T {
-                    let nb = bcast4(ys[t][b].nb.as_ptr().add(2 * l));
-                    lane[t] = dpwssd(_mm512_setzero_si512(), offset, nb);
+                    let nb = ys[t][b].nb.as_ptr().add(2 * l);
+                    lane[t] = dpwssd_by::<T, _>(_mm512_setzero_si512(), offset, nb);
                 }
                 // With one token, two chains (h = 0 and 1), added at the end: one chain of
                 // dependent `vpdpwssd` would leave the multipliers waiting. (Several tokens
@@ -1435,7 +1467,7 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(
                 let ps = &pair_sums[t][b];
                 let mut m = _mm512_setzero_si512();
                 for (j, &mn) in mn.iter().enumerate() {
-                    m = dpwssd(m, mn, bcast4(ps.as_ptr().add(2 * j)));
+                    m = dpwssd_by::<T, _>(m, mn, ps.as_ptr().add(2 * j));
                 }
                 let a = _mm512_mul_ps(_mm512_set1_ps(-ys[t][b].d), dminx);
                 mins[t] = _mm512_fmadd_ps(a, _mm512_cvtepi32_ps(m), mins[t]);
@@ -2087,9 +2119,9 @@ fn iq4_xs_tokens<const T: usize>(
                 for t in 0..T {
                     // SAFETY: words 2m, 2m + 1 of the token's block; this function's features.
                     unsafe {
-                        lane[t] = dpwssd(lane[t], we, bcast4(y[t].add(2 * m)));
+                        lane[t] = dpwssd_by::<T, _>(lane[t], we, y[t].add(2 * m));
                         let odd = if T > 8 { &mut lane[t] } else { &mut lane1[t] };
-                        *odd = dpwssd(*odd, wo, bcast4(y[t].add(2 * m + 1)));
+                        *odd = dpwssd_by::<T, _>(*odd, wo, y[t].add(2 * m + 1));
                     }
                 }
             }
