@@ -33,7 +33,7 @@ use std::cell::RefCell;
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
     unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat,
-    Q2KPacked, Q3KAct, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
+    Q2KPacked, Q3KAct, Q3KActs, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
     Q5_1Packed, Q6KAct, Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, ROWS,
     TOKS32,
 };
@@ -1047,8 +1047,13 @@ unsafe fn q3_k_vnni(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let folded = a.len() > 8 * per_row && super::has_avxvnni();
     Q3K_ACTS.with_borrow_mut(|ya| {
+        let form = if folded {
+            Q3KActs::Flipped
+        } else {
+            Q3KActs::Offsets
+        };
         // SAFETY: this function's features.
-        unsafe { q3_k_acts(a, ya, folded) };
+        unsafe { q3_k_acts(a, ya, form) };
         let a = &ya[..];
         if folded {
             // SAFETY: the CPU has AVX-VNNI (checked), besides this function's features.

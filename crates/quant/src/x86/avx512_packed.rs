@@ -1636,9 +1636,7 @@ impl Pack for Q3KPairs {
 }
 
 /// A token's Q8_K block for [`q3_k_pass`]: its values in [`Q6KAct`]'s order (plus 128, as
-/// unsigned bytes, for the passes over unpacked groups), each lane and pair's two groups'
-/// `-4 * (y0 + y1 + y2 + y3)` as a word's halves (entry `8p + l`; the `-4` of `q = u - 4`),
-/// and its scale.
+/// unsigned bytes, for [`Q3KActs::Flipped`]), `off` as [`Q3KActs`] says, and its scale.
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Q3KAct {
@@ -1671,13 +1669,26 @@ unsafe fn interleave_halves(src: &[i8; QK_K], dst: &mut [i8; QK_K], flip: __m256
     }
 }
 
+/// What [`q3_k_acts`] makes of a token block besides its values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Q3KActs {
+    /// `off` entry `8p + l`: each lane and pair's two groups' `-4 * (y0 + y1 + y2 + y3)` as a
+    /// word's halves (the `-4` of `q = u - 4`), for the passes that unpack as they go.
+    Offsets,
+    /// The values plus 128, as unsigned bytes (the AVX-VNNI passes over folded groups).
+    Flipped,
+    /// `off` entry `l`: `-128` times the sum of lane `l`'s 32 values, as an i32 (the AVX-512
+    /// passes over unpacked groups, [`q3_k_unpack`]).
+    LaneSums,
+}
+
 /// Every token block of `a` as a [`Q3KAct`], into `ya` (`unpacked`: values plus 128, no
 /// offsets).
 ///
 /// # Safety
 /// The CPU must have AVX2.
 #[inline(always)]
-pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: bool) {
+pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, form: Q3KActs) {
     ya.clear();
     for y in a {
         let mut o = Q3KAct {
@@ -1687,9 +1698,31 @@ pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, unpacked: b
         };
         // SAFETY: the caller's features; 32-byte halves of the values, 32-byte rows of `off`.
         unsafe {
-            let flip = _mm256_set1_epi8(if unpacked { -128 } else { 0 });
+            let flipped = form == Q3KActs::Flipped;
+            let flip = _mm256_set1_epi8(if flipped { -128 } else { 0 });
             interleave_halves(&y.qs, &mut o.qs, flip);
-            if !unpacked {
+            if form == Q3KActs::LaneSums {
+                // Lane l's values: bytes 8l..8l + 8 of each 64. `vpsadbw` against zero sums
+                // eight unsigned bytes: the values plus 128 (their top bit flipped), less
+                // 4 * 8 * 128 for the four eights.
+                let (top, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
+                let mut sums = [zero; 2];
+                for p in 0..4 {
+                    for (h, sum) in sums.iter_mut().enumerate() {
+                        let v = _mm256_loadu_si256(o.qs.as_ptr().add(64 * p + 32 * h).cast());
+                        let eights = _mm256_sad_epu8(_mm256_xor_si256(v, top), zero);
+                        *sum = _mm256_add_epi64(*sum, eights);
+                    }
+                }
+                for (h, sum) in sums.into_iter().enumerate() {
+                    let mut lanes = [0i64; 4];
+                    _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum);
+                    for (i, s) in lanes.into_iter().enumerate() {
+                        o.off[4 * h + i] = (-128 * (s as i32 - 4 * 8 * 128)) as u32;
+                    }
+                }
+            }
+            if form == Q3KActs::Offsets {
                 let (ones, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
                 for p in 0..4 {
                     // The four-value sums of values 64p..+32 (lo[l]) and 64p + 32..+32 (hi[l]),
@@ -1760,15 +1793,18 @@ unsafe fn q3_k_octet(g: &Q3KPairs, l: usize) -> [__m512i; 8] {
 
 /// A Q3_K block of sixteen rows unpacked for batches ([`q3_k_unpack`]): entry `8l + w` holds
 /// lane `l`'s word `w` ([`q3_k_octet`]) of every row with each value's group scale folded in,
-/// `-q * scale` as a signed byte (within -128..=124: `q` is -4..=3, the scale -32..=31), and
-/// entry `64 + l` each row's `128 * Σ` of the 32 folded bytes of lane `l`.
-type Q3KUnpacked = [__m512i; 72];
+/// `w = -q * scale` (within -128..=124: `q` is -4..=3, the scale -32..=31) plus 128, as an
+/// unsigned byte.
+type Q3KUnpacked = [__m512i; 64];
 
 /// Every block of a group unpacked into `vb` once for all of a batch's token passes, each
 /// value times its group's scale (see [`Q3KUnpacked`]). A pass then takes one `vpdpbusd` for
-/// 64 products, with the token's values plus 128 as the unsigned bytes; the offset comes back
-/// through entry `64 + l`. The same integers: `Σ y q s = 128 Σ w - Σ (y + 128) w` with
-/// `w = -q s`.
+/// 64 products, the folded values plus 128 as the unsigned bytes and the token's values as the
+/// signed ones, broadcast from memory inside the instruction; the offset comes back through
+/// the token's lane sums ([`Q3KActs::LaneSums`]). The same integers: `Σ y q s = 128 Σ y -
+/// Σ (w + 128) y` with `w = -q s`. (The tokens as the unsigned side, plus 128, and the offset
+/// from the rows' sums, as before, took a `vpbroadcastd` a product: the broadcast folds only
+/// into the signed operand. Tilebench `Q3_K 512 2048 64`: see docs/PERF.md, 2026-12-03.)
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q3_k_unpack(g: &[Q3KPairs], vb: &mut Vec<Q3KUnpacked>) {
@@ -1778,28 +1814,25 @@ fn q3_k_unpack(g: &[Q3KPairs], vb: &mut Vec<Q3KUnpacked>) {
         _mm512_set1_epi8(0x0F),
         _mm512_set1_epi8(0x20),
     );
-    let (four, ones) = (_mm512_set1_epi8(4), _mm512_set1_epi8(1));
+    let (four, flip) = (_mm512_set1_epi8(4), _mm512_set1_epi8(-128));
     for g in g {
         // SAFETY: rows of `sc`; this function's features.
         let by = unsafe { q3_k_scale_bytes(&g.sc, masks) };
-        let mut v = [_mm512_setzero_si512(); 72];
+        let mut v = [_mm512_setzero_si512(); 64];
         for l in 0..8 {
             // SAFETY: this function's features.
             let u = unsafe { q3_k_octet(g, l) };
             let q = (l / 4) as u8;
             // SAFETY: this function's features.
             let spread = unsafe { word_shuffle([q, q, q + 2, q + 2]) };
-            let mut sum = _mm512_setzero_si512();
             for (w, u) in u.into_iter().enumerate() {
                 // Bytes 0, 1: group 4p + q; bytes 2, 3: group 4p + 2 + q.
                 let sc = _mm512_shuffle_epi8(by[w / 2], spread);
-                // -q s = (4 - u) s.
+                // -q s = (4 - u) s, plus 128 (the flip of the top bit).
                 // SAFETY: this function's features.
                 let folded = unsafe { mullo_epi8(_mm512_sub_epi8(four, u), sc) };
-                v[8 * l + w] = folded;
-                sum = _mm512_dpbusd_epi32(sum, ones, folded);
+                v[8 * l + w] = _mm512_xor_si512(folded, flip);
             }
-            v[64 + l] = _mm512_slli_epi32::<7>(sum);
         }
         vb.push(v);
     }
@@ -1880,20 +1913,24 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
                 off[t] = ys[t][b].off.as_ptr();
             }
             if UNPACKED {
-                // Lane l: 128 Σ w less Σ (y + 128) w over its eight words, one `vpdpbusd` each.
+                // Lane l: 128 Σ y less Σ (w + 128) y over its eight words, one `vpdpbusd`
+                // each, the sum started at the token's -128 Σ y and negated at the end.
                 let v = &vb[b];
                 for l in 0..8 {
                     let mut dot = [_mm512_setzero_si512(); T];
+                    for t in 0..T {
+                        dot[t] = bcast4(off[t].add(l));
+                    }
                     for w in 0..8 {
                         let at = 64 * (w / 2) + 8 * l + 4 * (w % 2);
                         for t in 0..T {
                             dot[t] =
-                                _mm512_dpbusd_epi32(dot[t], bcast4(y[t].add(at)), v[8 * l + w]);
+                                _mm512_dpbusd_epi32(dot[t], v[8 * l + w], bcast4(y[t].add(at)));
                         }
                     }
                     let mut lane = [_mm512_setzero_si512(); T];
                     for t in 0..T {
-                        lane[t] = _mm512_sub_epi32(v[64 + l], dot[t]);
+                        lane[t] = _mm512_sub_epi32(_mm512_setzero_si512(), dot[t]);
                     }
                     fuse_lanes(&mut acc, l, &d, &lane, &[_mm512_setzero_si512(); T]);
                 }
@@ -1967,9 +2004,14 @@ thread_local! {
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
     let unpacked = n_tok > 8;
+    let form = if unpacked {
+        Q3KActs::LaneSums
+    } else {
+        Q3KActs::Offsets
+    };
     Q3K_ACTS.with_borrow_mut(|ya| {
         // SAFETY: this function's features.
-        unsafe { q3_k_acts(a, ya, unpacked) };
+        unsafe { q3_k_acts(a, ya, form) };
         let a = &ya[..];
         if !unpacked {
             group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], ());
@@ -2981,7 +3023,11 @@ packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K =
 packed_format!(
     IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs, 256 * 2048
 );
-packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k);
+// Q3_K's batch calls cover 256 x 2048 weights: each call prepares every token's block (values
+// interleaved, lane sums), which took much of the lane sums' gain back in calls of 64 rows
+// (tilebench `TILEBENCH_IN_TILES=1 Q3_K 8192 2048 64`: 138-141 -> 152-154 GMAC/s; about 1.07x of
+// the Q3_K_M file's 1.2x pp64, docs/PERF.md).
+packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k, 256 * 2048);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
 packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
