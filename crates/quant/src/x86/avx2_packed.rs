@@ -928,7 +928,9 @@ pass_entries!(
 /// A Q3_K block's rows `8hr..8hr + 8` folded for AVX-VNNI batches ([`q3_k_fold`]): entry
 /// `8l + w` holds lane `l`'s word `w` with each value's group scale folded in, `-q * scale` as
 /// a signed byte (-128..=124), and entry `64 + l` each row's `128 * Σ` of lane `l`'s 32 folded
-/// bytes: [`super::avx512_packed`]'s batch form of Q3_K, eight rows a register.
+/// bytes, eight rows a register: the form [`super::avx512_packed`]'s Q3_K batches had before
+/// they took the token as the signed side, which lets EVEX fold its broadcast (VEX has no
+/// broadcast operand to fold, so the form stays here).
 type Q3KFolded = [__m256i; 72];
 
 /// Every block of a group folded into `vb` (entry `hr * blocks + b`), once for all of a

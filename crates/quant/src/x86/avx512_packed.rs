@@ -1682,8 +1682,7 @@ pub(super) enum Q3KActs {
     LaneSums,
 }
 
-/// Every token block of `a` as a [`Q3KAct`], into `ya` (`unpacked`: values plus 128, no
-/// offsets).
+/// Every token block of `a` as a [`Q3KAct`], into `ya`, in the `form` its passes take.
 ///
 /// # Safety
 /// The CPU must have AVX2.
