@@ -236,7 +236,7 @@ unsafe fn nibble_or(a: __m512i, b: __m512i) -> __m512i {
 /// and 1.34x at two, bench/alternate.sh, four pairs; Q5_K_M's and Q6_K's 1.01x, 1.03x). A
 /// one-token pass keeps the register form: those passes stream their weights from memory in
 /// decode, where a change of their instruction mix changed how much of the memory they read
-/// on a Zen 4 (see [`lanes8`]), and the fold was not measured there.
+/// on a Zen 4 (see `lanes8!`), and the fold was not measured there.
 ///
 /// # Safety
 /// Four readable bytes at `b`; the CPU must have AVX-512 F and VNNI.
