@@ -1697,8 +1697,7 @@ pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, form: Q3KAc
         };
         // SAFETY: the caller's features; 32-byte halves of the values, 32-byte rows of `off`.
         unsafe {
-            let flipped = form == Q3KActs::Flipped;
-            let flip = _mm256_set1_epi8(if flipped { -128 } else { 0 });
+            let flip = _mm256_set1_epi8(if form == Q3KActs::Flipped { -128 } else { 0 });
             interleave_halves(&y.qs, &mut o.qs, flip);
             if form == Q3KActs::LaneSums {
                 // Lane l's values: bytes 8l..8l + 8 of each 64. `vpsadbw` against zero sums
