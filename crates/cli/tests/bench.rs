@@ -328,8 +328,11 @@ fn bench_profile_accounts_for_every_product_of_a_token() {
         let calls = |name: &str| parts[name][0].parse::<f64>().unwrap();
         // Per token of the test: a pass per batch of the prompt, a pass per decoded token.
         let per_pass = |k: f64| k / tokens;
+        // A prompt's last layer projects the keys and values of every token but the queries of
+        // the last alone: two products there.
+        let qkv = if tokens > 1.0 { n_layer + 1.0 } else { n_layer };
         for (name, k) in [
-            ("attn_qkv", n_layer),
+            ("attn_qkv", qkv),
             ("attn_output", n_layer),
             ("ffn_gate_up", n_layer),
             ("ffn_down", n_layer),

@@ -38,6 +38,9 @@ fn smollm2_matches_llama_cpp_token_by_token() {
         let b = run(model.as_ref(), prefix, batch, 2);
         assert!(b == one, "batch {batch}: logits differ from token-by-token");
     }
+    let prefix = &ids[..100.min(ids.len())];
+    let all = run(model.as_ref(), &with_next(model.as_ref(), prefix), 64, 2);
+    last_logits_match_all("smollm2", model.as_ref(), prefix, &all);
 }
 
 #[test]
@@ -142,6 +145,8 @@ fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
                 "{stem}: {threads} threads differ"
             );
         }
+        let all = run(model.as_ref(), &with_next(model.as_ref(), &ids), 1, 1);
+        last_logits_match_all(&stem, model.as_ref(), &ids, &all);
     }
 }
 

@@ -10,7 +10,8 @@ use synapse_engine::{load, supported_architectures, Logits, Threads};
 use synapse_gguf::{GgufFile, GgufWriter, Value};
 
 /// Synapse's logits for the golden ids against llama.cpp's: the bounds, then the bits;
-/// then G1 (batch sizes 1, 7, 64, 93) and D1 (1 to 4 threads), bit for bit.
+/// then G1 (batch sizes 1, 7, 64, 93) and D1 (1 to 4 threads), bit for bit, and a prefill for
+/// the last logits alone against them ([`last_logits_match_all`]).
 fn check(file_name: &str, arch: &str) {
     let file = GgufFile::open(data(&format!("{file_name}.gguf"))).unwrap();
     let model = load(&file).unwrap();
@@ -67,6 +68,8 @@ fn check(file_name: &str, arch: &str) {
             "{file_name}: {threads} threads differ from one"
         );
     }
+    let all = run(model.as_ref(), &with_next(model.as_ref(), &ids), 1, 1);
+    last_logits_match_all(file_name, model.as_ref(), &ids, &all);
 }
 
 #[test]

@@ -144,14 +144,15 @@ impl<'a> Attention<'a> {
         })
     }
 
-    /// `s.q`, `s.k`, `s.v` of the `n` normed rows in `s.h`: the projections, their biases, then
-    /// the per-head norms (before RoPE, as llama.cpp's Qwen3 and Gemma 3 graphs do).
+    /// `s.k`, `s.v` of the `n` normed rows in `s.h` and `s.q` of rows `q_from..n` (from its
+    /// start: the rows whose attention is needed, see [`DecoderLayer::forward`]): the projections, their biases,
+    /// then the per-head norms (before RoPE, as llama.cpp's Qwen3 and Gemma 3 graphs do).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn qkv(
         &self,
         s: &mut Scratch,
-        n: usize,
+        (n, q_from): (usize, usize),
         a: &AttnShape,
         eps: f32,
         threads: &Threads,
@@ -159,22 +160,40 @@ impl<'a> Attention<'a> {
         l: usize,
         pos0: usize,
     ) {
-        mm_many(
-            "attn_qkv",
-            &[&self.wq, &self.wk, &self.wv],
-            &s.h,
-            n,
-            &mut s.acts,
-            &mut [&mut s.q, &mut s.k, &mut s.v],
-            threads,
-        );
-        for (b, x) in [
-            (&self.bq, &mut s.q),
-            (&self.bk, &mut s.k),
-            (&self.bv, &mut s.v),
+        let m = n - q_from;
+        if q_from == 0 {
+            mm_many(
+                "attn_qkv",
+                &[&self.wq, &self.wk, &self.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.q, &mut s.k, &mut s.v],
+                threads,
+            );
+        } else {
+            mm_many(
+                "attn_qkv",
+                &[&self.wk, &self.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.k, &mut s.v],
+                threads,
+            );
+            if m > 0 {
+                let d = self.wq.cols;
+                let h = &s.h[q_from * d..n * d];
+                mm("attn_qkv", &self.wq, h, m, &mut s.acts, &mut s.q, threads);
+            }
+        }
+        for (b, x, rows) in [
+            (&self.bq, &mut s.q, m),
+            (&self.bk, &mut s.k, n),
+            (&self.bv, &mut s.v, n),
         ] {
             if let Some(b) = b {
-                add_bias_rows(x, b, n);
+                add_bias_rows(x, b, rows);
             }
         }
         if self.bq.is_some() || self.bk.is_some() || self.bv.is_some() {
@@ -182,8 +201,8 @@ impl<'a> Attention<'a> {
         }
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         if let Some(w) = &self.q_norm {
-            norm_rows(&mut s.q, a.head_dim, n * a.n_head, w, eps);
-            tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
+            norm_rows(&mut s.q, a.head_dim, m * a.n_head, w, eps);
+            tap.rows("Qcur_normed", l, pos0 + q_from, &s.q[..m * q_dim], m);
         }
         if let Some(w) = &self.k_norm {
             norm_rows(&mut s.k, a.head_dim, n * a.n_head_kv, w, eps);
@@ -214,8 +233,9 @@ impl<'a> Attention<'a> {
     }
 }
 
-/// Rotate the `n` rows of `s.q` and `s.k` (positions `pos0..`) and store each token's keys and
-/// values in cache layer `kv_layer`, token by token.
+/// Rotate the `n` rows of `s.k` (positions `pos0..`) and the rows of `s.q`, which hold tokens
+/// `q_from..n` ([`Attention::qkv`]), and store each token's keys and values in cache layer
+/// `kv_layer`, token by token.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) fn rope_and_store(
@@ -224,18 +244,17 @@ pub(crate) fn rope_and_store(
     kv: &mut KvCache,
     kv_layer: usize,
     pos0: usize,
-    n: usize,
+    (n, q_from): (usize, usize),
     a: &AttnShape,
 ) {
     let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
     for t in 0..n {
         let pos = pos0 + t;
-        let (q, k) = (
-            &mut s.q[t * q_dim..(t + 1) * q_dim],
-            &mut s.k[t * kv_dim..(t + 1) * kv_dim],
-        );
         rope.angles(pos, &mut s.rope);
-        rope.apply(q, hd, &s.rope);
+        if let Some(i) = t.checked_sub(q_from) {
+            rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, &s.rope);
+        }
+        let k = &mut s.k[t * kv_dim..(t + 1) * kv_dim];
         rope.apply(k, hd, &s.rope);
         kv.store(kv_layer, pos, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
     }
@@ -520,7 +539,12 @@ impl<'a> DecoderLayer<'a> {
     }
 
     /// Layer `l` over the `n` rows of `s.x` at positions `pos0..`, its keys and values stored in
-    /// `kv` layer `l`.
+    /// `kv` layer `l`; the rest of the layer (queries, attention, the output projection and
+    /// the feed-forward block) only for the last `keep` rows, which it leaves as the first
+    /// `keep` of `s.x` ([`keep_last_rows`]). Every layer but the last keeps all `n`; the last
+    /// keeps the rows whose logits are asked for, as llama.cpp's graphs do (each row's
+    /// arithmetic is its own, so the rows kept come out the same bits either way).
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn forward(
         &self,
@@ -530,32 +554,49 @@ impl<'a> DecoderLayer<'a> {
         kv: &mut KvCache,
         pos0: usize,
         n: usize,
+        keep: usize,
     ) {
         let d = self.attn_norm.len();
         let a = c.a;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+        let (first, m) = (n - keep, keep);
         rms_norm_rows(&s.x[..n * d], &self.attn_norm, c.eps, &mut s.h, d);
         crate::profile::mark("norm");
         c.tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
-        self.attn.qkv(s, n, a, c.eps, c.threads, c.tap, l, pos0);
-        rope_and_store(c.rope, s, kv, l, pos0, n, a);
-        c.tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
+        self.attn
+            .qkv(s, (n, first), a, c.eps, c.threads, c.tap, l, pos0);
+        rope_and_store(c.rope, s, kv, l, pos0, (n, first), a);
+        let p = pos0 + first;
+        c.tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
         c.tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
         c.tap.rows("Vcur", l, pos0, &s.v[..n * kv_dim], n);
-        attend_causal(a, s, kv, l, pos0, n, None, c.threads);
-        c.tap.rows("kqv_out", l, pos0, &s.att[..n * q_dim], n);
-        self.attn.output(s, n, c.threads);
-        c.tap.rows("attn_out", l, pos0, &s.o[..n * d], n);
-        add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        keep_last_rows(&mut s.x, d, n, keep);
+        if m == 0 {
+            return;
+        }
+        attend_causal(a, s, kv, l, p, m, None, c.threads);
+        c.tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
+        self.attn.output(s, m, c.threads);
+        c.tap.rows("attn_out", l, p, &s.o[..m * d], m);
+        add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
         crate::profile::mark("residual");
-        c.tap.rows("ffn_inp", l, pos0, &s.x[..n * d], n);
+        c.tap.rows("ffn_inp", l, p, &s.x[..m * d], m);
 
-        rms_norm_rows(&s.x[..n * d], &self.ffn_norm, c.eps, &mut s.h, d);
+        rms_norm_rows(&s.x[..m * d], &self.ffn_norm, c.eps, &mut s.h, d);
         crate::profile::mark("norm");
-        c.tap.rows("ffn_norm", l, pos0, &s.h[..n * d], n);
-        self.ffn.forward(c.act, s, n, c.threads, c.tap, l, pos0);
-        add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+        c.tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
+        self.ffn.forward(c.act, s, m, c.threads, c.tap, l, p);
+        add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
         crate::profile::mark("residual");
-        c.tap.rows("l_out", l, pos0, &s.x[..n * d], n);
+        c.tap.rows("l_out", l, p, &s.x[..m * d], m);
+    }
+}
+
+/// Move the last `keep` of the `n` rows of `x` (`d` values each) to its start: the rows a
+/// layer goes on with once every row's keys and values are in the cache.
+#[inline(always)]
+pub(crate) fn keep_last_rows(x: &mut [f32], d: usize, n: usize, keep: usize) {
+    if keep < n {
+        x.copy_within((n - keep) * d..n * d, 0);
     }
 }

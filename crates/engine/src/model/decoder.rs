@@ -115,12 +115,18 @@ impl ForwardBody for Decoder<'_> {
             threads,
             tap: &self.tap,
         };
+        // The last layer goes on only with the rows whose logits are asked for.
+        let rows = logits.rows(n);
+        let last = self.layers.len().saturating_sub(1);
+        // The rows of `s.x` the layers leave.
+        let mut left = n;
         for (l, layer) in self.layers.iter().enumerate() {
-            layer.forward(&c, l, s, &mut st.kv, pos0, n);
+            let keep = if l == last { rows } else { n };
+            layer.forward(&c, l, s, &mut st.kv, pos0, n, keep);
+            left = keep;
         }
         st.pos += n;
 
-        let rows = logits.rows(n);
         if rows > 0 {
             let n_vocab = self.info.n_vocab;
             output_logits(
@@ -128,7 +134,7 @@ impl ForwardBody for Decoder<'_> {
                 self.eps,
                 &self.output,
                 s,
-                n,
+                left,
                 rows,
                 out,
                 threads,

@@ -22,8 +22,8 @@
 use synapse_gguf::{GgufFile, Value};
 
 use super::blocks::{
-    attend_causal, embed, layer_matrices, matrix, norm_rows, output_logits, output_matrix,
-    rope_and_store, Activation, Attention, Dims, Ffn,
+    attend_causal, embed, keep_last_rows, layer_matrices, matrix, norm_rows, output_logits,
+    output_matrix, rope_and_store, Activation, Attention, Dims, Ffn,
 };
 use super::{vector, HParams, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
@@ -212,7 +212,16 @@ impl super::ForwardBody for Gemma3<'_> {
         scale_inplace(&mut s.x[..n * d], self.embd_scale);
         tap.rows("inp_scaled", 0, pos0, &s.x[..n * d], n);
 
+        // The last layer goes on only with the rows whose logits are asked for (as
+        // `DecoderLayer::forward` does): every row's keys and values, then the last `keep`.
+        let rows = logits.rows(n);
+        let last = self.layers.len().saturating_sub(1);
+        // The rows of `s.x` the layers leave.
+        let mut left = n;
         for (l, layer) in self.layers.iter().enumerate() {
+            let keep = if l == last { rows } else { n };
+            let (first, m) = (n - keep, keep);
+            let p = pos0 + first;
             // Attention block.
             for t in 0..n {
                 let x = &s.x[t * d..(t + 1) * d];
@@ -220,49 +229,53 @@ impl super::ForwardBody for Gemma3<'_> {
             }
             crate::profile::mark("norm");
             tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
-            layer.attn.qkv(s, n, a, eps, threads, tap, l, pos0);
+            layer.attn.qkv(s, (n, first), a, eps, threads, tap, l, pos0);
             let (rope, window) = if layer.local {
                 (&self.rope_local, Some(self.window))
             } else {
                 (&self.rope_global, None)
             };
-            rope_and_store(rope, s, &mut st.kv, l, pos0, n, a);
-            tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
+            rope_and_store(rope, s, &mut st.kv, l, pos0, (n, first), a);
+            tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
             tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
             tap.rows("Vcur", l, pos0, &s.v[..n * kv_dim], n);
-            scale_inplace(&mut s.q[..n * q_dim], self.q_scale);
+            scale_inplace(&mut s.q[..m * q_dim], self.q_scale);
             crate::profile::mark("rope and KV store");
-            attend_causal(a, s, &st.kv, l, pos0, n, window, threads);
-            tap.rows("kqv_out", l, pos0, &s.att[..n * q_dim], n);
-            layer.attn.output(s, n, threads);
-            tap.rows("attn_out", l, pos0, &s.o[..n * d], n);
-            norm_rows(&mut s.o, d, n, &layer.attn_post_norm, eps);
+            keep_last_rows(&mut s.x, d, n, keep);
+            left = keep;
+            if m == 0 {
+                continue;
+            }
+            attend_causal(a, s, &st.kv, l, p, m, window, threads);
+            tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
+            layer.attn.output(s, m, threads);
+            tap.rows("attn_out", l, p, &s.o[..m * d], m);
+            norm_rows(&mut s.o, d, m, &layer.attn_post_norm, eps);
             crate::profile::mark("norm");
-            tap.rows("attn_post_norm", l, pos0, &s.o[..n * d], n);
-            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            tap.rows("attn_post_norm", l, p, &s.o[..m * d], m);
+            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
             crate::profile::mark("residual");
-            tap.rows("sa_out", l, pos0, &s.x[..n * d], n);
+            tap.rows("sa_out", l, p, &s.x[..m * d], m);
 
             // Feed-forward block.
-            for t in 0..n {
+            for t in 0..m {
                 let x = &s.x[t * d..(t + 1) * d];
                 rms_norm(x, &layer.ffn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
             }
             crate::profile::mark("norm");
-            tap.rows("ffn_norm", l, pos0, &s.h[..n * d], n);
+            tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
             layer
                 .ffn
-                .forward(Activation::Gelu, s, n, threads, tap, l, pos0);
-            norm_rows(&mut s.o, d, n, &layer.ffn_post_norm, eps);
+                .forward(Activation::Gelu, s, m, threads, tap, l, p);
+            norm_rows(&mut s.o, d, m, &layer.ffn_post_norm, eps);
             crate::profile::mark("norm");
-            tap.rows("ffn_post_norm", l, pos0, &s.o[..n * d], n);
-            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+            tap.rows("ffn_post_norm", l, p, &s.o[..m * d], m);
+            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
             crate::profile::mark("residual");
-            tap.rows("l_out", l, pos0, &s.x[..n * d], n);
+            tap.rows("l_out", l, p, &s.x[..m * d], m);
         }
         st.pos += n;
 
-        let rows = logits.rows(n);
         if rows > 0 {
             let n_vocab = self.info.n_vocab;
             output_logits(
@@ -270,7 +283,7 @@ impl super::ForwardBody for Gemma3<'_> {
                 eps,
                 &self.output,
                 s,
-                n,
+                left,
                 rows,
                 out,
                 threads,

@@ -24,8 +24,8 @@
 use synapse_gguf::{GgufFile, Value};
 
 use super::blocks::{
-    attend_causal, embed, matrix, norm_rows, output_logits, output_matrix, rope_and_store,
-    Activation, Dims, Ffn,
+    attend_causal, embed, keep_last_rows, matrix, norm_rows, output_logits, output_matrix,
+    rope_and_store, Activation, Dims, Ffn,
 };
 use super::{
     attn_shape, mm, mm_many, vector, HParams, Logits, ModelInfo, Scratch, ScratchDims, State,
@@ -316,7 +316,7 @@ impl<'a> Qwen35<'a> {
         crate::profile::mark("norm");
         tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
         tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
-        rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, n, a);
+        rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, (n, 0), a);
         tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
         tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
         attend_causal(a, s, kv, w.kv_layer, pos0, n, None, threads);
@@ -510,6 +510,12 @@ impl super::ForwardBody for Qwen35<'_> {
         let tap = &self.tap;
         embed(&self.tok_embd, tokens, &mut s.x)?;
 
+        // The last layer's feed-forward block only for the rows whose logits are asked for (its
+        // mixer runs over every row: the cache and the recurrent state take them all).
+        let rows = logits.rows(n);
+        let last = self.layers.len().saturating_sub(1);
+        // The rows of `s.x` the layers leave.
+        let mut left = n;
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
@@ -528,20 +534,26 @@ impl super::ForwardBody for Qwen35<'_> {
             add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
             crate::profile::mark("residual");
             tap.rows("attn_residual", l, pos0, &s.x[..n * d], n);
+            let m = if l == last { rows } else { n };
+            keep_last_rows(&mut s.x, d, n, m);
+            left = m;
+            if m == 0 {
+                continue;
+            }
+            let p = pos0 + n - m;
 
-            rms_norm_rows(&s.x[..n * d], &layer.post_norm, eps, &mut s.h, d);
+            rms_norm_rows(&s.x[..m * d], &layer.post_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
-            tap.rows("attn_post_norm", l, pos0, &s.h[..n * d], n);
+            tap.rows("attn_post_norm", l, p, &s.h[..m * d], m);
             layer
                 .ffn
-                .forward(Activation::Silu, s, n, threads, tap, l, pos0);
-            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
+                .forward(Activation::Silu, s, m, threads, tap, l, p);
+            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
             crate::profile::mark("residual");
-            tap.rows("l_out", l, pos0, &s.x[..n * d], n);
+            tap.rows("l_out", l, p, &s.x[..m * d], m);
         }
         st.pos += n;
 
-        let rows = logits.rows(n);
         if rows > 0 {
             let n_vocab = self.info.n_vocab;
             output_logits(
@@ -549,7 +561,7 @@ impl super::ForwardBody for Qwen35<'_> {
                 eps,
                 &self.output,
                 s,
-                n,
+                left,
                 rows,
                 out,
                 threads,

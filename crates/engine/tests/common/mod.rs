@@ -63,6 +63,48 @@ pub fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<
         .unwrap()
 }
 
+/// A prompt prefilled for its last logits alone (`Logits::Last`: the batches before the last
+/// keep only their keys and values from the last layer, the last batch goes on through it with
+/// its last row alone) gives row `ids.len() - 1` of `all`, the logits of every position of
+/// `ids` and one token more, to the bit, at batch sizes 1, 7, 64 and 93; and the cache it
+/// leaves gives that next token row `ids.len()` of `all`.
+pub fn last_logits_match_all(label: &str, model: &dyn Model, ids: &[u32], all: &[f32]) {
+    let n_vocab = model.info().n_vocab;
+    let n = ids.len();
+    assert_eq!(
+        all.len(),
+        (n + 1) * n_vocab,
+        "{label}: `all` holds n + 1 rows"
+    );
+    let next = model.info().n_vocab as u32 / 3;
+    let threads = Threads::new(2);
+    for batch in [1, 7, 64, 93] {
+        let mut st = model.new_state(n + 1, batch);
+        let last = model
+            .prefill(&mut st, ids, batch, Logits::Last, &threads)
+            .unwrap();
+        assert!(
+            last == all[(n - 1) * n_vocab..n * n_vocab],
+            "{label}: batch {batch}: the last logits differ from those of every position"
+        );
+        let mut after = vec![0.0; n_vocab];
+        model
+            .forward(&mut st, &[next], Logits::Last, &mut after, &threads)
+            .unwrap();
+        assert!(
+            after == all[n * n_vocab..],
+            "{label}: batch {batch}: the token after a last-logits prefill differs"
+        );
+    }
+}
+
+/// `ids` and the token [`last_logits_match_all`] feeds after them.
+pub fn with_next(model: &dyn Model, ids: &[u32]) -> Vec<u32> {
+    let mut v = ids.to_vec();
+    v.push(model.info().n_vocab as u32 / 3);
+    v
+}
+
 /// How synapse's logits compare with a golden file's top-K log-probabilities.
 pub struct Agreement {
     pub mean_kl: f64,
