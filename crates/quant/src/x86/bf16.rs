@@ -380,11 +380,10 @@ unsafe fn gemv_packed(p: &[u32], k: usize, (yc, y): (&[u32], &[bf16]), out: &mut
 /// Groups a batch pass takes, and tokens.
 const PASS_GROUPS: usize = 3;
 const PASS_TOKENS: usize = 8;
-/// Outputs of a pass (sixteen rows each).
-const PASS_OUT: usize = PASS_GROUPS * PASS_TOKENS;
 
 /// Chain `16 j + m` of `G` groups of sixteen packed rows times `T` tokens, summed over its `s`
-/// steps, into `c[g * T + t]`: `x[g]` is group `g` from the chain's step 0 on (step `i` at
+/// steps, into `c[g * gs + t * ts]` (`c = (c, gs, ts)`: where the batch keeps each output's
+/// lanes, so that no copy follows): `x[g]` is group `g` from the chain's step 0 on (step `i` at
 /// `32 i` words further, [`chain_at`]); `y` the tokens' pairs of the chain, step `i` token `t`
 /// at `2 PASS_TOKENS i + t`.
 ///
@@ -396,7 +395,7 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
     x: [&[u32]; G],
     y: &[u32],
     s: usize,
-    c: &mut [__m512],
+    (c, gs, ts): (&mut [__m512], usize, usize),
 ) {
     if s == 0 {
         return;
@@ -404,7 +403,8 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
     for x in x {
         assert!(x.len() >= 32 * (s - 1) + GROUP);
     }
-    assert!(T <= PASS_TOKENS && y.len() >= 2 * PASS_TOKENS * (s - 1) + T && c.len() >= G * T);
+    assert!(T <= PASS_TOKENS && y.len() >= 2 * PASS_TOKENS * (s - 1) + T);
+    assert!(c.len() > (G - 1) * gs + (T - 1) * ts);
     // SAFETY: the caller's CPU; step `i < s` reads sixteen words of `x[g]` from `32 i` and
     // word `2 PASS_TOKENS i + t` of `y`, inside both (asserted above).
     unsafe {
@@ -424,7 +424,7 @@ unsafe fn chain_pass<const G: usize, const T: usize>(
         }
         for g in 0..G {
             for t in 0..T {
-                c[g * T + t] = acc[g][t];
+                c[g * gs + t * ts] = acc[g][t];
             }
         }
     }
@@ -515,10 +515,10 @@ unsafe fn gemm_packed(
     // (sliced to their lengths first).
     unsafe {
         let zero = _mm512_setzero_ps();
-        // A pass's two chains, then the 32 lanes' sums of each output (`(g, t)` of a block at
-        // `32 (g n_tok + t)`, accumulator j's lane m at `16 j + m`).
-        sums.resize(2 * PASS_OUT + 32 * PASS_GROUPS * n_tok, zero);
-        let (c2, v) = sums.split_at_mut(2 * PASS_OUT);
+        // The 32 lanes' sums of each output (`(g, t)` of a block at `32 (g n_tok + t)`,
+        // accumulator j's lane m at `16 j + m`), written by the passes.
+        sums.resize(32 * PASS_GROUPS * n_tok, zero);
+        let v = &mut sums[..];
         // A region: a group's two chains of one lane `m` (their `s` steps side by side).
         let region = 32 * s;
         let lines = 4 * region / 64;
@@ -545,16 +545,10 @@ unsafe fn gemm_packed(
                         }
                         requested = (requested + per_pass).min(lines);
                         let yl = &yb[chain_at(s, m, 0, j) * PT..];
-                        let c = &mut c2[j * PASS_OUT..][..PASS_OUT];
+                        // Output (g, t0 + t)'s accumulator j, lane m.
+                        let c = (&mut v[32 * t0 + 16 * j + m..], 32 * n_tok, 32);
                         let x = |g: usize| &block[g * group + chain_at(s, m, 0, j) * GROUP..];
                         chain_passes!(u32, n_g, nt, x, (yl, s, c));
-                    }
-                    for g in 0..n_g {
-                        for t in 0..nt {
-                            let o = 32 * (g * n_tok + t0 + t);
-                            v[o + m] = c2[g * nt + t];
-                            v[o + 16 + m] = c2[PASS_OUT + g * nt + t];
-                        }
                     }
                 }
             }
