@@ -279,7 +279,8 @@ impl<'a> Qwen35<'a> {
         })
     }
 
-    /// A gated attention layer over the `n` normed rows of `s.h`, into `s.o`.
+    /// A gated attention layer over the `n` normed rows of `s.h`: every row's keys and values
+    /// into the cache, the output of rows `q_from..n` into `s.o` (from its start).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn attention(
@@ -289,40 +290,61 @@ impl<'a> Qwen35<'a> {
         s: &mut Scratch,
         kv: &mut KvCache,
         pos0: usize,
-        n: usize,
+        (n, q_from): (usize, usize),
         threads: &Threads,
     ) {
         let a = &self.attn;
         let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         let tap = &self.tap;
-        mm_many(
-            "attn_qkv",
-            &[&w.wq, &w.wk, &w.wv],
-            &s.h,
-            n,
-            &mut s.acts,
-            &mut [&mut s.q_full, &mut s.k, &mut s.v],
-            threads,
-        );
+        let (m, p) = (n - q_from, pos0 + q_from);
+        if q_from == 0 {
+            mm_many(
+                "attn_qkv",
+                &[&w.wq, &w.wk, &w.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.q_full, &mut s.k, &mut s.v],
+                threads,
+            );
+        } else {
+            mm_many(
+                "attn_qkv",
+                &[&w.wk, &w.wv],
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut [&mut s.k, &mut s.v],
+                threads,
+            );
+            if m > 0 {
+                let d = w.wq.cols;
+                let h = &s.h[q_from * d..n * d];
+                mm("attn_qkv", &w.wq, h, m, &mut s.acts, &mut s.q_full, threads);
+            }
+        }
         // The queries: the first half of each head's pair.
-        for (q, full) in s.q[..n * q_dim]
+        for (q, full) in s.q[..m * q_dim]
             .chunks_exact_mut(hd)
             .zip(s.q_full.chunks_exact(2 * hd))
         {
             q.copy_from_slice(&full[..hd]);
         }
-        norm_rows(&mut s.q, hd, n * a.n_head, &w.q_norm, self.eps);
+        norm_rows(&mut s.q, hd, m * a.n_head, &w.q_norm, self.eps);
         norm_rows(&mut s.k, hd, n * a.n_head_kv, &w.k_norm, self.eps);
         crate::profile::mark("norm");
-        tap.rows("Qcur_normed", l, pos0, &s.q[..n * q_dim], n);
+        tap.rows("Qcur_normed", l, p, &s.q[..m * q_dim], m);
         tap.rows("Kcur_normed", l, pos0, &s.k[..n * kv_dim], n);
-        rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, (n, 0), a);
-        tap.rows("Qcur", l, pos0, &s.q[..n * q_dim], n);
+        rope_and_store(&self.rope, s, kv, w.kv_layer, pos0, (n, q_from), a);
+        tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
         tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
-        attend_causal(a, s, kv, w.kv_layer, pos0, n, None, threads);
-        tap.rows("attn_pregate", l, pos0, &s.att[..n * q_dim], n);
+        if m == 0 {
+            return;
+        }
+        attend_causal(a, s, kv, w.kv_layer, p, m, None, threads);
+        tap.rows("attn_pregate", l, p, &s.att[..m * q_dim], m);
         // Each head's output times the sigmoid of its gate (the second half of the pair).
-        for (o, full) in s.att[..n * q_dim]
+        for (o, full) in s.att[..m * q_dim]
             .chunks_exact_mut(hd)
             .zip(s.q_full.chunks_exact(2 * hd))
         {
@@ -331,12 +353,12 @@ impl<'a> Qwen35<'a> {
             }
         }
         crate::profile::mark("attention gate");
-        tap.rows("attn_gated", l, pos0, &s.att[..n * q_dim], n);
+        tap.rows("attn_gated", l, p, &s.att[..m * q_dim], m);
         mm(
             "attn_output",
             &w.wo,
             &s.att,
-            n,
+            m,
             &mut s.acts,
             &mut s.o,
             threads,
@@ -510,37 +532,39 @@ impl super::ForwardBody for Qwen35<'_> {
         let tap = &self.tap;
         embed(&self.tok_embd, tokens, &mut s.x)?;
 
-        // The last layer's feed-forward block only for the rows whose logits are asked for (its
-        // mixer runs over every row: the cache and the recurrent state take them all).
+        // The last layer goes on past its mixer's state only with the rows whose logits are
+        // asked for: an attention layer takes every row's keys and values and the queries of
+        // those rows alone; a delta-net layer carries its state over every row.
         let rows = logits.rows(n);
         let last = self.layers.len().saturating_sub(1);
         // The rows of `s.x` the layers leave.
         let mut left = n;
         for (l, layer) in self.layers.iter().enumerate() {
+            let m = if l == last { rows } else { n };
+            let p = pos0 + n - m;
             rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
             tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
             let name = match &layer.mixer {
                 Mixer::Attention(w) => {
-                    self.attention(w, l, s, &mut st.kv, pos0, n, threads);
+                    self.attention(w, l, s, &mut st.kv, pos0, (n, n - m), threads);
                     "attn_output"
                 }
                 Mixer::DeltaNet(w) => {
                     self.delta_net(w, l, s, &mut st.rs, pos0, n, threads);
+                    keep_last_rows(&mut s.o, d, n, m);
                     "linear_attn_out"
                 }
             };
-            tap.rows(name, l, pos0, &s.o[..n * d], n);
-            add_inplace(&mut s.x[..n * d], &s.o[..n * d]);
-            crate::profile::mark("residual");
-            tap.rows("attn_residual", l, pos0, &s.x[..n * d], n);
-            let m = if l == last { rows } else { n };
             keep_last_rows(&mut s.x, d, n, m);
             left = m;
             if m == 0 {
                 continue;
             }
-            let p = pos0 + n - m;
+            tap.rows(name, l, p, &s.o[..m * d], m);
+            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
+            crate::profile::mark("residual");
+            tap.rows("attn_residual", l, p, &s.x[..m * d], m);
 
             rms_norm_rows(&s.x[..m * d], &layer.post_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
