@@ -7,7 +7,7 @@
 
 use synapse_gguf::GgufFile;
 
-use super::{mm, mm_many, vector, HParams, Scratch};
+use super::{mm, mm_many, vector, Acts, HParams, Scratch};
 use crate::attention::{attend_batch, AttnShape, MAX_HEAD_DIM};
 use crate::kv::KvCache;
 use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
@@ -161,32 +161,14 @@ impl<'a> Attention<'a> {
         pos0: usize,
     ) {
         let m = n - q_from;
-        if q_from == 0 {
-            mm_many(
-                "attn_qkv",
-                &[&self.wq, &self.wk, &self.wv],
-                &s.h,
-                n,
-                &mut s.acts,
-                &mut [&mut s.q, &mut s.k, &mut s.v],
-                threads,
-            );
-        } else {
-            mm_many(
-                "attn_qkv",
-                &[&self.wk, &self.wv],
-                &s.h,
-                n,
-                &mut s.acts,
-                &mut [&mut s.k, &mut s.v],
-                threads,
-            );
-            if m > 0 {
-                let d = self.wq.cols;
-                let h = &s.h[q_from * d..n * d];
-                mm("attn_qkv", &self.wq, h, m, &mut s.acts, &mut s.q, threads);
-            }
-        }
+        project_qkv(
+            [&self.wq, &self.wk, &self.wv],
+            &s.h,
+            (n, q_from),
+            &mut s.acts,
+            [&mut s.q, &mut s.k, &mut s.v],
+            threads,
+        );
         for (b, x, rows) in [
             (&self.bq, &mut s.q, m),
             (&self.bk, &mut s.k, n),
@@ -230,6 +212,37 @@ impl<'a> Attention<'a> {
             &mut s.o,
             threads,
         );
+    }
+}
+
+/// The query, key and value projections (`w`) of the `n` rows of `h` (`(n, cols)`): the keys
+/// and values of every row, the queries of rows `q_from..n` only (into `q` from its start): all
+/// three in one product when every row's queries are wanted.
+pub(crate) fn project_qkv(
+    w: [&Matrix; 3],
+    h: &[f32],
+    (n, q_from): (usize, usize),
+    acts: &mut Acts,
+    [q, k, v]: [&mut [f32]; 3],
+    threads: &Threads,
+) {
+    let [wq, wk, wv] = w;
+    if q_from == 0 {
+        mm_many(
+            "attn_qkv",
+            &[wq, wk, wv],
+            h,
+            n,
+            acts,
+            &mut [q, k, v],
+            threads,
+        );
+        return;
+    }
+    mm_many("attn_qkv", &[wk, wv], h, n, acts, &mut [k, v], threads);
+    if q_from < n {
+        let h = &h[q_from * wq.cols..n * wq.cols];
+        mm("attn_qkv", wq, h, n - q_from, acts, q, threads);
     }
 }
 

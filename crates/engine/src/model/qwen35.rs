@@ -25,7 +25,7 @@ use synapse_gguf::{GgufFile, Value};
 
 use super::blocks::{
     attend_causal, embed, keep_last_rows, matrix, norm_rows, output_logits, output_matrix,
-    rope_and_store, Activation, Dims, Ffn,
+    project_qkv, rope_and_store, Activation, Dims, Ffn,
 };
 use super::{
     attn_shape, mm, mm_many, vector, HParams, Logits, ModelInfo, Scratch, ScratchDims, State,
@@ -297,32 +297,14 @@ impl<'a> Qwen35<'a> {
         let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         let tap = &self.tap;
         let (m, p) = (n - q_from, pos0 + q_from);
-        if q_from == 0 {
-            mm_many(
-                "attn_qkv",
-                &[&w.wq, &w.wk, &w.wv],
-                &s.h,
-                n,
-                &mut s.acts,
-                &mut [&mut s.q_full, &mut s.k, &mut s.v],
-                threads,
-            );
-        } else {
-            mm_many(
-                "attn_qkv",
-                &[&w.wk, &w.wv],
-                &s.h,
-                n,
-                &mut s.acts,
-                &mut [&mut s.k, &mut s.v],
-                threads,
-            );
-            if m > 0 {
-                let d = w.wq.cols;
-                let h = &s.h[q_from * d..n * d];
-                mm("attn_qkv", &w.wq, h, m, &mut s.acts, &mut s.q_full, threads);
-            }
-        }
+        project_qkv(
+            [&w.wq, &w.wk, &w.wv],
+            &s.h,
+            (n, q_from),
+            &mut s.acts,
+            [&mut s.q_full, &mut s.k, &mut s.v],
+            threads,
+        );
         // The queries: the first half of each head's pair.
         for (q, full) in s.q[..m * q_dim]
             .chunks_exact_mut(hd)
