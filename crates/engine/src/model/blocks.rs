@@ -145,8 +145,9 @@ impl<'a> Attention<'a> {
     }
 
     /// `s.k`, `s.v` of the `n` normed rows in `s.h` and `s.q` of rows `q_from..n` (from its
-    /// start: the rows whose attention is needed, see [`DecoderLayer::forward`]): the projections, their biases,
-    /// then the per-head norms (before RoPE, as llama.cpp's Qwen3 and Gemma 3 graphs do).
+    /// start: the rows whose attention is needed, see [`DecoderLayer::forward`]): the
+    /// projections ([`project_qkv`]), their biases, then the per-head norms (before RoPE, as
+    /// llama.cpp's Qwen3 and Gemma 3 graphs do).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub fn qkv(
