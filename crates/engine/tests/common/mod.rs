@@ -76,7 +76,7 @@ pub fn last_logits_match_all(label: &str, model: &dyn Model, ids: &[u32], all: &
         (n + 1) * n_vocab,
         "{label}: `all` holds n + 1 rows"
     );
-    let next = model.info().n_vocab as u32 / 3;
+    let next = next_token(model);
     let threads = Threads::new(2);
     for batch in [1, 7, 64, 93] {
         let mut st = model.new_state(n + 1, batch);
@@ -98,10 +98,15 @@ pub fn last_logits_match_all(label: &str, model: &dyn Model, ids: &[u32], all: &
     }
 }
 
+/// The token [`last_logits_match_all`] feeds after a prompt: any id of the vocabulary.
+fn next_token(model: &dyn Model) -> u32 {
+    model.info().n_vocab as u32 / 3
+}
+
 /// `ids` and the token [`last_logits_match_all`] feeds after them.
 pub fn with_next(model: &dyn Model, ids: &[u32]) -> Vec<u32> {
     let mut v = ids.to_vec();
-    v.push(model.info().n_vocab as u32 / 3);
+    v.push(next_token(model));
     v
 }
 
