@@ -347,8 +347,8 @@ impl<'a> Qwen35<'a> {
         );
     }
 
-    /// A gated delta-net layer over the `n` normed rows of `s.h`, into `s.o`, carrying its
-    /// recurrent state token by token.
+    /// A gated delta-net layer over the `n` normed rows of `s.h`, carrying its recurrent state
+    /// token by token, the output of rows `out_from..n` into `s.o` (from its start).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn delta_net(
@@ -358,7 +358,7 @@ impl<'a> Qwen35<'a> {
         s: &mut Scratch,
         rs: &mut RecurrentState,
         pos0: usize,
-        n: usize,
+        (n, out_from): (usize, usize),
         threads: &Threads,
     ) {
         let dn = &self.dn;
@@ -431,26 +431,30 @@ impl<'a> Qwen35<'a> {
         }
         tap.rows("attn_output", l, pos0, &b.core[..n * value_dim], n);
 
-        // Gated norm per head: norm(o) * silu(z).
-        silu_rows(&mut b.z[..n * value_dim], hd);
-        for (o, z) in b.core[..n * value_dim]
+        // Gated norm per head, norm(o) * silu(z), and the output projection: of the rows asked
+        // for alone (the state above took every row).
+        let (m, rows) = (n - out_from, out_from * value_dim..n * value_dim);
+        silu_rows(&mut b.z[rows.clone()], hd);
+        for (o, z) in b.core[rows.clone()]
             .chunks_exact_mut(hd)
-            .zip(b.z.chunks_exact(hd))
+            .zip(b.z[rows.clone()].chunks_exact(hd))
         {
             rms_norm_inplace(o, &w.norm, self.eps);
             o.iter_mut().zip(z).for_each(|(o, &z)| *o *= z);
         }
         crate::profile::mark("delta net");
-        tap.rows("final_output", l, pos0, &b.core[..n * value_dim], n);
-        mm(
-            "ssm_out",
-            &w.wout,
-            &b.core,
-            n,
-            &mut s.acts,
-            &mut s.o,
-            threads,
-        );
+        tap.rows("final_output", l, pos0 + out_from, &b.core[rows.clone()], m);
+        if m > 0 {
+            mm(
+                "ssm_out",
+                &w.wout,
+                &b.core[rows],
+                m,
+                &mut s.acts,
+                &mut s.o,
+                threads,
+            );
+        }
     }
 }
 
@@ -516,7 +520,8 @@ impl super::ForwardBody for Qwen35<'_> {
 
         // The last layer goes on past its mixer's state only with the rows whose logits are
         // asked for: an attention layer takes every row's keys and values and the queries of
-        // those rows alone; a delta-net layer carries its state over every row.
+        // those rows alone; a delta-net layer carries its state over every row and projects
+        // the output of those rows alone.
         let rows = logits.rows(n);
         let last = self.layers.len().saturating_sub(1);
         // The rows of `s.x` the layers leave.
@@ -533,8 +538,7 @@ impl super::ForwardBody for Qwen35<'_> {
                     "attn_output"
                 }
                 Mixer::DeltaNet(w) => {
-                    self.delta_net(w, l, s, &mut st.rs, pos0, n, threads);
-                    keep_last_rows(&mut s.o, d, n, m);
+                    self.delta_net(w, l, s, &mut st.rs, pos0, (n, n - m), threads);
                     "linear_attn_out"
                 }
             };
