@@ -1699,42 +1699,50 @@ pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, form: Q3KAc
         unsafe {
             let flip = _mm256_set1_epi8(if form == Q3KActs::Flipped { -128 } else { 0 });
             interleave_halves(&y.qs, &mut o.qs, flip);
-            if form == Q3KActs::LaneSums {
-                // Lane l's values: bytes 8l..8l + 8 of each 64. `vpsadbw` against zero sums
-                // eight unsigned bytes: the values plus 128 (their top bit flipped), less
-                // 4 * 8 * 128 for the four eights.
-                let (top, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
-                let mut sums = [zero; 2];
-                for p in 0..4 {
-                    for (h, sum) in sums.iter_mut().enumerate() {
-                        let v = _mm256_loadu_si256(o.qs.as_ptr().add(64 * p + 32 * h).cast());
-                        let eights = _mm256_sad_epu8(_mm256_xor_si256(v, top), zero);
-                        *sum = _mm256_add_epi64(*sum, eights);
+            match form {
+                // The values alone: the passes fold their offsets themselves.
+                Q3KActs::Flipped => {}
+                Q3KActs::LaneSums => {
+                    // Lane l's values: bytes 8l..8l + 8 of each 64. `vpsadbw` against zero sums
+                    // eight unsigned bytes: the values plus 128 (their top bit flipped), less
+                    // 4 * 8 * 128 for the four eights.
+                    let (top, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
+                    let mut sums = [zero; 2];
+                    for p in 0..4 {
+                        for (h, sum) in sums.iter_mut().enumerate() {
+                            let v = _mm256_loadu_si256(o.qs.as_ptr().add(64 * p + 32 * h).cast());
+                            let eights = _mm256_sad_epu8(_mm256_xor_si256(v, top), zero);
+                            *sum = _mm256_add_epi64(*sum, eights);
+                        }
+                    }
+                    for (h, sum) in sums.into_iter().enumerate() {
+                        let mut lanes = [0i64; 4];
+                        _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum);
+                        for (i, s) in lanes.into_iter().enumerate() {
+                            o.off[4 * h + i] = (-128 * (s as i32 - 4 * 8 * 128)) as u32;
+                        }
                     }
                 }
-                for (h, sum) in sums.into_iter().enumerate() {
-                    let mut lanes = [0i64; 4];
-                    _mm256_storeu_si256(lanes.as_mut_ptr().cast(), sum);
-                    for (i, s) in lanes.into_iter().enumerate() {
-                        o.off[4 * h + i] = (-128 * (s as i32 - 4 * 8 * 128)) as u32;
+                Q3KActs::Offsets => {
+                    let (ones, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+                    for p in 0..4 {
+                        // The four-value sums of values 64p..+32 (lo[l]) and 64p + 32..+32 (hi[l]),
+                        // times -4, as the halves of word l: (-4 lo[l], -4 hi[l]).
+                        let mut sums = [_mm256_setzero_si256(); 2];
+                        for (half, sum) in sums.iter_mut().enumerate() {
+                            let q =
+                                _mm256_loadu_si256(y.qs.as_ptr().add(64 * p + 32 * half).cast());
+                            let pairs = _mm256_maddubs_epi16(ones, q);
+                            let fours = _mm256_madd_epi16(pairs, ones16);
+                            *sum = _mm256_sub_epi32(
+                                _mm256_setzero_si256(),
+                                _mm256_slli_epi32::<2>(fours),
+                            );
+                        }
+                        let w =
+                            _mm256_blend_epi16::<0xAA>(sums[0], _mm256_slli_epi32::<16>(sums[1]));
+                        _mm256_storeu_si256(o.off[8 * p..].as_mut_ptr().cast(), w);
                     }
-                }
-            }
-            if form == Q3KActs::Offsets {
-                let (ones, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
-                for p in 0..4 {
-                    // The four-value sums of values 64p..+32 (lo[l]) and 64p + 32..+32 (hi[l]),
-                    // times -4, as the halves of word l: (-4 lo[l], -4 hi[l]).
-                    let mut sums = [_mm256_setzero_si256(); 2];
-                    for (half, sum) in sums.iter_mut().enumerate() {
-                        let q = _mm256_loadu_si256(y.qs.as_ptr().add(64 * p + 32 * half).cast());
-                        let pairs = _mm256_maddubs_epi16(ones, q);
-                        let fours = _mm256_madd_epi16(pairs, ones16);
-                        *sum =
-                            _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<2>(fours));
-                    }
-                    let w = _mm256_blend_epi16::<0xAA>(sums[0], _mm256_slli_epi32::<16>(sums[1]));
-                    _mm256_storeu_si256(o.off[8 * p..].as_mut_ptr().cast(), w);
                 }
             }
         }
