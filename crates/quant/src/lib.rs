@@ -15,6 +15,7 @@ mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod packed;
+pub mod pages;
 pub mod reference;
 #[cfg(test)]
 mod test_util;

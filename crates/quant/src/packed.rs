@@ -21,9 +21,9 @@ pub struct PackedMatrix {
     rows: usize,
     /// Blocks per row.
     per_row: usize,
-    /// Page-aligned, read-only once packed.
+    /// Page-aligned, in huge pages where the system gives them ([`crate::pages`]).
     #[cfg(target_arch = "x86_64")]
-    data: memmap2::Mmap,
+    data: crate::pages::Pages,
     #[cfg(target_arch = "x86_64")]
     format: &'static crate::x86::avx512_packed::PackedFormat,
 }

@@ -44,6 +44,7 @@ use super::avx2_packed::ld8;
 use super::avx512_ktile::q8_k_pair_sums;
 use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead};
 use crate::blocks::*;
+use crate::pages::Pages;
 use crate::{GgmlType, QuantError};
 
 /// Rows per group: one per i32 lane of a 512-bit register.
@@ -74,10 +75,10 @@ pub(crate) fn pack_groups<P: Pack>(
     per_row: usize,
     groups: usize,
     release: &(dyn Fn(&[u8]) + Sync),
-) -> std::io::Result<memmap2::Mmap> {
+) -> std::io::Result<Pages> {
     let bytes = groups * per_row * size_of::<P>();
-    let mut map = anon_pages(bytes)?;
-    let packed: &mut [P] = bytemuck::cast_slice_mut(&mut map[..bytes]);
+    let mut map = Pages::zeroed(bytes)?;
+    let packed: &mut [P] = bytemuck::cast_slice_mut(map.as_mut_slice());
     in_pieces(packed, per_row, &|first, out: &mut [P]| {
         for (i, group) in out.chunks_exact_mut(per_row).enumerate() {
             let g = first + i;
@@ -88,21 +89,11 @@ pub(crate) fn pack_groups<P: Pack>(
         let rows = &w[ROWS * first * per_row..ROWS * (first + out.len() / per_row) * per_row];
         release(bytemuck::cast_slice(rows));
     });
-    map.make_read_only()
-}
-
-/// `bytes` of zeroed pages straight from the system (page-aligned) for a packed matrix, as
-/// transparent huge pages where the system gives them: a five-hundredth of the page faults
-/// while packing, and of the TLB misses while streaming the weights.
-pub(crate) fn anon_pages(bytes: usize) -> std::io::Result<memmap2::MmapMut> {
-    let map = memmap2::MmapMut::map_anon(bytes.max(1))?;
-    #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
     Ok(map)
 }
 
 /// `groups` groups of sixteen rows of `w` (`row_bytes` each) packed by `pack_group(g, out)`
-/// (group `g`'s bytes into `out`, as many) into new anonymous memory ([`anon_pages`]), piece
+/// (group `g`'s bytes into `out`, as many) into new anonymous memory ([`Pages`]), piece
 /// by piece over the cores ([`in_pieces`]), `release` given each piece's rows once packed: the
 /// float formats' packing, whose groups are bytes laid out anew rather than blocks.
 pub(crate) fn pack_row_groups(
@@ -111,18 +102,18 @@ pub(crate) fn pack_row_groups(
     groups: usize,
     release: &(dyn Fn(&[u8]) + Sync),
     pack_group: &(dyn Fn(usize, &mut [u8]) + Sync),
-) -> std::io::Result<memmap2::Mmap> {
+) -> std::io::Result<Pages> {
     let group_bytes = ROWS * row_bytes;
     let bytes = groups * group_bytes;
-    let mut map = anon_pages(bytes)?;
-    in_pieces(&mut map[..bytes], group_bytes, &|first, out| {
+    let mut map = Pages::zeroed(bytes)?;
+    in_pieces(map.as_mut_slice(), group_bytes, &|first, out| {
         for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
             pack_group(first + i, out);
         }
         let n = out.len() / group_bytes;
         release(&w[first * group_bytes..(first + n) * group_bytes]);
     });
-    map.make_read_only()
+    Ok(map)
 }
 
 /// `out` (whole groups of `per_group` elements) filled piece by piece over the machine's
@@ -2918,7 +2909,7 @@ pub(crate) type PackedFn = fn(&[u8], usize, &[u8], usize, &mut [f32]) -> Result<
 /// Pack the first `groups` groups of sixteen rows of a matrix: `(rows' bytes, row_bytes,
 /// groups, release)`, as [`pack_groups`].
 pub(crate) type PackFn =
-    fn(&[u8], usize, usize, &(dyn Fn(&[u8]) + Sync)) -> Result<memmap2::Mmap, PackError>;
+    fn(&[u8], usize, usize, &(dyn Fn(&[u8]) + Sync)) -> Result<Pages, PackError>;
 
 /// Why a matrix could not be packed.
 pub(crate) enum PackError {

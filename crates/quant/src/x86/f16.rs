@@ -769,7 +769,7 @@ pub(crate) fn pack_rows(
     row_bytes: usize,
     groups: usize,
     release: &(dyn Fn(&[u8]) + Sync),
-) -> std::io::Result<memmap2::Mmap> {
+) -> std::io::Result<crate::pages::Pages> {
     let k = row_bytes / 2;
     let s = k / 64;
     let np = 64 * s;
