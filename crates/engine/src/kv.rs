@@ -5,17 +5,57 @@
 //! attention, which reads one KV head's rows for a query head, streams them (a decode step at a
 //! few thousand positions reads them from memory) instead of picking `head_dim` values out of
 //! every `n_head_kv * head_dim`.
+//!
+//! Each of the two arrays lies in transparent huge pages where the system gives them
+//! ([`synapse_quant::pages`], as the packed weights): a decode step at depth streams every
+//! layer's rows, and 4 KiB pages cost a page walk each and stop the hardware's prefetchers.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use synapse_quant::pages::Pages;
 
 pub struct KvCache {
     n_ctx: usize,
     n_head_kv: usize,
     head_dim: usize,
     /// `(n_layer, n_head_kv, n_ctx, head_dim)` each.
-    k: Vec<f16>,
-    v: Vec<f16>,
+    k: Halves,
+    v: Halves,
+}
+
+/// One of the cache's two arrays of F16: in huge pages, or a plain allocation where the system
+/// would not map them.
+enum Halves {
+    Pages(Pages),
+    Vec(Vec<f16>),
+}
+
+impl Halves {
+    fn zeroed(len: usize) -> Halves {
+        match Pages::zeroed(len * size_of::<f16>()) {
+            Ok(p) => Halves::Pages(p),
+            Err(_) => Halves::Vec(vec![f16::ZERO; len]),
+        }
+    }
+}
+
+impl std::ops::Deref for Halves {
+    type Target = [f16];
+    fn deref(&self) -> &[f16] {
+        match self {
+            Halves::Pages(p) => bytemuck::cast_slice(p.as_slice()),
+            Halves::Vec(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Halves {
+    fn deref_mut(&mut self) -> &mut [f16] {
+        match self {
+            Halves::Pages(p) => bytemuck::cast_slice_mut(p.as_mut_slice()),
+            Halves::Vec(v) => v,
+        }
+    }
 }
 
 /// Keys and values of the positions `first..first + n_pos` of one layer: KV head `g`'s row of
@@ -44,8 +84,8 @@ impl KvCache {
             n_ctx,
             n_head_kv,
             head_dim,
-            k: vec![f16::ZERO; len],
-            v: vec![f16::ZERO; len],
+            k: Halves::zeroed(len),
+            v: Halves::zeroed(len),
         }
     }
 
