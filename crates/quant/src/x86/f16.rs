@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::avx2::hsum;
-use super::{prefetch_lines, prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
+use super::{prefetch_lines_by, prefetch_now, Ahead, PREFETCH_BOTH};
 use crate::QuantError;
 
 /// An element type these kernels take, weights and activations alike: F16 (widened exactly
@@ -861,8 +861,9 @@ unsafe fn gemv_packed(p: &[f16], k: usize, (y, y16): (&[f32], &[f16]), out: &mut
             let ym = &y[chain_at(s, m, 0, 0)..][..4 * s];
             for i in 0..s {
                 let xi = &x[i * 4 * GROUP..][..4 * GROUP];
-                // This step's two lines, their bytes ahead (past the group: the next one's).
-                prefetch_lines(xi.as_ptr().cast(), 0..2);
+                // This step's two lines, their bytes ahead (past the group: the next one's),
+                // where this CPU's kernels stream better so ([`Ahead::Stream`]).
+                prefetch_lines_by(xi.as_ptr().cast(), 0..2, Ahead::Stream.plan());
                 for (q, a) in acc.iter_mut().enumerate() {
                     // SAFETY: the caller's CPU; sixteen values of `xi`, chain m + 16 q's value
                     // of step i in `y` (below np).

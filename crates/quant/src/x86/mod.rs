@@ -221,7 +221,9 @@ pub(crate) enum Ahead {
     /// 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 / 70.0% ->
     /// 77.7 / 79.1 / 78.2%. Every other one-token kernel read less without them (Q5_K 75-85% ->
     /// 26-30%, Q4_1 71-73% -> 40-42%, Q6_K, IQ4_XS, Q3_K, Q5_0, Q5_1, IQ4_NL 10 to 30 points less,
-    /// Q2_K and Q4_0 4 to 17).
+    /// Q2_K and Q4_0 4 to 17). F16's packed one-token kernel too, whose rows are read chain by
+    /// chain in address order: the pure F16 file's decode 1.113x the tok/s without requests
+    /// (`SYNAPSE_PREFETCH=0,0`, bench/alternate.sh, five pairs at one thread, 1.020-1.165).
     Stream,
 }
 
