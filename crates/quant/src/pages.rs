@@ -1,20 +1,21 @@
-//! Memory for the weights a model keeps packed: anonymous memory carved, one matrix after the
-//! other, out of large regions that start on a huge-page boundary, so that every matrix, the
-//! small ones too, lies in transparent huge pages where the system gives them.
+//! Memory for what the engine streams every token: the packed weights and the KV cache.
+//! Anonymous memory carved, one array after the other, out of large regions that start on a
+//! huge-page boundary, so that every array, the small ones too, lies in transparent huge
+//! pages where the system gives them.
 //!
 //! Each packed matrix had its own mapping before. The kernel backs a mapping with huge pages
 //! only in the 2 MiB-aligned ranges that lie wholly inside it, and a 2.4 MiB attention matrix
-//! at an arbitrary page seldom contains one: on a Zen 4 VM the packed copies of a 2048 x 2048
-//! Q4_K matrix were 21% huge pages (8192 x 2048: 85%), and the one-token kernel streamed them
-//! cold at 54% of a plain read of the same bytes against 96% (tilebench `TILEBENCH_SUSTAINED`;
-//! a page walk under nested paging each 4 KiB, and the hardware prefetchers stop at each 4 KiB
-//! page). A region here is one mapping of [`REGION`] bytes or more, asked for huge pages once;
-//! the matrices follow each other in it, 4 KiB-aligned, so only a region's unused end is left
-//! out of huge pages.
+//! at an arbitrary page seldom contains one: on a Zen 4 VM packed copies of a 2048 x 2048
+//! Q4_K matrix were 21% huge pages (8192 x 2048: 85%), the 1B-shaped Q4_K_M file's packed
+//! weights 596 of about 800 MB (now 788 of 803), and a plain read of 512 MiB there ran
+//! 26.6-28.5 GB/s over huge pages against 21.7-25.4 over 4 KiB ones (a page walk each 4 KiB,
+//! under nested paging). A region here is one mapping of [`REGION`] bytes or more, asked for
+//! huge pages once; the arrays follow each other in it, 4 KiB-aligned, so only a region's
+//! unused end is left out of huge pages.
 //!
 //! A matrix's bytes stay writable after packing (a read-only page range inside a region would
-//! split its mapping, and with it the huge pages at the split). When a matrix is dropped its
-//! whole pages go back to the system at once; a region's mapping goes when its last matrix
+//! split its mapping, and with it the huge pages at the split). When an array is dropped its
+//! whole pages go back to the system at once; a region's mapping goes when its last array
 //! does. Freed space is not reused: a region is only ever appended to.
 
 use std::sync::{Arc, Mutex};
