@@ -9,7 +9,7 @@
 //! Q4_K matrix were 21% huge pages (8192 x 2048: 85%), the 1B-shaped Q4_K_M file's packed
 //! weights 596 of about 800 MB (now 788 of 803), and a plain read of 512 MiB there ran
 //! 26.6-28.5 GB/s over huge pages against 21.7-25.4 over 4 KiB ones (a page walk each 4 KiB,
-//! under nested paging). A region here is one mapping of [`REGION`] bytes or more, asked for
+//! under nested paging). A region here is one mapping of 64 MiB or more, asked for
 //! huge pages once; the arrays follow each other in it, 4 KiB-aligned, so only a region's
 //! unused end is left out of huge pages.
 //!
@@ -27,7 +27,7 @@ const HUGE: usize = 2 << 20;
 /// A base page.
 const PAGE: usize = 4096;
 /// Bytes a region spans at least (address space; only the pages written take memory).
-pub const REGION: usize = 64 << 20;
+const REGION: usize = 64 << 20;
 
 /// One mapping that matrices are carved out of, from its first huge-page boundary on.
 struct Region {

@@ -77,8 +77,8 @@ pub(crate) fn pack_groups<P: Pack>(
     release: &(dyn Fn(&[u8]) + Sync),
 ) -> std::io::Result<Pages> {
     let bytes = groups * per_row * size_of::<P>();
-    let mut map = Pages::zeroed(bytes)?;
-    let packed: &mut [P] = bytemuck::cast_slice_mut(map.as_mut_slice());
+    let mut pages = Pages::zeroed(bytes)?;
+    let packed: &mut [P] = bytemuck::cast_slice_mut(pages.as_mut_slice());
     in_pieces(packed, per_row, &|first, out: &mut [P]| {
         for (i, group) in out.chunks_exact_mut(per_row).enumerate() {
             let g = first + i;
@@ -89,7 +89,7 @@ pub(crate) fn pack_groups<P: Pack>(
         let rows = &w[ROWS * first * per_row..ROWS * (first + out.len() / per_row) * per_row];
         release(bytemuck::cast_slice(rows));
     });
-    Ok(map)
+    Ok(pages)
 }
 
 /// `groups` groups of sixteen rows of `w` (`row_bytes` each) packed by `pack_group(g, out)`
@@ -105,15 +105,15 @@ pub(crate) fn pack_row_groups(
 ) -> std::io::Result<Pages> {
     let group_bytes = ROWS * row_bytes;
     let bytes = groups * group_bytes;
-    let mut map = Pages::zeroed(bytes)?;
-    in_pieces(map.as_mut_slice(), group_bytes, &|first, out| {
+    let mut pages = Pages::zeroed(bytes)?;
+    in_pieces(pages.as_mut_slice(), group_bytes, &|first, out| {
         for (i, out) in out.chunks_exact_mut(group_bytes).enumerate() {
             pack_group(first + i, out);
         }
         let n = out.len() / group_bytes;
         release(&w[first * group_bytes..(first + n) * group_bytes]);
     });
-    Ok(map)
+    Ok(pages)
 }
 
 /// `out` (whole groups of `per_group` elements) filled piece by piece over the machine's
