@@ -17,7 +17,7 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// The shapes to copy: llama-3.2-1b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, smollm2-135m,
+    /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, smollm2-135m,
     /// or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
@@ -62,8 +62,9 @@ pub struct Shape {
     pub eps: f32,
     /// The output projection is the token embedding.
     pub tied: bool,
-    /// Llama 3's `rope_freqs.weight` (its long-context RoPE factors).
-    pub rope_freqs: bool,
+    /// Llama 3's `rope_freqs.weight` (its long-context RoPE factors), with this scaling factor
+    /// (32 for Llama 3.2, 8 for Llama 3.1).
+    pub rope_freqs: Option<f64>,
     /// Qwen2's biases on the Q, K, V projections.
     pub qkv_bias: bool,
     /// Per-head RMS norms of Q and K (Qwen3, Gemma 3).
@@ -86,7 +87,7 @@ const BASE: Shape = Shape {
     rope_base: 10000.0,
     eps: 1e-5,
     tied: true,
-    rope_freqs: false,
+    rope_freqs: None,
     qkv_bias: false,
     qk_norm: false,
     gemma: None,
@@ -105,7 +106,22 @@ pub const SHAPES: &[Shape] = &[
         n_vocab: 128256,
         n_ctx: 131072,
         rope_base: 500000.0,
-        rope_freqs: true,
+        rope_freqs: Some(32.0),
+        ..BASE
+    },
+    Shape {
+        name: "llama-3.1-8b",
+        n_embd: 4096,
+        n_layer: 32,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 14336,
+        n_vocab: 128256,
+        n_ctx: 131072,
+        rope_base: 500000.0,
+        tied: false,
+        rope_freqs: Some(8.0),
         ..BASE
     },
     Shape {
@@ -180,7 +196,7 @@ pub const SHAPES: &[Shape] = &[
         n_ff: 512,
         n_vocab: 1024,
         n_ctx: 256,
-        rope_freqs: true,
+        rope_freqs: Some(32.0),
         tied: false,
         ..BASE
     },
@@ -272,10 +288,10 @@ fn file_type(ty: GgmlType) -> u32 {
     }
 }
 
-/// Llama 3's RoPE factors (factor 32, low 1, high 4, original context 8192), as its conversion
-/// script computes them.
-fn llama3_rope_factors(n_rot: usize, base: f32) -> Vec<f32> {
-    let (factor, lo, hi, old_ctx) = (32.0f64, 1.0f64, 4.0f64, 8192.0f64);
+/// Llama 3's RoPE factors (scaling `factor`, low 1, high 4, original context 8192), as its
+/// conversion script computes them.
+fn llama3_rope_factors(n_rot: usize, base: f32, factor: f64) -> Vec<f32> {
+    let (lo, hi, old_ctx) = (1.0f64, 4.0f64, 8192.0f64);
     (0..n_rot / 2)
         .map(|i| {
             let freq = (base as f64).powf(-((2 * i) as f64) / n_rot as f64);
@@ -445,8 +461,8 @@ pub fn build(
             s.n_vocab,
         )?;
     }
-    if s.rope_freqs {
-        let f = llama3_rope_factors(s.head_dim, s.rope_base);
+    if let Some(factor) = s.rope_freqs {
+        let f = llama3_rope_factors(s.head_dim, s.rope_base, factor);
         w.add_tensor(
             "rope_freqs.weight",
             GgmlType::F32,
@@ -577,7 +593,7 @@ mod tests {
 
     #[test]
     fn llama3_factors_match_the_published_ones_at_the_ends() {
-        let f = llama3_rope_factors(64, 500000.0);
+        let f = llama3_rope_factors(64, 500000.0, 32.0);
         assert_eq!(f.len(), 32);
         assert_eq!(f[0], 1.0); // short wavelengths untouched
         assert_eq!(f[31], 32.0); // long ones scaled by the factor
