@@ -368,6 +368,15 @@ pub(super) fn prefetch_share(bytes: &[u8], part: usize, parts: usize) {
     );
 }
 
+/// Every line that `x` lies on, asked for now into the first level.
+#[inline(always)]
+pub(super) fn prefetch_value<X>(x: &X) {
+    let at = (x as *const X).cast::<u8>();
+    let skip = at as usize % 64;
+    let lines = (skip + size_of::<X>()).div_ceil(64);
+    prefetch_now(at.wrapping_sub(skip), 0..lines);
+}
+
 /// Lines `lines` (64 bytes each) of the bytes at `p` asked for now, into the first level: what
 /// the batch kernels request of the rows their later passes read. A hint: it reads nothing and
 /// never faults, past the end of the weights too.
