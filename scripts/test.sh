@@ -14,6 +14,15 @@ for isa in reference avx2 avxvnni; do
     echo "test.sh: synapse-quant tests with SYNAPSE_ISA=$isa"
     SYNAPSE_ISA=$isa cargo test -p synapse-quant --locked
 done
+# Say which x86 tiers this CPU cannot run, so that their kernels' absence from this run is
+# seen (qemu-user's TCG emulates neither AVX-VNNI nor AVX-512: docs/PERF.md).
+if [[ $(uname -m) == x86_64 ]]; then
+    flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+    for tier in avx2:avx2 avxvnni:avx_vnni avx512vnni:avx512_vnni; do
+        [[ " $flags " == *" ${tier#*:} "* ]] ||
+            echo "test.sh: this CPU has no ${tier%%:*}: the ${tier%%:*} kernels were not run"
+    done
+fi
 # Both forms of the AVX-512 Q5_K batch kernels (the CPU's maker chooses one).
 for paired in 0 1; do
     echo "test.sh: packed kernels with SYNAPSE_PAIRED=$paired"
