@@ -17,8 +17,8 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m, smollm2-135m,
-    /// or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-gemma3.
+    /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m,
+    /// smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
     #[arg(short = 'o', long)]

@@ -611,9 +611,11 @@ fn q4_k_unpack(g: &[Q4KPacked], vb: &mut Vec<[__m512i; 64]>) {
 /// across a wide row a group is 16 x 144 bytes a block (129 KiB at 14336 columns), enough
 /// streamed weights between two uses to push the token's lines out of the first level. Cold
 /// copies against a plain read of the same bytes, on the Zen 4 EPYC (tilebench
-/// `TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED`, without -> with the requests, alternated in one
-/// process, three runs): 4096 x 14336 (Llama 3.1 8B's `ffn_down`) 69.4 / 87.6 / 75.7% -> 81.8 /
-/// 94.5 / 85.1%, 1024 x 16384 72.6 / 87.6 / 81.6% -> 89.6 / 90.9 / 87.2%; in the engine, that
+/// `TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED`, without -> with these requests, alternated in one
+/// process): 4096 x 14336 (Llama 3.1 8B's `ffn_down`) 80.6 / 73.7% -> 89.0 / 87.1%, 1024 x
+/// 16384 76.7% -> 86.6% (and with requests for the first five lines of the block alone, an
+/// earlier form: 69.4 / 87.6 / 75.7% -> 81.8 / 94.5 / 85.1%, and 72.6 / 87.6 / 81.6% -> 89.6 /
+/// 90.9 / 87.2%; docs/PERF.md); in the engine, that
 /// file's shapes in Q4_K (`synth llama-3.1-8b --layers 4 --type Q4_K_M --pure`, `--profile`,
 /// three runs of each build) its `ffn_down` read at 0.965-0.975 of its `ffn_gate_up`'s rate
 /// without, 1.033-1.057 with. At 8192 columns neither way led (91.2 / 88.3 / 90.4% -> 93.6 /
