@@ -177,21 +177,23 @@ pub fn attend_batch(
                 key: s.kv_head(h),
             }
         },
-        || -> Box<[HeadScratch; INTERLEAVE]> {
-            Box::new(std::array::from_fn(|_| HeadScratch::new()))
-        },
-        |scratch, pieces| {
-            #[cfg(target_arch = "x86_64")]
-            if crate::has_avx512f() {
-                // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
-                return unsafe { heads.some_v4(pieces, scratch) };
-            }
-            #[cfg(target_arch = "x86_64")]
-            if crate::has_x86_64_v3() {
-                // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
-                return unsafe { heads.some_v3(pieces, scratch) };
-            }
-            heads.some::<Scalar>(pieces, scratch);
+        || (),
+        |(), pieces| {
+            SCRATCH.with_borrow_mut(|scratch| {
+                let scratch = scratch
+                    .get_or_insert_with(|| Box::new(std::array::from_fn(|_| HeadScratch::new())));
+                #[cfg(target_arch = "x86_64")]
+                if crate::has_avx512f() {
+                    // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+                    return unsafe { heads.some_v4(pieces, scratch) };
+                }
+                #[cfg(target_arch = "x86_64")]
+                if crate::has_x86_64_v3() {
+                    // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+                    return unsafe { heads.some_v3(pieces, scratch) };
+                }
+                heads.some::<Scalar>(pieces, scratch);
+            })
         },
     );
     #[cfg(target_arch = "x86_64")]
@@ -247,6 +249,15 @@ const STAGE_FROM: usize = 16;
 thread_local! {
     /// The calling thread's buffer for [`Staged`], kept from call to call.
     static STAGE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+thread_local! {
+    /// Each thread's [`HeadScratch`]es, kept from call to call: made afresh for every call of
+    /// [`attend_batch`] (a layer's attention, in decode), their rows zeroed and their vectors
+    /// grown again cost about two microseconds a call. They keep the size of the longest context
+    /// a thread has seen, about 56 bytes a position.
+    static SCRATCH: std::cell::RefCell<Option<Box<[HeadScratch; INTERLEAVE]>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Heads computed side by side by one thread ([`attend_heads`]): each head's positions form one
