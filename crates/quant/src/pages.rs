@@ -32,6 +32,9 @@ const REGION: usize = 64 << 20;
 /// One mapping that matrices are carved out of, from its first huge-page boundary on.
 struct Region {
     map: MmapRaw,
+    /// Where the range asked for huge pages ends: the mapping runs up to a huge page further
+    /// (the slack that let it start on a boundary), and nothing is carved out of that.
+    end: usize,
 }
 
 /// The region being filled and the offset of its first free byte.
@@ -57,7 +60,7 @@ impl Pages {
         let mut filling = FILLING.lock().unwrap_or_else(|e| e.into_inner());
         let fits = filling
             .as_ref()
-            .is_some_and(|(r, next)| next + take <= r.map.len());
+            .is_some_and(|(r, next)| next + take <= r.end);
         if !fits {
             // A new region: the old one's free end stays unused.
             let span = take.max(REGION).next_multiple_of(HUGE);
@@ -65,7 +68,8 @@ impl Pages {
             let start = (map.as_ptr() as usize).next_multiple_of(HUGE) - map.as_ptr() as usize;
             #[cfg(target_os = "linux")]
             let _ = map.advise_range(memmap2::Advice::HugePage, start, span);
-            *filling = Some((Arc::new(Region { map }), start));
+            let end = start + span;
+            *filling = Some((Arc::new(Region { map, end }), start));
         }
         let (region, next) = filling.as_mut().expect("a region to fill");
         let offset = *next;
@@ -154,6 +158,9 @@ mod tests {
 
     #[test]
     fn a_range_larger_than_a_region_gets_its_own() {
+        // After a few small ranges (a region's start): the big one must not go into the
+        // mapping's slack past the range asked for huge pages.
+        let small = Pages::zeroed(5000).unwrap();
         let big = Pages::zeroed(REGION + 12345).unwrap();
         assert_eq!(big.len(), REGION + 12345);
         assert_eq!(
@@ -164,5 +171,6 @@ mod tests {
         assert_eq!(big[REGION + 12344], 0);
         let after = Pages::zeroed(100).unwrap();
         assert_eq!(after[99], 0);
+        drop(small);
     }
 }
