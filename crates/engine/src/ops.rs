@@ -88,11 +88,28 @@ pub fn expf_ggml(x: f32) -> f32 {
 /// `ggml_vec_swiglu_f32` does: [`expf_ggml`] on whole groups of 16, libm's `expf` on the tail.
 #[inline]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_avx512f() {
+        let body = gate.len() / 16 * 16;
+        // SAFETY: the CPU has AVX-512 F and FMA (just checked).
+        unsafe { swiglu16(&mut gate[..body], &up[..body]) };
+        return swiglu_tail(&mut gate[body..], &up[body..]);
+    }
+    swiglu_scalar(gate, up);
+}
+
+/// [`swiglu`] one value at a time (the value of its sixteen-lane form, bit for bit).
+fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
     let body = gate.len() / 16 * 16;
     for (g, &u) in gate[..body].iter_mut().zip(up) {
         *g = (*g / (1.0 + expf_ggml(-*g))) * u;
     }
-    for (g, &u) in gate[body..].iter_mut().zip(&up[body..]) {
+    swiglu_tail(&mut gate[body..], &up[body..]);
+}
+
+/// [`swiglu`]'s tail (fewer than sixteen values): libm's `expf`, as ggml's scalar loop.
+fn swiglu_tail(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
         *g = silu(*g) * u;
     }
 }
@@ -103,12 +120,90 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
 pub fn silu_rows(x: &mut [f32], width: usize) {
     for row in x.chunks_exact_mut(width) {
         let body = width / 16 * 16;
-        for v in row[..body].iter_mut() {
-            *v = *v / (1.0 + expf_ggml(-*v));
+        #[cfg(target_arch = "x86_64")]
+        if crate::has_avx512f() {
+            // SAFETY: the CPU has AVX-512 F and FMA (just checked).
+            unsafe { silu16(&mut row[..body]) };
+        } else {
+            silu_scalar(&mut row[..body]);
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        silu_scalar(&mut row[..body]);
         for v in row[body..].iter_mut() {
             *v = silu(*v);
         }
+    }
+}
+
+/// `x = x / (1 + expf_ggml(-x))`, one value at a time.
+fn silu_scalar(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        *v = *v / (1.0 + expf_ggml(-*v));
+    }
+}
+
+/// [`expf_ggml`] of sixteen lanes: ggml's `ggml_v_expf` itself, with `vscalefps` for the
+/// scaling by `2^n` (one rounding, as the scalar form's exact f64 product then rounded).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+fn expf_ggml16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let c = |bits: u32| _mm512_set1_ps(f32::from_bits(bits));
+    let r = _mm512_set1_ps(12582912.0);
+    let z = _mm512_fmadd_ps(x, c(0x3fb8aa3b), r);
+    let n = _mm512_sub_ps(z, r);
+    let b = _mm512_fnmadd_ps(n, c(0x35bfbe8e), _mm512_fnmadd_ps(n, c(0x3f317200), x));
+    let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+    let u = _mm512_mul_ps(b, b);
+    let p = _mm512_fmadd_ps(c(0x3c072010), b, c(0x3d2b9f17));
+    let q = _mm512_fmadd_ps(c(0x3e2aaf33), b, c(0x3efffedb));
+    let r1 = _mm512_fmadd_ps(c(0x3f7ffff6), b, _mm512_set1_ps(1.0));
+    let j = _mm512_fmadd_ps(_mm512_fmadd_ps(p, u, q), u, r1);
+    let res = _mm512_scalef_ps(j, n);
+    if big == 0 {
+        return res;
+    }
+    let low = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps());
+    let alt = _mm512_mask_blend_ps(low, _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+    _mm512_mask_blend_ps(big, res, alt)
+}
+
+/// `x / (1 + expf_ggml(-x))` of sixteen lanes (ggml's `ggml_v_silu`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+fn silu_v16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let e = expf_ggml16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+}
+
+/// [`swiglu_scalar`]'s body sixteen values at a time (`gate.len()` a multiple of sixteen): the
+/// scalar loop is not vectorised (its exponential's range test and f64 scaling), and took
+/// 1.3 ns a value, about 0.5-1.5% of a decode step.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn swiglu16(gate: &mut [f32], up: &[f32]) {
+    use std::arch::x86_64::*;
+    for (g, u) in gate.chunks_exact_mut(16).zip(up.chunks_exact(16)) {
+        // SAFETY: sixteen floats each.
+        unsafe {
+            let x = _mm512_loadu_ps(g.as_ptr());
+            let y = _mm512_mul_ps(silu_v16(x), _mm512_loadu_ps(u.as_ptr()));
+            _mm512_storeu_ps(g.as_mut_ptr(), y);
+        }
+    }
+}
+
+/// [`silu_scalar`] sixteen values at a time (`x.len()` a multiple of sixteen).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+fn silu16(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    for v in x.chunks_exact_mut(16) {
+        // SAFETY: sixteen floats.
+        unsafe { _mm512_storeu_ps(v.as_mut_ptr(), silu_v16(_mm512_loadu_ps(v.as_ptr()))) };
     }
 }
 
@@ -332,6 +427,55 @@ mod tests {
         }
         assert_eq!(expf_ggml(-200.0), 0.0);
         assert_eq!(expf_ggml(200.0), f32::INFINITY);
+    }
+
+    /// The sixteen-lane SwiGLU and SiLU against the scalar forms, bit for bit: a sweep of the
+    /// exponential's range (every 997th f32), its cut-offs, zeros, infinities and NaNs.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn vector_silu_matches_the_scalar_form() {
+        if !crate::has_avx512f() {
+            eprintln!("no AVX-512 F on this CPU: the sixteen-lane SiLU cannot run here");
+            return;
+        }
+        let mut x: Vec<f32> = (0..u32::MAX / 997)
+            .map(|i| f32::from_bits(i * 997))
+            .collect();
+        x.extend([
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+        ]);
+        x.extend([
+            88.72, 88.73, -103.97, -103.98, 133.0, -133.0, 192.0, -192.0, 1e-40, -1e-40,
+        ]);
+        x.truncate(x.len() / 16 * 16);
+        let u: Vec<f32> = (0..x.len()).map(|i| 0.5 + (i % 7) as f32 * 0.37).collect();
+        let (mut a, mut b) = (x.clone(), x.clone());
+        // SAFETY: AVX-512 F and FMA (checked above).
+        unsafe { swiglu16(&mut a, &u) };
+        swiglu_scalar(&mut b, &u);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "swiglu {}: {a} against {b}",
+                x[i]
+            );
+        }
+        let (mut a, mut b) = (x.clone(), x.clone());
+        // SAFETY: as above.
+        unsafe { silu16(&mut a) };
+        silu_scalar(&mut b);
+        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
+            assert!(
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                "silu {}: {a} against {b}",
+                x[i]
+            );
+        }
     }
 
     #[test]
