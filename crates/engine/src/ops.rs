@@ -24,9 +24,46 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     }
 }
 
-/// [`rms_norm`] of each row of `x` (rows of `width`) into the same row of `y`.
+/// [`rms_scale`] of four rows of one width at once: each row's f64 sum in its own order, the
+/// four in step, so that four chains of dependent additions overlap where one row's waits on
+/// each addition's latency (2048 values: about 8000 cycles alone). The same bits as one row
+/// at a time.
+#[inline]
+fn rms_scales4(rows: [&[f32]; 4], eps: f32) -> [f32; 4] {
+    let n = rows[0].len();
+    let rows = rows.map(|r| &r[..n]);
+    let mut sum = [0.0f64; 4];
+    for i in 0..n {
+        for (s, r) in sum.iter_mut().zip(&rows) {
+            *s += (r[i] * r[i]) as f64;
+        }
+    }
+    sum.map(|s| 1.0 / ((s / n as f64) as f32 + eps).sqrt())
+}
+
+/// [`rms_norm`] of each row of `x` (rows of `width`) into the same row of `y`, four rows'
+/// sums at a time ([`rms_scales4`]).
 #[inline]
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], width: usize) {
+    let n = x.len() / width.max(1);
+    let whole = n / 4 * 4;
+    for (xs, ys) in x[..whole * width]
+        .chunks_exact(4 * width)
+        .zip(y.chunks_exact_mut(4 * width))
+    {
+        let rows: [&[f32]; 4] = std::array::from_fn(|r| &xs[r * width..][..width]);
+        let scales = rms_scales4(rows, eps);
+        for ((xr, yr), scale) in xs
+            .chunks_exact(width)
+            .zip(ys.chunks_exact_mut(width))
+            .zip(scales)
+        {
+            for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
+                *y = (x * scale) * w;
+            }
+        }
+    }
+    let (x, y) = (&x[whole * width..n * width], &mut y[whole * width..]);
     for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
         rms_norm(xr, w, eps, yr);
     }
@@ -38,6 +75,28 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let scale = rms_scale(x, eps);
     for (x, &w) in x.iter_mut().zip(w) {
         *x = (*x * scale) * w;
+    }
+}
+
+/// [`rms_norm_inplace`] of each of the rows of `x` (rows of `width`), four rows' sums at a
+/// time ([`rms_scales4`]).
+#[inline]
+pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
+    let n = x.len() / width.max(1);
+    let whole = n / 4 * 4;
+    for xs in x[..whole * width].chunks_exact_mut(4 * width) {
+        let scales = {
+            let rows: [&[f32]; 4] = std::array::from_fn(|r| &xs[r * width..][..width]);
+            rms_scales4(rows, eps)
+        };
+        for (xr, scale) in xs.chunks_exact_mut(width).zip(scales) {
+            for (x, &w) in xr.iter_mut().zip(w) {
+                *x = (*x * scale) * w;
+            }
+        }
+    }
+    for xr in x[whole * width..n * width].chunks_exact_mut(width) {
+        rms_norm_inplace(xr, w, eps);
     }
 }
 
@@ -475,6 +534,41 @@ mod tests {
                 "silu {}: {a} against {b}",
                 x[i]
             );
+        }
+    }
+
+    /// Four rows' sums in step give each row's bits of one row at a time, in place or not, for
+    /// row counts that leave every remainder.
+    #[test]
+    fn rms_norm_rows_match_one_row_at_a_time() {
+        let mut seed = 0x2545_f491u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            // A wide spread of magnitudes, so that the f64 sums round.
+            (seed as f32 / u32::MAX as f32 - 0.5) * 10f32.powi((seed % 13) as i32 - 6)
+        };
+        let width = 67;
+        let w: Vec<f32> = (0..width).map(|_| next()).collect();
+        for n in [1, 3, 4, 5, 8, 11] {
+            let x: Vec<f32> = (0..n * width).map(|_| next()).collect();
+            let mut want = vec![0.0; n * width];
+            for (xr, yr) in x.chunks_exact(width).zip(want.chunks_exact_mut(width)) {
+                rms_norm(xr, &w, 1e-6, yr);
+            }
+            let mut got = vec![0.0; n * width];
+            rms_norm_rows(&x, &w, 1e-6, &mut got, width);
+            let mut inplace = x.clone();
+            rms_norm_rows_inplace(&mut inplace, &w, 1e-6, width);
+            for i in 0..n * width {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "{n} rows, value {i}");
+                assert_eq!(
+                    inplace[i].to_bits(),
+                    want[i].to_bits(),
+                    "{n} rows in place, value {i}"
+                );
+            }
         }
     }
 

@@ -11,7 +11,7 @@ use super::{mm, mm_many, vector, Acts, HParams, Scratch};
 use crate::attention::{attend_batch, AttnShape, MAX_HEAD_DIM};
 use crate::kv::KvCache;
 use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
-use crate::ops::{add_inplace, geglu, rms_norm_inplace, rms_norm_rows, swiglu, Rope};
+use crate::ops::{add_inplace, geglu, rms_norm_rows, swiglu, Rope};
 use crate::{ModelError, Tap};
 
 /// A weight matrix of the file, checked to have `cols` inputs (and `rows` outputs if given).
@@ -85,9 +85,7 @@ pub(crate) fn embed(tok_embd: &Matrix, tokens: &[u32], x: &mut [f32]) -> Result<
 /// norms of a block's output.
 #[inline(always)]
 pub(crate) fn norm_rows(x: &mut [f32], width: usize, n: usize, w: &[f32], eps: f32) {
-    for row in x[..n * width].chunks_exact_mut(width) {
-        rms_norm_inplace(row, w, eps);
-    }
+    crate::ops::rms_norm_rows_inplace(&mut x[..n * width], w, eps, width);
 }
 
 /// Add a bias to each of the `n` rows of `x` (ggml's `ggml_add` of a broadcast vector).

@@ -28,7 +28,7 @@ use super::blocks::{
 use super::{vector, HParams, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
-use crate::ops::{add_inplace, rms_norm, scale_inplace, softcap_inplace, Rope, RopeStyle};
+use crate::ops::{add_inplace, rms_norm_rows, scale_inplace, softcap_inplace, Rope, RopeStyle};
 use crate::ModelError;
 
 struct Layer<'a> {
@@ -223,10 +223,7 @@ impl super::ForwardBody for Gemma3<'_> {
             let (first, m) = (n - keep, keep);
             let p = pos0 + first;
             // Attention block.
-            for t in 0..n {
-                let x = &s.x[t * d..(t + 1) * d];
-                rms_norm(x, &layer.attn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
-            }
+            rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
             tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
             layer.attn.qkv(s, (n, first), a, eps, threads, tap, l, pos0);
@@ -258,10 +255,7 @@ impl super::ForwardBody for Gemma3<'_> {
             tap.rows("sa_out", l, p, &s.x[..m * d], m);
 
             // Feed-forward block.
-            for t in 0..m {
-                let x = &s.x[t * d..(t + 1) * d];
-                rms_norm(x, &layer.ffn_norm, eps, &mut s.h[t * d..(t + 1) * d]);
-            }
+            rms_norm_rows(&s.x[..m * d], &layer.ffn_norm, eps, &mut s.h, d);
             crate::profile::mark("norm");
             tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
             layer
