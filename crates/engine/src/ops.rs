@@ -11,61 +11,67 @@
 #[inline]
 fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-    let mean = (sum / x.len() as f64) as f32;
+    scale_of(sum, x.len(), eps)
+}
+
+/// The scale of a row of `n` values whose squares sum to `sum`.
+#[inline(always)]
+fn scale_of(sum: f64, n: usize, eps: f32) -> f32 {
+    let mean = (sum / n as f64) as f32;
     1.0 / (mean + eps).sqrt()
 }
 
-/// `y = x / sqrt(mean(x^2) + eps) * w`, over one row.
+/// [`rms_scale`] of each of the up to four rows of `width` values in `rows`: four rows go in
+/// step, each row's f64 sum in its own order, so that four chains of dependent additions
+/// overlap where one row's waits on each addition's latency (2048 values: about 8000 cycles
+/// alone). The same bits as one row at a time.
 #[inline]
-pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let scale = rms_scale(x, eps);
+fn rms_scales4(rows: &[f32], width: usize, eps: f32) -> [f32; 4] {
+    if rows.len() != 4 * width {
+        let mut scales = [0.0; 4];
+        for (s, row) in scales.iter_mut().zip(rows.chunks_exact(width)) {
+            *s = rms_scale(row, eps);
+        }
+        return scales;
+    }
+    let rows: [&[f32]; 4] = std::array::from_fn(|r| &rows[r * width..][..width]);
+    let mut sum = [0.0f64; 4];
+    for i in 0..width {
+        for (s, r) in sum.iter_mut().zip(&rows) {
+            *s += (r[i] * r[i]) as f64;
+        }
+    }
+    sum.map(|s| scale_of(s, width, eps))
+}
+
+/// `y = x * scale * w`, over one row.
+#[inline(always)]
+fn scale_row(x: &[f32], scale: f32, w: &[f32], y: &mut [f32]) {
     for ((y, &x), &w) in y.iter_mut().zip(x).zip(w) {
         *y = (x * scale) * w;
     }
 }
 
-/// [`rms_scale`] of four rows of one width at once: each row's f64 sum in its own order, the
-/// four in step, so that four chains of dependent additions overlap where one row's waits on
-/// each addition's latency (2048 values: about 8000 cycles alone). The same bits as one row
-/// at a time.
+/// `y = x / sqrt(mean(x^2) + eps) * w`, over one row.
 #[inline]
-fn rms_scales4(rows: [&[f32]; 4], eps: f32) -> [f32; 4] {
-    let n = rows[0].len();
-    let rows = rows.map(|r| &r[..n]);
-    let mut sum = [0.0f64; 4];
-    for i in 0..n {
-        for (s, r) in sum.iter_mut().zip(&rows) {
-            *s += (r[i] * r[i]) as f64;
-        }
-    }
-    sum.map(|s| 1.0 / ((s / n as f64) as f32 + eps).sqrt())
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    scale_row(x, rms_scale(x, eps), w, y);
 }
 
 /// [`rms_norm`] of each row of `x` (rows of `width`) into the same row of `y`, four rows'
 /// sums at a time ([`rms_scales4`]).
 #[inline]
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], width: usize) {
-    let n = x.len() / width.max(1);
-    let whole = n / 4 * 4;
-    for (xs, ys) in x[..whole * width]
-        .chunks_exact(4 * width)
-        .zip(y.chunks_exact_mut(4 * width))
-    {
-        let rows: [&[f32]; 4] = std::array::from_fn(|r| &xs[r * width..][..width]);
-        let scales = rms_scales4(rows, eps);
+    let x = &x[..x.len() / width * width];
+    for (xs, ys) in x.chunks(4 * width).zip(y.chunks_mut(4 * width)) {
+        let scales = rms_scales4(xs, width, eps);
         for ((xr, yr), scale) in xs
             .chunks_exact(width)
             .zip(ys.chunks_exact_mut(width))
             .zip(scales)
         {
-            for ((y, &x), &w) in yr.iter_mut().zip(xr).zip(w) {
-                *y = (x * scale) * w;
-            }
+            scale_row(xr, scale, w, yr);
         }
-    }
-    let (x, y) = (&x[whole * width..n * width], &mut y[whole * width..]);
-    for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
-        rms_norm(xr, w, eps, yr);
     }
 }
 
@@ -82,21 +88,14 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 /// time ([`rms_scales4`]).
 #[inline]
 pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
-    let n = x.len() / width.max(1);
-    let whole = n / 4 * 4;
-    for xs in x[..whole * width].chunks_exact_mut(4 * width) {
-        let scales = {
-            let rows: [&[f32]; 4] = std::array::from_fn(|r| &xs[r * width..][..width]);
-            rms_scales4(rows, eps)
-        };
+    let n = x.len() / width;
+    for xs in x[..n * width].chunks_mut(4 * width) {
+        let scales = rms_scales4(xs, width, eps);
         for (xr, scale) in xs.chunks_exact_mut(width).zip(scales) {
             for (x, &w) in xr.iter_mut().zip(w) {
                 *x = (*x * scale) * w;
             }
         }
-    }
-    for xr in x[whole * width..n * width].chunks_exact_mut(width) {
-        rms_norm_inplace(xr, w, eps);
     }
 }
 
@@ -179,19 +178,22 @@ fn swiglu_tail(gate: &mut [f32], up: &[f32]) {
 pub fn silu_rows(x: &mut [f32], width: usize) {
     for row in x.chunks_exact_mut(width) {
         let body = width / 16 * 16;
-        #[cfg(target_arch = "x86_64")]
-        if crate::has_avx512f() {
-            // SAFETY: the CPU has AVX-512 F and FMA (just checked).
-            unsafe { silu16(&mut row[..body]) };
-        } else {
-            silu_scalar(&mut row[..body]);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        silu_scalar(&mut row[..body]);
+        silu_body(&mut row[..body]);
         for v in row[body..].iter_mut() {
             *v = silu(*v);
         }
     }
+}
+
+/// `x = x / (1 + expf_ggml(-x))` over whole groups of sixteen (`x.len()` a multiple of
+/// sixteen): sixteen lanes at a time where the CPU has AVX-512, one value at a time elsewhere.
+fn silu_body(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_avx512f() {
+        // SAFETY: the CPU has AVX-512 F and FMA (just checked).
+        return unsafe { silu16(x) };
+    }
+    silu_scalar(x);
 }
 
 /// `x = x / (1 + expf_ggml(-x))`, one value at a time.
