@@ -64,6 +64,39 @@ fn read_portable(lines: &[Line]) -> u64 {
     acc.iter().fold(0, |a, &b| a ^ b)
 }
 
+/// Thread `i`'s share of `n` lines (of `threads`): about an equal part, the inner boundaries
+/// moved by [`quarter`]'s skew so that the threads' streams do not start a large power of two
+/// apart either.
+fn share(n: usize, threads: usize, i: usize) -> std::ops::Range<usize> {
+    let skewed = n / threads.max(1) >= 2 * WINDOW;
+    let bound = |i: usize| match i {
+        i if i >= threads => n,
+        i if skewed => i * n / threads + i * SKEW % WINDOW,
+        i => i * n / threads,
+    };
+    bound(i)..bound(i + 1)
+}
+
+/// [`quarter`]'s and [`share`]'s skew: starts `SKEW` lines apart modulo `WINDOW` lines (64
+/// KiB), a prime count.
+const WINDOW: usize = 1024;
+const SKEW: usize = 613;
+
+/// Lines each of the four streams of the x86 loops reads from a slice of `n` lines: about a
+/// quarter, but such that no two streams start a multiple of a large power of two apart (the
+/// rest of the slice goes through a plain loop). A buffer of 1 GiB cut in exact quarters put
+/// its streams 256 MiB apart, and on a Zen 4 EPYC VM the probe then read 16-19 GB/s on one core
+/// where one stream, or the same four streams 97 lines off those starts, read 25-29 (`synapse
+/// bench --membw`, alternated, 2026-12-03): streams that far apart contend for the same cache
+/// sets and memory banks, and every ratio against the probe came out half again too high.
+fn quarter(n: usize) -> usize {
+    // Starts 613 lines (mod 1024) apart: 0, 613, 202 and 815 lines into a 64 KiB window.
+    match n / 4 {
+        q if q < 2 * WINDOW => q,
+        q => (q / WINDOW - 1) * WINDOW + SKEW,
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::Line;
@@ -83,14 +116,14 @@ mod x86 {
     /// next 64-byte line of every part into its own accumulator. Several streams can keep more
     /// requests in flight than one (with 32-byte AVX2 loads, 1.5x on one core of a Sapphire
     /// Rapids VM; with these 64-byte loads the same as one stream there, about 16.5 GB/s on a
-    /// busy host). Written as assembly so that it needs no AVX-512
-    /// intrinsics (newer than the crate's minimum Rust) and so that the compiler can neither
-    /// narrow nor drop the loads.
+    /// busy host). The parts are [`super::quarter`]s: never a large power of two apart. Written
+    /// as assembly so that it needs no AVX-512 intrinsics (newer than the crate's minimum Rust)
+    /// and so that the compiler can neither narrow nor drop the loads.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
     unsafe fn avx512(lines: &[Line]) -> u64 {
-        let part = lines.len() / 4;
+        let part = super::quarter(lines.len());
         let stride = part * 64;
         let mut out: u64;
         let p = lines.as_ptr();
@@ -145,7 +178,7 @@ mod x86 {
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
     unsafe fn avx2(lines: &[Line]) -> u64 {
-        let part = lines.len() / 4;
+        let part = super::quarter(lines.len());
         let mut acc = [_mm256_setzero_si256(); 8];
         let parts: [&[Line]; 4] = std::array::from_fn(|s| &lines[s * part..(s + 1) * part]);
         for j in 0..part {
@@ -235,8 +268,7 @@ pub fn read_bandwidth(buf: &ProbeBuffer, threads: &Threads, reps: usize) -> f64 
     let pass = || {
         parallel_for(threads, n, |r| {
             for i in r {
-                let (s, e) = (i * lines.len() / n, (i + 1) * lines.len() / n);
-                black_box(read(&lines[s..e]));
+                black_box(read(&lines[share(lines.len(), n, i)]));
             }
         })
     };
@@ -265,8 +297,7 @@ pub fn read_part(buf: &ProbeBuffer, threads: &Threads, part: usize, parts: usize
     let t = Instant::now();
     parallel_for(threads, n, |r| {
         for i in r {
-            let (s, e) = (i * lines.len() / n, (i + 1) * lines.len() / n);
-            black_box(read(&lines[s..e]));
+            black_box(read(&lines[share(lines.len(), n, i)]));
         }
     });
     (lines.len() * 64) as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
@@ -355,7 +386,8 @@ mod tests {
     #[test]
     fn every_loop_reads_every_word() {
         // The XOR of all words is the same whichever loop computes it, tails included.
-        for n in [0, 1, 2, 3, 5, 8, 13, 64, 67] {
+        // (8197 lines and more: four streams a skewed quarter long, and a tail.)
+        for n in [0, 1, 2, 3, 5, 8, 13, 64, 67, 8197, 1 << 14] {
             let b = ProbeBuffer::new(n * 64);
             let lines = &b.lines()[..n.min(b.lines().len())];
             let want = read_portable(lines);
@@ -363,6 +395,48 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
                 assert_eq!(x86::read_avx2(lines), want, "avx2 on rcx lines");
+            }
+        }
+    }
+
+    #[test]
+    fn streams_and_shares_never_start_a_large_power_of_two_apart() {
+        for n in [
+            0,
+            1,
+            5,
+            900,
+            4096,
+            8191,
+            8192,
+            1 << 20,
+            (1 << 24) + 7,
+            1 << 24,
+        ] {
+            let q = quarter(n);
+            assert!(4 * q <= n, "{n} lines: four quarters of {q} overrun");
+            if n >= 8 * WINDOW {
+                // Large slices: the parts are long, and stream starts differ below 64 KiB.
+                assert!(
+                    4 * q + 8 * WINDOW > n,
+                    "{n} lines: quarters of {q} leave too much"
+                );
+                assert_ne!(q % WINDOW, 0, "{n} lines: quarter {q}");
+            }
+            for threads in 1..=4 {
+                let shares: Vec<_> = (0..threads).map(|i| share(n, threads, i)).collect();
+                // In order, end to end, every line once.
+                assert_eq!(shares[0].start, 0);
+                assert_eq!(shares[threads - 1].end, n);
+                for w in shares.windows(2) {
+                    assert_eq!(w[0].end, w[1].start, "{n} lines, {threads} threads");
+                }
+                for (i, r) in shares.iter().enumerate() {
+                    assert!(r.start <= r.end, "{n} lines, {threads} threads: {r:?}");
+                    if i > 0 && n / threads >= 2 * WINDOW {
+                        assert_ne!(r.start % WINDOW, 0, "{n} lines, thread {i} of {threads}");
+                    }
+                }
             }
         }
     }
