@@ -89,6 +89,7 @@ const SKEW: usize = 613;
 /// where one stream, or the same four streams 97 lines off those starts, read 25-29 (`synapse
 /// bench --membw`, alternated, 2026-12-03): streams that far apart contend for the same cache
 /// sets and memory banks, and every ratio against the probe came out half again too high.
+#[cfg(any(target_arch = "x86_64", test))]
 fn quarter(n: usize) -> usize {
     // Starts 613 lines (mod 1024) apart: 0, 613, 202 and 815 lines into a 64 KiB window.
     match n / 4 {
