@@ -308,7 +308,8 @@ pub fn read_part(buf: &ProbeBuffer, threads: &Threads, part: usize, parts: usize
 /// `threads` over part `part` of `parts` equal parts of the bytes of `slices` taken end to end
 /// (each thread its own contiguous share), in GB/s. Over a model's weights
 /// ([`crate::Model::weight_memory`]) it measures the bandwidth of the very pages a decode step
-/// streams: on a VM, buffers of the same size at other addresses can read at rates 1.5x apart.
+/// streams. (On a Zen 4 VM such passes once read 1.5x the probe's buffer: the buffer's four
+/// streams lay 256 MiB apart then, not its pages.)
 pub fn read_slices_part(slices: &[&[u8]], threads: &Threads, part: usize, parts: usize) -> f64 {
     let (_, read) = kernel();
     let total: usize = slices.iter().map(|s| s.len()).sum();

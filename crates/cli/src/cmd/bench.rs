@@ -80,7 +80,7 @@ pub struct BenchArgs {
     pub probe_each_token: bool,
     /// With --probe-each-token: the passes read the model's own weights (a quarter of them a
     /// pass, in turn) instead of the probe's buffer: the bandwidth of the very pages decode
-    /// streams (on a VM, buffers at other addresses can read 1.5x faster or slower).
+    /// streams.
     #[arg(long, requires = "probe_each_token")]
     pub probe_weights: bool,
     /// After the table, where each test's timed runs spent their time: the forward pass's
