@@ -65,8 +65,8 @@ fn read_portable(lines: &[Line]) -> u64 {
 }
 
 /// Thread `i`'s share of `n` lines (of `threads`): about an equal part, the inner boundaries
-/// moved by [`quarter`]'s skew so that the threads' streams do not start a large power of two
-/// apart either.
+/// moved on by `i * SKEW` lines modulo `WINDOW`, so that the threads' streams do not start a
+/// large power of two apart either (as the four streams of a thread's loop, `quarter`).
 fn share(n: usize, threads: usize, i: usize) -> std::ops::Range<usize> {
     let skewed = n / threads.max(1) >= 2 * WINDOW;
     let bound = |i: usize| match i {
