@@ -1,5 +1,5 @@
 //! The KV cache: each layer's keys and values for every position so far, in F16 as llama.cpp
-//! keeps them. Allocated once for the whole context.
+//! keeps them, in room that grows with the positions (below) up to the context.
 //!
 //! Laid out KV head by KV head: one KV head's rows of every position are consecutive, so that
 //! attention, which reads one KV head's rows for a query head, streams them (a decode step at a
