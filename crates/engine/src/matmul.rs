@@ -509,20 +509,19 @@ pub struct Piece {
 
 /// Split `out` into `chunk`-long pieces, taken in the order `order` (`order(k)`: the `k`-th
 /// piece; a permutation of the pieces), and hand each thread one contiguous run of that order,
-/// the runs of near-equal total cost. A thread computes its run in calls `f(&mut scratch,
-/// pieces)` (`(index, piece)` each) of up to `group` consecutive pieces of one key, with one
-/// `scratch` per thread from `init`. For attention, where a call's heads share the rows they
+/// the runs of near-equal total cost. A thread computes its run in calls `f(pieces)` (`(index,
+/// piece)` each) of up to `group` consecutive pieces of one key (scratch that outlives a call
+/// is the caller's to keep, per thread: attention's is thread-local). For attention, where a call's heads share the rows they
 /// read when they share a key (a KV head), and a thread's run keeps its KV heads few. Each
 /// piece is written by one call only, and `f` must compute each piece the same whatever the
 /// others in its call, so that the result does not depend on the thread count (D1).
-pub fn parallel_piece_runs_mut<S>(
+pub fn parallel_piece_runs_mut(
     threads: &Threads,
     out: &mut [f32],
     chunk: usize,
     group: usize,
     order: impl Fn(usize) -> Piece,
-    init: impl Fn() -> S + Sync,
-    f: impl Fn(&mut S, &mut [(usize, &mut [f32])]) + Sync,
+    f: impl Fn(&mut [(usize, &mut [f32])]) + Sync,
 ) {
     let n = out.len() / chunk.max(1);
     let t = threads.n().min(n.max(1));
@@ -552,12 +551,11 @@ pub fn parallel_piece_runs_mut<S>(
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
     let thread = |i: usize| {
         let shared = &shared;
-        let mut scratch = init();
         let mut call = Vec::with_capacity(group);
         let mut key = None;
         for p in &pieces[starts[i]..starts[i + 1]] {
             if call.len() == group || key.is_some_and(|key| key != p.key) {
-                f(&mut scratch, &mut call);
+                f(&mut call);
                 call.clear();
             }
             key = Some(p.key);
@@ -569,7 +567,7 @@ pub fn parallel_piece_runs_mut<S>(
             call.push((p.index, piece));
         }
         if !call.is_empty() {
-            f(&mut scratch, &mut call);
+            f(&mut call);
         }
     };
     if t == 1 {
@@ -728,7 +726,6 @@ mod tests {
     /// one key, each thread's pieces one run of the order, the runs' costs near equal.
     #[test]
     fn piece_runs_cover_every_piece_once_in_runs_of_equal_cost() {
-        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
         use std::sync::Mutex;
         for (n, threads, group) in [(9, 1, 4), (9, 2, 4), (9, 3, 3), (64 * 9, 2, 4), (5, 4, 2)] {
             // Pieces in reverse (a permutation), costs 1..=n (as a causal batch's), keys of 3.
@@ -738,25 +735,19 @@ mod tests {
                 key: k / 3,
             };
             let mut out = vec![0.0f32; n * 2];
-            // Each call's order positions, under the id of the thread's scratch.
+            // Each call's order positions, under the thread that made it.
             let calls = Mutex::new(Vec::new());
-            let ids = AtomicUsize::new(0);
             let pool = Threads::new(threads);
-            parallel_piece_runs_mut(
-                &pool,
-                &mut out,
-                2,
-                group,
-                order,
-                || ids.fetch_add(1, Relaxed),
-                |id, pieces| {
-                    for (u, piece) in pieces.iter_mut() {
-                        piece.fill(*u as f32 + 1.0);
-                    }
-                    let ks: Vec<usize> = pieces.iter().map(|(u, _)| n - 1 - u).collect();
-                    calls.lock().unwrap().push((*id, ks));
-                },
-            );
+            parallel_piece_runs_mut(&pool, &mut out, 2, group, order, |pieces| {
+                for (u, piece) in pieces.iter_mut() {
+                    piece.fill(*u as f32 + 1.0);
+                }
+                let ks: Vec<usize> = pieces.iter().map(|(u, _)| n - 1 - u).collect();
+                calls
+                    .lock()
+                    .unwrap()
+                    .push((std::thread::current().id(), ks));
+            });
             // Every piece written, by its own index.
             for (u, piece) in out.chunks_exact(2).enumerate() {
                 assert_eq!(piece, [u as f32 + 1.0; 2], "piece {u} of {n}");
@@ -774,7 +765,13 @@ mod tests {
             // carries within a piece of a fair share.
             let total: usize = (1..=n).sum();
             let mut most = 0;
-            for id in 0..ids.load(Relaxed) {
+            let mut ids = Vec::new();
+            for (id, _) in &calls {
+                if !ids.contains(id) {
+                    ids.push(*id);
+                }
+            }
+            for id in ids {
                 let mut run: Vec<usize> = calls
                     .iter()
                     .filter(|(i, _)| *i == id)

@@ -52,6 +52,14 @@ fn scale_row(x: &[f32], scale: f32, w: &[f32], y: &mut [f32]) {
     }
 }
 
+/// [`scale_row`] in place.
+#[inline(always)]
+fn scale_row_inplace(x: &mut [f32], scale: f32, w: &[f32]) {
+    for (x, &w) in x.iter_mut().zip(w) {
+        *x = (*x * scale) * w;
+    }
+}
+
 /// `y = x / sqrt(mean(x^2) + eps) * w`, over one row.
 #[inline]
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
@@ -78,10 +86,7 @@ pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], width: usize
 /// In-place [`rms_norm`].
 #[inline]
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let scale = rms_scale(x, eps);
-    for (x, &w) in x.iter_mut().zip(w) {
-        *x = (*x * scale) * w;
-    }
+    scale_row_inplace(x, rms_scale(x, eps), w);
 }
 
 /// [`rms_norm_inplace`] of each of the rows of `x` (rows of `width`), four rows' sums at a
@@ -92,9 +97,7 @@ pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
     for xs in x[..n * width].chunks_mut(4 * width) {
         let scales = rms_scales4(xs, width, eps);
         for (xr, scale) in xs.chunks_exact_mut(width).zip(scales) {
-            for (x, &w) in xr.iter_mut().zip(w) {
-                *x = (*x * scale) * w;
-            }
+            scale_row_inplace(xr, scale, w);
         }
     }
 }
@@ -515,28 +518,25 @@ mod tests {
         ]);
         x.truncate(x.len() / 16 * 16);
         let u: Vec<f32> = (0..x.len()).map(|i| 0.5 + (i % 7) as f32 * 0.37).collect();
+        let same = |what: &str, a: &[f32], b: &[f32]| {
+            for (i, (a, b)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "{what} {}: {a} against {b}",
+                    x[i]
+                );
+            }
+        };
         let (mut a, mut b) = (x.clone(), x.clone());
         // SAFETY: AVX-512 F and FMA (checked above).
         unsafe { swiglu16(&mut a, &u) };
         swiglu_scalar(&mut b, &u);
-        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-            assert!(
-                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "swiglu {}: {a} against {b}",
-                x[i]
-            );
-        }
+        same("swiglu", &a, &b);
         let (mut a, mut b) = (x.clone(), x.clone());
         // SAFETY: as above.
         unsafe { silu16(&mut a) };
         silu_scalar(&mut b);
-        for (i, (a, b)) in a.iter().zip(&b).enumerate() {
-            assert!(
-                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
-                "silu {}: {a} against {b}",
-                x[i]
-            );
-        }
+        same("silu", &a, &b);
     }
 
     /// Four rows' sums in step give each row's bits of one row at a time, in place or not, for

@@ -177,8 +177,7 @@ pub fn attend_batch(
                 key: s.kv_head(h),
             }
         },
-        || (),
-        |(), pieces| {
+        |pieces| {
             SCRATCH.with_borrow_mut(|scratch| {
                 let scratch = scratch
                     .get_or_insert_with(|| Box::new(std::array::from_fn(|_| HeadScratch::new())));
