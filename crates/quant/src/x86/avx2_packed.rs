@@ -37,7 +37,7 @@ use super::avx512_packed::{
     Q5_1Packed, Q6KAct, Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, ROWS,
     TOKS32,
 };
-use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead};
+use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead, Vnni256};
 use crate::blocks::*;
 use crate::GgmlType;
 
@@ -216,6 +216,22 @@ impl SubBlockDot for Dpbusd {
     }
 }
 
+/// [`Dpbusd`] with AVX-512 VNNI's EVEX form of `vpdpbusd` (with AVX-512 VL), for a CPU
+/// without AVX-VNNI ([`super::Vnni256::Evex`]).
+struct DpbusdEvex;
+
+impl SubBlockDot for DpbusdEvex {
+    #[inline(always)]
+    fn add(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: AVX-512 VNNI and VL (the callers' features).
+        unsafe { _mm256_dpbusd_epi32(acc, w, a) }
+    }
+    #[inline(always)]
+    fn scaled(acc: __m256i, pairs: __m256i) -> __m256i {
+        Dpbusd::scaled(acc, pairs)
+    }
+}
+
 /// `$name::<T>`: sixteen rows (`g`, block by block) times tokens `t0..t0 + T` (`ys[t]`: token
 /// `t0 + t`'s blocks; `pair_sums[t][b]`: its sub-block sums), into `out[(t0 + t) * stride +
 /// r0..][..16]`, eight rows at a time, compiled for `$features` with `$dot`'s sums.
@@ -315,6 +331,11 @@ macro_rules! q4_k_tokens {
 
 q4_k_tokens!(q4_k_tokens, "avx2,fma,f16c", Maddubs);
 q4_k_tokens!(q4_k_tokens_vnni, "avxvnni,avx2,fma,f16c", Dpbusd);
+q4_k_tokens!(
+    q4_k_tokens_vnni_evex,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    DpbusdEvex
+);
 
 /// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
 /// (`(n_tok, 16 * groups)`).
@@ -326,29 +347,42 @@ q4_k_tokens!(q4_k_tokens_vnni, "avxvnni,avx2,fma,f16c", Dpbusd);
 unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
-        if super::has_avxvnni() {
-            // SAFETY: the CPU has AVX-VNNI (just checked), besides this function's features.
-            unsafe { q4_k_vnni(p, per_row, a, ps, out) }
-        } else {
-            group_passes!(p, per_row, a, out, q4_k_tokens, 6, [1 2 3 4 5], (ps))
+        match super::vnni256() {
+            // SAFETY: the CPU has the form's features (`vnni256`), besides this function's.
+            Some(Vnni256::Vex) => unsafe { q4_k_vnni(p, per_row, a, ps, out) },
+            // SAFETY: as above.
+            Some(Vnni256::Evex) => unsafe { q4_k_vnni_evex(p, per_row, a, ps, out) },
+            None => group_passes!(p, per_row, a, out, q4_k_tokens, 6, [1 2 3 4 5], (ps)),
         }
     });
 }
 
-/// [`q4_k`] with AVX-VNNI's `vpdpbusd` (Intel client cores since Alder Lake).
-///
-/// # Safety
-/// As [`q4_k`], and the CPU must have AVX-VNNI.
-#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-unsafe fn q4_k_vnni(
-    p: &[Q4KPacked],
-    per_row: usize,
-    a: &[BlockQ8K],
-    ps: &[[i16; 8]],
-    out: &mut [f32],
-) {
-    group_passes!(p, per_row, a, out, q4_k_tokens_vnni, 6, [1 2 3 4 5], (ps))
+/// `$name`: [`q4_k`] with the AVX-VNNI tier's `vpdpbusd` (Intel client cores since Alder
+/// Lake), through `$tokens` compiled for `$features`: AVX-VNNI's VEX form, or AVX-512 VNNI's
+/// EVEX one ([`super::Vnni256`]).
+macro_rules! q4_k_vnni {
+    ($name:ident, $tokens:ident, $features:literal) => {
+        /// # Safety
+        /// As [`q4_k`], and the CPU must have the features this function is compiled for.
+        #[target_feature(enable = $features)]
+        unsafe fn $name(
+            p: &[Q4KPacked],
+            per_row: usize,
+            a: &[BlockQ8K],
+            ps: &[[i16; 8]],
+            out: &mut [f32],
+        ) {
+            group_passes!(p, per_row, a, out, $tokens, 6, [1 2 3 4 5], (ps))
+        }
+    };
 }
+
+q4_k_vnni!(q4_k_vnni, q4_k_tokens_vnni, "avxvnni,avx2,fma,f16c");
+q4_k_vnni!(
+    q4_k_vnni_evex,
+    q4_k_tokens_vnni_evex,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+);
 
 // ---------------------------------------------------------------------------------------------
 // Q6_K in `vec_dot` order: eight i32 lanes a block (lane `k` takes values whose index mod 32 is
@@ -933,111 +967,133 @@ pass_entries!(
 /// broadcast operand to fold, so the form stays here).
 type Q3KFolded = [__m256i; 72];
 
-/// Every block of a group folded into `vb` (entry `hr * blocks + b`), once for all of a
-/// batch's passes.
-#[inline]
-#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-fn q3_k_fold(g: &[Q3KPairs], vb: &mut Vec<Q3KFolded>) {
-    vb.clear();
-    let masks = (
-        _mm256_set1_epi8(0x03),
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x20),
-    );
-    let (four, ones) = (_mm256_set1_epi8(4), _mm256_set1_epi8(1));
-    for hr in 0..2 {
-        for g in g {
-            // SAFETY: this function's features.
-            let by = unsafe { q3_k_scale_bytes(&g.sc, hr, masks) };
-            let mut v = [_mm256_setzero_si256(); 72];
-            for l in 0..8 {
-                // SAFETY: this function's features.
-                let u = unsafe { q3_k_octet(g, hr, l) };
-                let q = (l / 4) as u8;
-                // SAFETY: this function's features.
-                let spread = unsafe { word_shuffle([q, q, q + 2, q + 2]) };
-                let mut sum = _mm256_setzero_si256();
-                for (w, u) in u.into_iter().enumerate() {
-                    // Bytes 0, 1: group 4p + q; bytes 2, 3: group 4p + 2 + q.
-                    let sc = _mm256_shuffle_epi8(by[w / 2], spread);
-                    // -q s = (4 - u) s, which fits a signed byte.
-                    // SAFETY: this function's features.
-                    let folded = unsafe { mullo_epi8(_mm256_sub_epi8(four, u), sc) };
-                    v[8 * l + w] = folded;
-                    sum = _mm256_dpbusd_avx_epi32(sum, ones, folded);
-                }
-                v[64 + l] = _mm256_slli_epi32::<7>(sum);
-            }
-            vb.push(v);
-        }
-    }
-}
-
-/// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`: values
-/// plus 128, as unsigned bytes, in the paired order), into `out[(t0 + t) * stride +
-/// r0..][..16]`, eight rows at a time: lane `l` is `128 Σ w - Σ (y + 128) w` over its eight
-/// words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the same integers).
-#[inline]
-#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-#[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
-fn q3_k_folded<const T: usize>(
-    (g, vb): (&[Q3KPairs], &[Q3KFolded]),
-    ys: [&[Q3KAct]; T],
-    out: &mut [f32],
-    (stride, r0, t0): (usize, usize, usize),
-) {
-    let blocks = g.len();
-    for hr in 0..2 {
-        let mut acc = [[_mm256_setzero_ps(); 8]; T];
-        for (b, g) in g.iter().enumerate() {
-            // SAFETY: a row of `d`.
-            let dx = unsafe { ld8_f16(&g.d, hr) };
-            let v = &vb[hr * blocks + b];
-            let mut d = [_mm256_setzero_ps(); T];
-            let mut f = [std::ptr::null::<i8>(); T];
-            for t in 0..T {
-                d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
-                f[t] = ys[t][b].qs.as_ptr();
-            }
-            for l in 0..8 {
-                let mut dot = [_mm256_setzero_si256(); T];
-                for w in 0..8 {
-                    let at = 64 * (w / 2) + 8 * l + 4 * (w % 2);
-                    for t in 0..T {
-                        // SAFETY: four bytes of the token's 256.
-                        let y = unsafe { bcast4(f[t].add(at)) };
-                        dot[t] = _mm256_dpbusd_avx_epi32(dot[t], y, v[8 * l + w]);
-                    }
-                }
-                for t in 0..T {
-                    let lane = _mm256_sub_epi32(v[64 + l], dot[t]);
-                    acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane), acc[t][l]);
-                }
-            }
-        }
-        store_tokens8(out, (stride, r0, t0), hr, &acc);
-    }
-}
-
 thread_local! {
     /// Each thread's group of Q3_K blocks folded by [`q3_k_fold`].
     static Q3K_FOLDED: RefCell<Vec<Q3KFolded>> = const { RefCell::new(Vec::new()) };
 }
 
-/// [`q3_k`]'s batches on AVX-VNNI: `a` holds each token's values plus 128.
-///
-/// # Safety
-/// As [`q4_k`], and the CPU must have AVX-VNNI.
-#[target_feature(enable = "avxvnni,avx2,fma,f16c")]
-unsafe fn q3_k_vnni(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32]) {
-    Q3K_FOLDED.with_borrow_mut(|vb| {
-        unpacked_passes!(
-            p, per_row, a, out,
-            q3_k_fold, vb, q3_k_folded,
-            8, [1 2 3 4 5 6 7], ()
-        )
-    });
+/// `$name`: [`q3_k`]'s batches with the AVX-VNNI tier's `vpdpbusd` (`$dpbusd`, compiled for
+/// `$features`), through `$fold` and `$folded`: once with AVX-VNNI's VEX form, once with
+/// AVX-512 VNNI's EVEX form of the same instruction ([`super::Vnni256`]).
+macro_rules! q3_k_vnni {
+    ($name:ident, $fold:ident, $folded:ident, $features:literal, $dpbusd:path) => {
+        /// Every block of a group folded into `vb` (entry `hr * blocks + b`), once for all of a
+        /// batch's passes.
+        #[inline]
+        #[target_feature(enable = $features)]
+        fn $fold(g: &[Q3KPairs], vb: &mut Vec<Q3KFolded>) {
+            vb.clear();
+            let masks = (
+                _mm256_set1_epi8(0x03),
+                _mm256_set1_epi8(0x0F),
+                _mm256_set1_epi8(0x20),
+            );
+            let (four, ones) = (_mm256_set1_epi8(4), _mm256_set1_epi8(1));
+            for hr in 0..2 {
+                for g in g {
+                    // SAFETY: this function's features.
+                    let by = unsafe { q3_k_scale_bytes(&g.sc, hr, masks) };
+                    let mut v = [_mm256_setzero_si256(); 72];
+                    for l in 0..8 {
+                        // SAFETY: this function's features.
+                        let u = unsafe { q3_k_octet(g, hr, l) };
+                        let q = (l / 4) as u8;
+                        // SAFETY: this function's features.
+                        let spread = unsafe { word_shuffle([q, q, q + 2, q + 2]) };
+                        let mut sum = _mm256_setzero_si256();
+                        for (w, u) in u.into_iter().enumerate() {
+                            // Bytes 0, 1: group 4p + q; bytes 2, 3: group 4p + 2 + q.
+                            let sc = _mm256_shuffle_epi8(by[w / 2], spread);
+                            // -q s = (4 - u) s, which fits a signed byte.
+                            // SAFETY: this function's features.
+                            let folded = unsafe { mullo_epi8(_mm256_sub_epi8(four, u), sc) };
+                            v[8 * l + w] = folded;
+                            sum = $dpbusd(sum, ones, folded);
+                        }
+                        v[64 + l] = _mm256_slli_epi32::<7>(sum);
+                    }
+                    vb.push(v);
+                }
+            }
+        }
+
+        /// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`: values
+        /// plus 128, as unsigned bytes, in the paired order), into `out[(t0 + t) * stride +
+        /// r0..][..16]`, eight rows at a time: lane `l` is `128 Σ w - Σ (y + 128) w` over its eight
+        /// words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the same integers).
+        #[inline]
+        #[target_feature(enable = $features)]
+        #[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
+        fn $folded<const T: usize>(
+            (g, vb): (&[Q3KPairs], &[Q3KFolded]),
+            ys: [&[Q3KAct]; T],
+            out: &mut [f32],
+            (stride, r0, t0): (usize, usize, usize),
+        ) {
+            let blocks = g.len();
+            for hr in 0..2 {
+                let mut acc = [[_mm256_setzero_ps(); 8]; T];
+                for (b, g) in g.iter().enumerate() {
+                    // SAFETY: a row of `d`.
+                    let dx = unsafe { ld8_f16(&g.d, hr) };
+                    let v = &vb[hr * blocks + b];
+                    let mut d = [_mm256_setzero_ps(); T];
+                    let mut f = [std::ptr::null::<i8>(); T];
+                    for t in 0..T {
+                        d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
+                        f[t] = ys[t][b].qs.as_ptr();
+                    }
+                    for l in 0..8 {
+                        let mut dot = [_mm256_setzero_si256(); T];
+                        for w in 0..8 {
+                            let at = 64 * (w / 2) + 8 * l + 4 * (w % 2);
+                            for t in 0..T {
+                                // SAFETY: four bytes of the token's 256.
+                                let y = unsafe { bcast4(f[t].add(at)) };
+                                dot[t] = $dpbusd(dot[t], y, v[8 * l + w]);
+                            }
+                        }
+                        for t in 0..T {
+                            let lane = _mm256_sub_epi32(v[64 + l], dot[t]);
+                            acc[t][l] = _mm256_fmadd_ps(d[t], _mm256_cvtepi32_ps(lane), acc[t][l]);
+                        }
+                    }
+                }
+                store_tokens8(out, (stride, r0, t0), hr, &acc);
+            }
+        }
+
+        /// [`q3_k`]'s batches on AVX-VNNI: `a` holds each token's values plus 128.
+        ///
+        /// # Safety
+        /// As [`q4_k`], and the CPU must have AVX-VNNI.
+        #[target_feature(enable = $features)]
+        unsafe fn $name(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32]) {
+            Q3K_FOLDED.with_borrow_mut(|vb| {
+                unpacked_passes!(
+                    p, per_row, a, out,
+                    $fold, vb, $folded,
+                    8, [1 2 3 4 5 6 7], ()
+                )
+            });
+        }
+    };
 }
+
+q3_k_vnni!(
+    q3_k_vnni,
+    q3_k_fold,
+    q3_k_folded,
+    "avxvnni,avx2,fma,f16c",
+    _mm256_dpbusd_avx_epi32
+);
+q3_k_vnni!(
+    q3_k_vnni_evex,
+    q3_k_fold_evex,
+    q3_k_folded_evex,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    _mm256_dpbusd_epi32
+);
 
 /// Packed Q3_K groups times every token, as [`q4_k`], the tokens' blocks first made into
 /// [`Q3KAct`]s, eight tokens a pass; more than a pass, and each group is unpacked once for
@@ -1047,9 +1103,9 @@ unsafe fn q3_k_vnni(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let folded = a.len() > 8 * per_row && super::has_avxvnni();
+    let vnni = super::vnni256().filter(|_| a.len() > 8 * per_row);
     Q3K_ACTS.with_borrow_mut(|ya| {
-        let form = if folded {
+        let form = if vnni.is_some() {
             Q3KActs::Flipped
         } else {
             Q3KActs::Offsets
@@ -1057,9 +1113,12 @@ unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
         // SAFETY: this function's features.
         unsafe { q3_k_acts(a, ya, form) };
         let a = &ya[..];
-        if folded {
-            // SAFETY: the CPU has AVX-VNNI (checked), besides this function's features.
-            return unsafe { q3_k_vnni(p, per_row, a, out) };
+        match vnni {
+            // SAFETY: the CPU has the form's features (`vnni256`), besides this function's.
+            Some(Vnni256::Vex) => return unsafe { q3_k_vnni(p, per_row, a, out) },
+            // SAFETY: as above.
+            Some(Vnni256::Evex) => return unsafe { q3_k_vnni_evex(p, per_row, a, out) },
+            None => {}
         }
         if a.len() <= 8 * per_row {
             group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], ());

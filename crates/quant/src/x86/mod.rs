@@ -436,8 +436,8 @@ macro_rules! vnni_rows_entry {
         /// Type-erased entry to the VNNI kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
             // SAFETY: the table functions below hand these entries out only after detecting
-            // every feature `$module`'s kernels are compiled for (`has_avx512_vnni` for
-            // `avx512`, `has_avxvnni` for `avxvnni`).
+            // every feature `$module`'s kernels are compiled for (`has_avx512_vnni` or
+            // `vnni256` for `avx512`, `vnni256` for `avxvnni`).
             dot_row::<$block>(w, a, |x, y| unsafe { $module::$kernel::<1>([x], y)[0] })
         }
 
@@ -474,41 +474,68 @@ vnni_rows_entry! {
     q4_0_rows8_vnni, q4_0_rows8_vnni_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
 }
 
-/// Whether the CPU has AVX-VNNI (the VEX-encoded 256-bit `vpdpbusd`), besides AVX2, FMA and
-/// F16C (and `SYNAPSE_ISA` allows that tier).
-pub(crate) fn has_avxvnni() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        tier_allowed("avxvnni")
-            && std::arch::is_x86_feature_detected!("avxvnni")
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
+/// How this CPU runs the AVX-VNNI tier's kernels, whose integer products are the 256-bit
+/// `vpdpbusd`: in AVX-VNNI's VEX encoding, or in AVX-512 VNNI's EVEX encoding of the same
+/// instruction. The tiers above take precedence where `SYNAPSE_ISA` allows them, so the EVEX
+/// form runs where the kernels are capped at this tier (`SYNAPSE_ISA=avxvnni`) on a CPU with
+/// AVX-512 and no AVX-VNNI: that is how such a CPU runs (and tests) this tier's kernels, which
+/// qemu-user cannot emulate. The two forms give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Vnni256 {
+    /// AVX-VNNI (Intel's client cores since Alder Lake, AMD's Zen 5).
+    Vex,
+    /// AVX-512 F, BW, VL and VNNI, without AVX-VNNI.
+    Evex,
+}
+
+/// The form of the AVX-VNNI tier this CPU runs, if any: it has AVX2, FMA and F16C, the
+/// 256-bit `vpdpbusd` in one encoding ([`Vnni256`]), and `SYNAPSE_ISA` allows the tier.
+pub(crate) fn vnni256() -> Option<Vnni256> {
+    use std::arch::is_x86_feature_detected as has;
+    static FORM: std::sync::OnceLock<Option<Vnni256>> = std::sync::OnceLock::new();
+    *FORM.get_or_init(|| {
+        if !(tier_allowed("avxvnni") && has!("avx2") && has!("fma") && has!("f16c")) {
+            None
+        } else if has!("avxvnni") {
+            Some(Vnni256::Vex)
+        } else if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni") {
+            Some(Vnni256::Evex)
+        } else {
+            None
+        }
     })
 }
 
-/// The AVX-VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has AVX-VNNI
-/// and there is one. (The dispatch prefers AVX-512 VNNI where both exist.)
+/// Whether this CPU runs the AVX-VNNI tier's kernels ([`vnni256`]).
+pub(crate) fn has_avxvnni() -> bool {
+    vnni256().is_some()
+}
+
+/// The AVX-VNNI tier's kernel in `vec_dot` order for weights of type `ty`, if this CPU runs
+/// that tier and there is one. (The dispatch prefers AVX-512 VNNI where both exist.) In the
+/// EVEX form, the AVX-512 tier's entries: the same source ([`avx512::vnni_row_kernels`]),
+/// compiled for AVX-512.
 pub(crate) fn avxvnni_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    if !has_avxvnni() {
-        return None;
-    }
-    Some(match ty {
-        GgmlType::Q4_0 => (q4_0_vnni as DotFn, q4_0_vnni_gemv as GemvFn),
-        GgmlType::Q4_1 => (q4_1_vnni as DotFn, q4_1_vnni_gemv as GemvFn),
-        GgmlType::Q8_0 => (q8_0_vnni as DotFn, q8_0_vnni_gemv as GemvFn),
+    use Vnni256::{Evex, Vex};
+    Some(match (ty, vnni256()?) {
+        (GgmlType::Q4_0, Vex) => (q4_0_vnni as DotFn, q4_0_vnni_gemv as GemvFn),
+        (GgmlType::Q4_1, Vex) => (q4_1_vnni as DotFn, q4_1_vnni_gemv as GemvFn),
+        (GgmlType::Q8_0, Vex) => (q8_0_vnni as DotFn, q8_0_vnni_gemv as GemvFn),
+        (GgmlType::Q4_0, Evex) => (q4_0_512 as DotFn, q4_0_512_gemv as GemvFn),
+        (GgmlType::Q4_1, Evex) => (q4_1_512 as DotFn, q4_1_512_gemv as GemvFn),
+        (GgmlType::Q8_0, Evex) => (q8_0_512 as DotFn, q8_0_512_gemv as GemvFn),
         _ => return None,
     })
 }
 
-/// The AVX-VNNI kernel in the order of llama.cpp's repacked gemv, if this CPU has AVX-VNNI and
-/// there is one.
+/// The AVX-VNNI tier's kernel in the order of llama.cpp's repacked gemv, if this CPU runs that
+/// tier and there is one (in the EVEX form, as [`avxvnni_vec_dot`]).
 pub(crate) fn avxvnni_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    if !has_avxvnni() {
-        return None;
-    }
-    Some(match ty {
-        GgmlType::Q4_0 => (q4_0_rows8_vnni as DotFn, q4_0_rows8_vnni_gemv as GemvFn),
+    Some(match (ty, vnni256()?) {
+        (GgmlType::Q4_0, Vnni256::Vex) => {
+            (q4_0_rows8_vnni as DotFn, q4_0_rows8_vnni_gemv as GemvFn)
+        }
+        (GgmlType::Q4_0, Vnni256::Evex) => (q4_0_rows8_512 as DotFn, q4_0_rows8_512_gemv as GemvFn),
         _ => return None,
     })
 }
