@@ -178,9 +178,90 @@ impl Drop for ThreadPool {
     }
 }
 
+/// The thread count the commands take unless told: one per physical core this process may
+/// run on. Two SMT threads of a core share its vector units and its share of the memory
+/// bandwidth (what decode is bound by), so a second thread on a core adds hand-offs and
+/// contention rather than speed (llama.cpp defaults to physical cores too). Where the topology
+/// cannot be read (not Linux, no sysfs) or a CPU quota allows fewer: every CPU available.
+pub fn default_threads() -> usize {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    #[cfg(target_os = "linux")]
+    {
+        let allowed = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                    .and_then(cpu_list)
+            });
+        let root = std::path::Path::new("/sys/devices/system/cpu");
+        if let Some(cores) = allowed.and_then(|cpus| physical_cores(root, &cpus)) {
+            return cores.clamp(1, available);
+        }
+    }
+    available
+}
+
+/// The CPUs of a kernel CPU list (`0-3,8,10-11`), `None` if it is not one.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in s.trim().split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (usize, usize) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+        if hi < lo || hi - lo > 1 << 16 {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
+}
+
+/// How many cores the CPUs `cpus` lie on, from sysfs under `root` (`cpuN/topology/
+/// thread_siblings_list`: the CPUs that share CPU N's core); `None` if a CPU's entry cannot be
+/// read.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn physical_cores(root: &std::path::Path, cpus: &[usize]) -> Option<usize> {
+    let mut cores = std::collections::HashSet::new();
+    for cpu in cpus {
+        let path = root.join(format!("cpu{cpu}/topology/thread_siblings_list"));
+        let siblings = cpu_list(&std::fs::read_to_string(path).ok()?)?;
+        cores.insert(siblings.into_iter().min()?);
+    }
+    Some(cores.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_parse_and_bad_ones_are_refused() {
+        assert_eq!(cpu_list("0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(cpu_list("5"), Some(vec![5]));
+        for bad in ["", "a", "3-1", "1,,2", "0-"] {
+            assert_eq!(cpu_list(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn smt_siblings_count_as_one_core() {
+        // Four CPUs on two cores (0 and 2 share one, 1 and 3 the other), as Linux numbers them.
+        let root = tempfile::tempdir().unwrap();
+        for (cpu, siblings) in [(0, "0,2"), (1, "1,3"), (2, "0,2"), (3, "1,3")] {
+            let dir = root.path().join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("thread_siblings_list"), format!("{siblings}\n")).unwrap();
+        }
+        assert_eq!(physical_cores(root.path(), &[0, 1, 2, 3]), Some(2));
+        assert_eq!(physical_cores(root.path(), &[0, 2]), Some(1));
+        assert_eq!(physical_cores(root.path(), &[0, 1]), Some(2));
+        // A CPU without an entry: unknown, not guessed.
+        assert_eq!(physical_cores(root.path(), &[0, 4]), None);
+        let n = default_threads();
+        let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!((1..=available).contains(&n), "{n} of {available}");
+    }
 
     #[test]
     fn every_index_runs_once_per_job() {

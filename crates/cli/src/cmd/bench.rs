@@ -41,7 +41,7 @@ pub struct BenchArgs {
     /// llama-bench's -d.
     #[arg(short = 'd', long = "n-depth", action = ArgAction::Append, default_value = "0")]
     pub n_depth: Vec<String>,
-    /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to the CPUs available].
+    /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to one per physical core].
     #[arg(short = 't', long = "threads", action = ArgAction::Append)]
     pub threads: Vec<String>,
     /// Batch sizes for prompt processing (comma list, repeatable).
@@ -180,7 +180,7 @@ struct Plan {
 
 fn plan(args: &BenchArgs) -> Result<Plan> {
     let threads = if args.threads.is_empty() {
-        (1..=std::thread::available_parallelism().map_or(1, |n| n.get())).collect()
+        (1..=synapse_engine::pool::default_threads()).collect()
     } else {
         parse_lists("-t", &args.threads)?
     };

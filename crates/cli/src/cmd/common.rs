@@ -17,8 +17,9 @@ pub struct ModelArgs {
     /// GGUF model file [default: models/SmolLM2-135M-Instruct.Q4_1.gguf].
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
-    /// Threads for the matrix products (results do not depend on it).
-    #[arg(short = 't', long = "threads", default_value_t = default_threads())]
+    /// Threads for the matrix products, by default one per physical core (results do not
+    /// depend on it).
+    #[arg(short = 't', long = "threads", default_value_t = synapse_engine::pool::default_threads())]
     pub threads: usize,
     /// Tokens per batch when feeding a prompt (results do not depend on it).
     #[arg(short = 'b', long = "batch-size", default_value_t = 64)]
@@ -26,10 +27,6 @@ pub struct ModelArgs {
     /// Context size in tokens [default: the model's training context, at most 4096].
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx: Option<usize>,
-}
-
-fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 impl ModelArgs {
