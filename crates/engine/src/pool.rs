@@ -9,7 +9,7 @@
 //! every index has run. The split of work over indices is the caller's, fixed by the index alone,
 //! so results never depend on which OS thread ran what (D1).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,14 +19,17 @@ const SPIN: Duration = Duration::from_micros(200);
 
 type Job = dyn Fn(usize) + Sync;
 
+/// What the threads share, in three groups a cache line (pair) apart, so that a write to one
+/// does not take the others' line from the cores spinning on them.
+#[repr(C)]
 struct Shared {
-    /// The current job: set before `generation` is bumped, cleared once every worker ran it.
-    job: Mutex<Option<JobPtr>>,
-    generation: AtomicU64,
-    remaining: AtomicUsize,
+    /// Written by `run` to start a job, read by the spinning workers.
+    start: Lines<Start>,
+    /// The workers yet to finish the current job: each counts itself off, and `run` spins on
+    /// it.
+    remaining: Lines<AtomicUsize>,
     /// Set when a job panicked on a worker; `run` re-raises it on the caller.
     panicked: AtomicBool,
-    shutdown: AtomicBool,
     /// Workers asleep on `wake` (or about to be): `run` takes the lock and notifies only then,
     /// so a hand-off to spinning workers costs no system call.
     sleepers: AtomicUsize,
@@ -34,12 +37,26 @@ struct Shared {
     wake: Condvar,
 }
 
-/// A pointer to the caller's job, valid until `run` returns.
-#[derive(Clone, Copy)]
-struct JobPtr(*const Job);
-// SAFETY: the pointee is `Sync` (so callable from any thread), and `run` does not return, so
-// the pointee is not dropped, until every worker has finished calling it.
-unsafe impl Send for JobPtr {}
+/// `T` alone on an aligned pair of cache lines (the unit x86 cores prefetch lines in).
+#[repr(align(128))]
+struct Lines<T>(T);
+
+impl<T> std::ops::Deref for Lines<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+struct Start {
+    /// The current job: a pointer to `run`'s `&Job` (a thin pointer to the fat one, so that it
+    /// fits an atomic), stored before `generation` is bumped. Workers read it only after they
+    /// see a new generation, while `run` waits for them. An atomic rather than a lock: every
+    /// worker reads it at every hand-off, and behind a mutex their reads would take turns.
+    job: AtomicPtr<&'static Job>,
+    generation: AtomicU64,
+    shutdown: AtomicBool,
+}
 
 pub struct ThreadPool {
     shared: Arc<Shared>,
@@ -52,11 +69,13 @@ impl ThreadPool {
     /// A pool of `n` threads in all: the caller and `n - 1` workers.
     pub fn new(n: usize) -> ThreadPool {
         let shared = Arc::new(Shared {
-            job: Mutex::new(None),
-            generation: AtomicU64::new(0),
-            remaining: AtomicUsize::new(0),
+            start: Lines(Start {
+                job: AtomicPtr::new(std::ptr::null_mut()),
+                generation: AtomicU64::new(0),
+                shutdown: AtomicBool::new(false),
+            }),
+            remaining: Lines(AtomicUsize::new(0)),
             panicked: AtomicBool::new(false),
-            shutdown: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             sleep: Mutex::new(()),
             wake: Condvar::new(),
@@ -91,15 +110,18 @@ impl ThreadPool {
         let _one_at_a_time = self.running.lock().unwrap_or_else(|e| e.into_inner());
         let s = &*self.shared;
         // Erase the job's lifetime to share it with the workers.
-        let ptr: *const Job =
-            // SAFETY: only the lifetime changes; the pointer is cleared, and every worker has
-            // finished with it, before this function returns.
+        let job: &'static Job =
+            // SAFETY: only the lifetime changes; every worker has finished with it before this
+            // function returns, and none reads it again before the next `run` stores another.
             unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static Job>(f) };
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(JobPtr(ptr));
+        // A pointer to `job` on this frame, which outlives every worker's use of it (as above).
+        s.start
+            .job
+            .store((&job as *const &'static Job).cast_mut(), Ordering::Release);
         s.remaining.store(self.workers.len(), Ordering::Release);
         // SeqCst pairs with the worker's `sleepers` increment and generation check: either it
         // sees this generation and does not sleep, or this sees it counted and wakes it.
-        s.generation.fetch_add(1, Ordering::SeqCst);
+        s.start.generation.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -110,7 +132,6 @@ impl ThreadPool {
         while s.remaining.load(Ordering::Acquire) != 0 {
             std::hint::spin_loop();
         }
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
         if let Err(payload) = mine {
             s.panicked.store(false, Ordering::Release);
             std::panic::resume_unwind(payload);
@@ -127,10 +148,10 @@ fn worker(s: &Shared, index: usize) {
         // Wait for a new generation: spin first, then sleep.
         let start = Instant::now();
         loop {
-            if s.shutdown.load(Ordering::Acquire) {
+            if s.start.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            let g = s.generation.load(Ordering::Acquire);
+            let g = s.start.generation.load(Ordering::Acquire);
             if g != seen {
                 seen = g;
                 break;
@@ -141,7 +162,9 @@ fn worker(s: &Shared, index: usize) {
             }
             let guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.sleepers.fetch_add(1, Ordering::SeqCst);
-            if s.generation.load(Ordering::SeqCst) == seen && !s.shutdown.load(Ordering::Acquire) {
+            if s.start.generation.load(Ordering::SeqCst) == seen
+                && !s.start.shutdown.load(Ordering::Acquire)
+            {
                 // Woken by `run` or `drop`; a spurious wake-up just loops.
                 let _ = s.wake.wait_timeout(guard, Duration::from_millis(100));
             } else {
@@ -149,13 +172,15 @@ fn worker(s: &Shared, index: usize) {
             }
             s.sleepers.fetch_sub(1, Ordering::SeqCst);
         }
-        let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(JobPtr(ptr)) = job {
+        // Stored before the generation this worker saw (whose load acquired it).
+        let job = s.start.job.load(Ordering::Acquire);
+        if !job.is_null() {
             // A panicking job must still count as finished, or `run` would wait forever.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // SAFETY: `run` keeps the job alive until `remaining` reaches zero, which needs
-                // this worker's decrement below.
-                unsafe { (*ptr)(index) }
+                // SAFETY: `run` keeps the job, and the reference to it that `job` points to,
+                // alive until `remaining` reaches zero, which needs this worker's decrement
+                // below.
+                unsafe { (*job)(index) }
             }));
             if ran.is_err() {
                 s.panicked.store(true, Ordering::Release);
@@ -167,7 +192,7 @@ fn worker(s: &Shared, index: usize) {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.start.shutdown.store(true, Ordering::Release);
         {
             let _g = self.shared.sleep.lock().unwrap_or_else(|e| e.into_inner());
             self.shared.wake.notify_all();
@@ -278,6 +303,22 @@ mod tests {
                 // Let the workers fall asleep and check they wake.
                 std::thread::sleep(Duration::from_millis(2));
             }
+        }
+    }
+
+    #[test]
+    fn every_worker_runs_the_job_of_its_round() {
+        // More threads than this machine may have cores, and each job a closure over a local
+        // of its own round: a worker that called a stale job would leave an old round behind.
+        let pool = ThreadPool::new(8);
+        let seen: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
+        for round in 1..=2000usize {
+            let tag = round * 3;
+            pool.run(&|i| seen[i].store(tag, Ordering::Relaxed));
+            assert!(
+                seen.iter().all(|s| s.load(Ordering::Relaxed) == tag),
+                "round {round}"
+            );
         }
     }
 
