@@ -242,13 +242,20 @@ fn cpu_list(s: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
-/// How many cores the CPUs `cpus` lie on, from sysfs under `root` (`cpuN/topology/
-/// thread_siblings_list`: the CPUs that share CPU N's core); `None` if a CPU's entry cannot be
-/// read.
+/// How many cores the online CPUs of `cpus` lie on, from sysfs under `root` (`online`, and
+/// `cpuN/topology/thread_siblings_list`: the CPUs that share CPU N's core); `None` if an online
+/// CPU's entry cannot be read. (A process may be allowed CPUs that are not online: a VM's
+/// allowed list often names every CPU it could ever have.)
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn physical_cores(root: &std::path::Path, cpus: &[usize]) -> Option<usize> {
+    let online = std::fs::read_to_string(root.join("online"))
+        .ok()
+        .and_then(|s| cpu_list(&s));
     let mut cores = std::collections::HashSet::new();
-    for cpu in cpus {
+    for cpu in cpus
+        .iter()
+        .filter(|c| online.as_ref().is_none_or(|o| o.contains(c)))
+    {
         let path = root.join(format!("cpu{cpu}/topology/thread_siblings_list"));
         let siblings = cpu_list(&std::fs::read_to_string(path).ok()?)?;
         cores.insert(siblings.into_iter().min()?);
@@ -283,6 +290,9 @@ mod tests {
         assert_eq!(physical_cores(root.path(), &[0, 1]), Some(2));
         // A CPU without an entry: unknown, not guessed.
         assert_eq!(physical_cores(root.path(), &[0, 4]), None);
+        // Unless it is not online.
+        std::fs::write(root.path().join("online"), "0-3\n").unwrap();
+        assert_eq!(physical_cores(root.path(), &[0, 4, 5, 6]), Some(1));
         let n = default_threads();
         let available = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!((1..=available).contains(&n), "{n} of {available}");
