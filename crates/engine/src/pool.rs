@@ -3,7 +3,8 @@
 //! A decode step of a small model is a few hundred microseconds made of a few hundred matmuls,
 //! so waking threads per operation must cost next to nothing. Workers stay alive for the pool's
 //! life; between jobs they spin on a generation counter for a short while (a hand-off then costs
-//! a cache-line transfer, well under a microsecond) and only then sleep on a condition variable.
+//! a cache-line transfer each way, well under a microsecond: the caller's line to start the
+//! job, each worker's own line to say it finished) and only then sleep on a condition variable.
 //!
 //! A job is a function of the worker index `0..n`; the caller runs index 0 itself and returns when
 //! every index has run. The split of work over indices is the caller's, fixed by the index alone,
@@ -19,15 +20,17 @@ const SPIN: Duration = Duration::from_micros(200);
 
 type Job = dyn Fn(usize) + Sync;
 
-/// What the threads share, in three groups a cache line (pair) apart, so that a write to one
-/// does not take the others' line from the cores spinning on them.
+/// What the threads share, what `run` writes apart from what each worker writes, a cache line
+/// (pair) each, so that no write takes a line another core spins on unless it is news to it.
 #[repr(C)]
 struct Shared {
     /// Written by `run` to start a job, read by the spinning workers.
     start: Lines<Start>,
-    /// The workers yet to finish the current job: each counts itself off, and `run` spins on
-    /// it.
-    remaining: Lines<AtomicUsize>,
+    /// Per worker, the last generation it finished: `run` waits for every one to reach the
+    /// current. Flags of their own, not one shared count: with a count, the workers' decrements
+    /// take the line in turn (a transfer each, at every hand-off), where each flag is written
+    /// by its worker alone and `run` reads them all at once.
+    done: Box<[Lines<AtomicU64>]>,
     /// Set when a job panicked on a worker; `run` re-raises it on the caller.
     panicked: AtomicBool,
     /// Workers asleep on `wake` (or about to be): `run` takes the lock and notifies only then,
@@ -74,7 +77,7 @@ impl ThreadPool {
                 generation: AtomicU64::new(0),
                 shutdown: AtomicBool::new(false),
             }),
-            remaining: Lines(AtomicUsize::new(0)),
+            done: (1..n.max(1)).map(|_| Lines(AtomicU64::new(0))).collect(),
             panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             sleep: Mutex::new(()),
@@ -118,10 +121,9 @@ impl ThreadPool {
         s.start
             .job
             .store((&job as *const &'static Job).cast_mut(), Ordering::Release);
-        s.remaining.store(self.workers.len(), Ordering::Release);
         // SeqCst pairs with the worker's `sleepers` increment and generation check: either it
         // sees this generation and does not sleep, or this sees it counted and wakes it.
-        s.start.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = s.start.generation.fetch_add(1, Ordering::SeqCst) + 1;
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -129,7 +131,11 @@ impl ThreadPool {
         // The workers borrow `f` until they finish: even if our share panics, wait for them
         // before unwinding out of this frame.
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
-        while s.remaining.load(Ordering::Acquire) != 0 {
+        while s
+            .done
+            .iter()
+            .any(|d| d.load(Ordering::Acquire) != generation)
+        {
             std::hint::spin_loop();
         }
         if let Err(payload) = mine {
@@ -178,15 +184,15 @@ fn worker(s: &Shared, index: usize) {
             // A panicking job must still count as finished, or `run` would wait forever.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 // SAFETY: `run` keeps the job, and the reference to it that `job` points to,
-                // alive until `remaining` reaches zero, which needs this worker's decrement
-                // below.
+                // alive until every worker's `done` reaches this generation, which needs this
+                // worker's store below.
                 unsafe { (*job)(index) }
             }));
             if ran.is_err() {
                 s.panicked.store(true, Ordering::Release);
             }
         }
-        s.remaining.fetch_sub(1, Ordering::AcqRel);
+        s.done[index - 1].store(seen, Ordering::Release);
     }
 }
 
