@@ -7,6 +7,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 scripts/fetch-models.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The API docs build without a broken or ambiguous link.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked
 # The lower x86 kernel tiers, which the dispatch hides on a CPU that has a higher one: the
 # kernel tests again with the tier capped (SYNAPSE_ISA; tiers this CPU lacks are skipped inside).

@@ -257,7 +257,7 @@ pub fn matmul(w: &Matrix, acts: &Acts, out: &mut [f32], threads: &Threads) {
 }
 
 /// [`matmul`] for several matrices that take the same input (Q, K and V; gate and up) in one
-/// hand-off to the threads: the threads claim pieces of every matrix as they go ([`Claims`]),
+/// hand-off to the threads: the threads claim pieces of every matrix as they go (`Claims`),
 /// or, for a small one-token product, take equal shares of each.
 pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads: &Threads) {
     assert!(ws.len() == outs.len() && ws.len() <= MAX_MANY);

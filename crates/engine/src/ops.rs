@@ -67,7 +67,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 }
 
 /// [`rms_norm`] of each row of `x` (rows of `width`) into the same row of `y`, four rows'
-/// sums at a time ([`rms_scales4`]).
+/// sums at a time (`rms_scales4`).
 #[inline]
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, y: &mut [f32], width: usize) {
     let x = &x[..x.len() / width * width];
@@ -90,7 +90,7 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 }
 
 /// [`rms_norm_inplace`] of each of the rows of `x` (rows of `width`), four rows' sums at a
-/// time ([`rms_scales4`]).
+/// time (`rms_scales4`).
 #[inline]
 pub fn rms_norm_rows_inplace(x: &mut [f32], w: &[f32], eps: f32, width: usize) {
     let n = x.len() / width;

@@ -1,7 +1,7 @@
 //! Where a forward pass spends its time: an opt-in account of wall time by part (the norms,
 //! each product, attention, ...), kept by the thread that calls `forward`.
 //!
-//! The forward pass marks the end of each part with [`mark`] (or [`mark_product`] for a
+//! The forward pass marks the end of each part with `mark` (or `mark_product` for a
 //! product, with the bytes of weights it read and its multiply-adds); the time since the previous mark, or since the
 //! pass began, goes to that part. Parts of the same name add up over layers and passes. Off
 //! unless [`start`] was called on the thread: a mark then costs one thread-local flag check,

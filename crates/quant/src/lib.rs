@@ -3,10 +3,11 @@
 //!
 //! - [`blocks`]: each format's byte layout as a `#[repr(C)]` struct, cast in place from file
 //!   bytes (length and alignment checked).
-//! - [`reference`]: plain scalar dequantizers, activation quantizers (Q8_0, Q8_1, Q8_K, matching
-//!   ggml's reference quantizers bit for bit) and dot products of every weight format with its
-//!   activation format. They are the oracle for the fast kernels and their fallback.
-//! - [`codec`]: one table from [`GgmlType`] to those entry points, on raw bytes.
+//! - [`reference`](mod@reference): plain scalar dequantizers, activation quantizers (Q8_0,
+//!   Q8_1, Q8_K, matching ggml's reference quantizers bit for bit) and dot products of every
+//!   weight format with its activation format. They are the oracle for the fast kernels and
+//!   their fallback.
+//! - [`codec`](mod@codec): one table from [`GgmlType`] to those entry points, on raw bytes.
 //!
 //! This crate knows nothing of models: it turns bytes into numbers and rows into dot products.
 

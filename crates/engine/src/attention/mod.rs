@@ -91,7 +91,7 @@ fn dot_f16(q: &[f32], k: &[f32]) -> f32 {
 /// it on the reference build (x86-64 with AVX512-FP16): an online softmax with an F16
 /// accumulator, except that the first `head_dim / 128 * 128` values of each head are rescaled
 /// and accumulated in native F16 arithmetic: the softmax weight rounded to F16, then one fused
-/// F16 multiply-add ([`fma_for_f16`]), and an F16 product for the rescale. Heads narrower than 128
+/// F16 multiply-add (`fma_for_f16`), and an F16 product for the rescale. Heads narrower than 128
 /// (SmolLM2's 64) never reach that path; Gemma's 256 do, and with f32
 /// arithmetic there the KL divergence to llama.cpp on Gemma 3 is ~5e-3 instead of ~0.
 #[inline(always)]

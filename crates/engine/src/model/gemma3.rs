@@ -17,7 +17,7 @@
 //!
 //! The arithmetic follows ggml's order: the embedding scale and the query scale are separate f32
 //! multiplications (the query's before its F16 rounding in flash attention, whose own scale is
-//! then 1), and GELU is ggml's F16 table lookup ([`geglu`]).
+//! then 1), and GELU is ggml's F16 table lookup ([`geglu`](crate::ops::geglu)).
 
 use synapse_gguf::{GgufFile, Value};
 

@@ -263,8 +263,8 @@ pub(crate) trait ForwardBody {
     ) -> Result<(), ModelError>;
 }
 
-/// Every architecture is a [`Model`] through its [`ForwardBody`]: the checks and the x86-64-v3
-/// dispatch of [`forward`] are written once, here.
+/// Every architecture is a [`Model`] through its `ForwardBody`: the checks and the x86-64-v3
+/// dispatch of `forward` are written once, here.
 impl<M: ForwardBody + Send + Sync> Model for M {
     fn info(&self) -> &ModelInfo {
         ForwardBody::info(self)

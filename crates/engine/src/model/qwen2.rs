@@ -1,6 +1,6 @@
 //! `qwen2`: Qwen2 and Qwen2.5 (dense), as llama.cpp's `src/models/qwen2.cpp` runs them.
 //!
-//! The llama layer ([`super::decoder`]) with biases on the Q, K and V projections (and on the
+//! The llama layer (`super::decoder`) with biases on the Q, K and V projections (and on the
 //! output head if the file has one) and RoPE over halves (NeoX style) of the whole head.
 
 use synapse_gguf::GgufFile;

@@ -18,7 +18,7 @@
 //! Key heads serve value heads in turn (value head `h` reads key head `h % n_k_heads`, as ggml's
 //! op indexes them). RoPE is interleaved M-RoPE over the first `rope.dimension_count` dims of a
 //! head; for text every position id but the fourth is the token's position and the fourth is 0,
-//! so the pairs that follow the fourth section do not turn (see [`imrope_for_text`]). The
+//! so the pairs that follow the fourth section do not turn (see `imrope_for_text`). The
 //! delta-net arithmetic is in [`crate::delta_net`].
 
 use synapse_gguf::{GgufFile, Value};

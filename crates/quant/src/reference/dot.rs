@@ -5,7 +5,7 @@
 //! for the K-quants). Written for clarity, not speed.
 //!
 //! The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) sum their floats in the order of ggml's
-//! x86 kernels ([`Lanes8`]), which llama.cpp runs on every AVX2 machine. Integer sums are exact in
+//! x86 kernels (`Lanes8`), which llama.cpp runs on every AVX2 machine. Integer sums are exact in
 //! any order, so matching the float order makes these dot products bit-identical to llama.cpp's,
 //! and with them every matmul of a model in these formats: without it, last-bit differences flip
 //! the rounding of requantized activations and the KL divergence to llama.cpp on SmolLM2 is ~3e-3
