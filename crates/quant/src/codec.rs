@@ -51,8 +51,6 @@ macro_rules! impl_blocks {
                 fn quantize(x: &[f32], y: &mut Self) {
                     $q(x, y)
                 }
-                // Always inlined, so that `v3::quantize_act` compiles it for AVX2 (rounding
-                // in one instruction, not a libm call).
                 $(#[inline(always)]
                 fn quantize_act(x: &[f32], y: &mut Self) {
                     $qa(x, y)
@@ -571,21 +569,9 @@ fn has_v3() -> bool {
         && std::arch::is_x86_feature_detected!("f16c")
 }
 
-#[cfg(target_arch = "x86_64")]
-mod v3 {
-    /// # Safety
-    /// The CPU must support AVX2, FMA and F16C.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn quantize_act<B: super::QuantizeBlock>(x: &[f32], y: &mut [B]) {
-        for (b, x) in y.iter_mut().zip(x.chunks_exact(B::TYPE.block_len())) {
-            B::quantize_act(x, b);
-        }
-    }
-}
-
 /// The activation quantizer the kernels use for `ty` (see [`QuantizeBlock::quantize_act`]),
-/// chosen at run time: on x86-64 with AVX2, FMA and F16C the same source compiled for those
-/// features (rounding becomes one instruction instead of a libm call); same bits either way.
+/// chosen at run time: on x86-64 with AVX2, FMA and F16C, Q8_0, Q8_1 and Q8_K written out in
+/// AVX2 (`x86::actq`); same bits either way.
 pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     let reference = codec(ty)?.quantize_act.ok_or(QuantError::Unsupported {
         ty,
@@ -597,9 +583,9 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         return Ok(match ty {
-            GgmlType::Q8_0 => quantize_act_v3_erased::<BlockQ8_0>,
-            GgmlType::Q8_1 => quantize_act_v3_erased::<BlockQ8_1>,
-            GgmlType::Q8_K => quantize_act_v3_erased::<BlockQ8K>,
+            GgmlType::Q8_0 => quantize_act_avx2::<BlockQ8_0>,
+            GgmlType::Q8_1 => quantize_act_avx2::<BlockQ8_1>,
+            GgmlType::Q8_K => quantize_act_avx2::<BlockQ8K>,
             GgmlType::F16 => quantize_f16_f16c,
             _ => reference,
         });
@@ -607,13 +593,42 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     Ok(reference)
 }
 
+/// The activation quantizers written out in AVX2 (`x86::actq`), for the three types of
+/// `Q8Act`.
 #[cfg(target_arch = "x86_64")]
-fn quantize_act_v3_erased<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+fn quantize_act_avx2<B: Q8Act>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     check_sizes::<B>(src.len(), dst.len())?;
     let blocks = cast_blocks_mut::<B>(dst)?;
     // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
-    unsafe { v3::quantize_act(src, blocks) };
+    unsafe { B::quantize_avx2(src, blocks) };
     Ok(())
+}
+
+/// The activation types with a quantizer in `x86::actq`.
+#[cfg(target_arch = "x86_64")]
+trait Q8Act: QuantizeBlock {
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    unsafe fn quantize_avx2(x: &[f32], y: &mut [Self]);
+}
+
+#[cfg(target_arch = "x86_64")]
+macro_rules! q8_act {
+    ($($block:ty => $f:path;)*) => {$(
+        impl Q8Act for $block {
+            unsafe fn quantize_avx2(x: &[f32], y: &mut [Self]) {
+                // SAFETY: the caller's.
+                unsafe { $f(x, y) }
+            }
+        }
+    )*};
+}
+
+#[cfg(target_arch = "x86_64")]
+q8_act! {
+    BlockQ8_0 => crate::x86::actq::quantize_q8_0;
+    BlockQ8_1 => crate::x86::actq::quantize_q8_1;
+    BlockQ8K => crate::x86::actq::quantize_q8_k;
 }
 
 /// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round

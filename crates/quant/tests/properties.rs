@@ -157,20 +157,45 @@ fn activation_quantizers_round_to_half_a_step() {
 }
 
 /// The activation quantizer the engine runs (compiled for this CPU) encodes exactly as the
-/// runtime reference does, ties and zero blocks included.
+/// runtime reference does: ties, zero blocks, the largest magnitude twice with both signs
+/// (Q8_K takes the first), and NaN, infinities and subnormals among the values.
 #[test]
 fn chosen_activation_quantizer_is_bit_identical_to_the_reference() {
     let mut rng = StdRng::seed_from_u64(5);
+    let special = [
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7FC0_0123),
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::from_bits(1),
+        -f32::from_bits(0x0000_8000),
+    ];
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
         let fast = synapse_quant::act_quantizer(ty).unwrap();
-        for case in 0..300 {
+        for case in 0..600 {
             let n = ty.block_len() * rng.gen_range(1..5);
             let mag = 10f32.powi(rng.gen_range(-6..6));
             let mut x: Vec<f32> = (0..n).map(|_| rng.gen_range(-mag..mag)).collect();
-            match case % 3 {
+            match case % 6 {
                 // Halves of a step: values that round to even.
                 1 => x.iter_mut().for_each(|v| *v = (*v * 4.0).round() / 2.0),
                 2 => x[..ty.block_len()].fill(0.0),
+                // The largest magnitude at two places, of opposite signs, in either order.
+                3 => {
+                    let (i, j) = (rng.gen_range(0..n), rng.gen_range(0..n));
+                    let sign = if rng.gen() { 1.0 } else { -1.0 };
+                    x[i] = sign * 2.0 * mag;
+                    x[j] = -sign * 2.0 * mag;
+                }
+                // A special value or two somewhere.
+                4 => {
+                    for _ in 0..rng.gen_range(1..3) {
+                        x[rng.gen_range(0..n)] = special[rng.gen_range(0..special.len())];
+                    }
+                }
+                // Every value tiny: subnormal scales.
+                5 => x.iter_mut().for_each(|v| *v *= 1e-38),
                 _ => {}
             }
             let bytes = ty.bytes_for(n as u64).unwrap() as usize;

@@ -36,6 +36,7 @@ macro_rules! gemm_entries {
     )*};
 }
 
+pub(crate) mod actq;
 pub mod avx2;
 pub(crate) mod avx2_packed;
 pub mod avx512;
