@@ -260,15 +260,15 @@ pub(crate) fn rope_and_store(
     a: &AttnShape,
 ) {
     let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
-    for t in 0..n {
-        let pos = pos0 + t;
-        rope.angles(pos, &mut s.rope);
+    let width = s.rope.width();
+    let angles = s.rope.positions(rope, pos0, n);
+    for (t, cs) in angles.chunks_exact(width).enumerate() {
         if let Some(i) = t.checked_sub(q_from) {
-            rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, &s.rope);
+            rope.apply(&mut s.q[i * q_dim..(i + 1) * q_dim], hd, cs);
         }
         let k = &mut s.k[t * kv_dim..(t + 1) * kv_dim];
-        rope.apply(k, hd, &s.rope);
-        kv.store(kv_layer, pos, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
+        rope.apply(k, hd, cs);
+        kv.store(kv_layer, pos0 + t, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
     }
     crate::profile::mark("rope and KV store");
 }

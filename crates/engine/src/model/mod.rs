@@ -7,6 +7,7 @@ use crate::attention::AttnShape;
 use crate::delta_net::{DeltaNetBuffers, RecurrentState};
 use crate::kv::KvCache;
 use crate::matmul::{matmul, Acts, Matrix, Threads};
+use crate::ops::Rope;
 use crate::ModelError;
 
 mod blocks;
@@ -189,17 +190,17 @@ impl State {
 
 /// Per-batch buffers, sized once for the largest batch. Shapes in comments use `n = n_batch`.
 pub(crate) struct Scratch {
-    pub x: Vec<f32>,           // (n, n_embd) residual stream
-    pub h: Vec<f32>,           // (n, n_embd) normed input of a block
-    pub q: Vec<f32>,           // (n, n_head * head_dim)
-    pub k: Vec<f32>,           // (n, n_head_kv * head_dim)
-    pub v: Vec<f32>,           // (n, n_head_kv * head_dim)
-    pub att: Vec<f32>,         // (n, n_head * head_dim)
-    pub o: Vec<f32>,           // (n, n_embd) a block's output before the residual add
-    pub gate: Vec<f32>,        // (n, n_ff)
-    pub up: Vec<f32>,          // (n, n_ff)
-    pub rope: Vec<(f32, f32)>, // (head_dim / 2) one position's angles
-    pub acts: Acts,            // quantized input of the current matmul
+    pub x: Vec<f32>,      // (n, n_embd) residual stream
+    pub h: Vec<f32>,      // (n, n_embd) normed input of a block
+    pub q: Vec<f32>,      // (n, n_head * head_dim)
+    pub k: Vec<f32>,      // (n, n_head_kv * head_dim)
+    pub v: Vec<f32>,      // (n, n_head_kv * head_dim)
+    pub att: Vec<f32>,    // (n, n_head * head_dim)
+    pub o: Vec<f32>,      // (n, n_embd) a block's output before the residual add
+    pub gate: Vec<f32>,   // (n, n_ff)
+    pub up: Vec<f32>,     // (n, n_ff)
+    pub rope: RopeAngles, // (n, head_dim / 2) the batch's positions' angles
+    pub acts: Acts,       // quantized input of the current matmul
     /// `(n, 2 * n_head * head_dim)` a gated attention's joint query and gate projection (Qwen
     /// 3.5); empty for other architectures.
     pub q_full: Vec<f32>,
@@ -231,11 +232,62 @@ impl Scratch {
             o: vec![0.0; n * d.n_embd],
             gate: vec![0.0; n * d.n_ff],
             up: vec![0.0; n * d.n_ff],
-            rope: vec![(0.0, 0.0); d.head_dim / 2],
+            rope: RopeAngles::new(n, d.head_dim),
             acts: Acts::with_capacity(n, widest),
             q_full: Vec::new(),
             dn: DeltaNetBuffers::default(),
         }
+    }
+}
+
+/// The RoPE angles of the positions a forward pass rotates, kept from layer to layer: every
+/// layer of a pass rotates the same positions, with the same RoPE (Gemma 3 alternates two),
+/// and the angles (a `powf`, then a cosine and a sine a pair) depend on nothing else. Worked
+/// out again only when the RoPE or the positions change: once a pass, not once a layer.
+pub(crate) struct RopeAngles {
+    /// The RoPE, first position and count the table holds.
+    key: Option<(Rope, usize, usize)>,
+    /// Position `pos0 + t`'s pairs at `t * width..`.
+    cs: Vec<(f32, f32)>,
+    width: usize,
+}
+
+impl RopeAngles {
+    fn new(n_batch: usize, head_dim: usize) -> RopeAngles {
+        let width = head_dim / 2;
+        RopeAngles {
+            key: None,
+            cs: vec![(0.0, 0.0); n_batch.max(1) * width],
+            width,
+        }
+    }
+
+    /// Position `pos0 + t`'s angles under `rope` for `t < n`: the `n` tables of
+    /// `self.width()` pairs (the first `n_rot / 2` of them set).
+    pub fn positions(&mut self, rope: &Rope, pos0: usize, n: usize) -> &[(f32, f32)] {
+        let w = self.width;
+        assert!(
+            rope.n_rot / 2 <= w,
+            "RoPE of {} dimensions in heads of {}",
+            rope.n_rot,
+            2 * w
+        );
+        let held = matches!(&self.key, Some((r, p, m)) if r == rope && *p == pos0 && *m == n);
+        if !held {
+            if self.cs.len() < n * w {
+                self.cs.resize(n * w, (0.0, 0.0));
+            }
+            for (t, cs) in self.cs.chunks_exact_mut(w).take(n).enumerate() {
+                rope.angles(pos0 + t, cs);
+            }
+            self.key = Some((rope.clone(), pos0, n));
+        }
+        &self.cs[..n * w]
+    }
+
+    /// Pairs a position's table holds.
+    pub fn width(&self) -> usize {
+        self.width
     }
 }
 
@@ -482,5 +534,56 @@ pub(crate) fn attn_shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> At
         n_head_kv,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::RopeStyle;
+
+    #[test]
+    fn rope_angles_are_each_positions_own_whatever_came_before() {
+        let rope = |base: f32, n_rot: usize| Rope {
+            style: RopeStyle::Neox,
+            n_rot,
+            base,
+            freq_factors: None,
+        };
+        // Gemma 3's two RoPEs in turn, Llama 3's factors, a RoPE over part of a head, batches
+        // and single positions: every table must be what `angles` gives for its position.
+        let mut llama3 = rope(500_000.0, 64);
+        llama3.freq_factors = Some((0..32).map(|i| 1.0 + i as f32 / 8.0).collect());
+        let ropes = [
+            rope(10_000.0, 64),
+            rope(1_000_000.0, 64),
+            llama3,
+            rope(10_000.0, 32),
+        ];
+        let mut table = RopeAngles::new(4, 64);
+        for (step, (r, pos0, n)) in [
+            (0, 0, 4),
+            (0, 0, 4),
+            (1, 0, 4),
+            (0, 0, 4),
+            (0, 4, 1),
+            (2, 4, 1),
+            (3, 4, 1),
+            (3, 5, 3),
+            (3, 5, 3),
+            (0, 9, 7),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let got = table.positions(&ropes[r], pos0, n).to_vec();
+            assert_eq!(got.len(), n * 32);
+            for (t, cs) in got.chunks_exact(32).enumerate() {
+                let mut want = vec![(0.0, 0.0); 32];
+                ropes[r].angles(pos0 + t, &mut want);
+                let k = ropes[r].n_rot / 2;
+                assert!(cs[..k] == want[..k], "step {step}, position {}", pos0 + t);
+            }
+        }
     }
 }
