@@ -26,7 +26,8 @@ if [[ $(uname -m) == x86_64 ]]; then
     for tier in avx2:avx2 avxvnni:avx_vnni avx512vnni:avx512_vnni; do
         if [[ $flags == *" ${tier#*:} "* ]]; then
             continue
-        elif [[ $tier == avxvnni:* && $flags == *" avx512_vnni "* && $flags == *" avx512vl "* ]]; then
+        elif [[ $tier == avxvnni:* && $flags == *" avx512_vnni "* &&
+            $flags == *" avx512vl "* ]]; then
             echo "test.sh: this CPU has no avxvnni: its kernels ran in AVX-512's EVEX encoding"
         else
             echo "test.sh: this CPU has no ${tier%%:*}: the ${tier%%:*} kernels were not run"

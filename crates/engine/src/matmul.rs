@@ -511,8 +511,9 @@ pub struct Piece {
 /// piece; a permutation of the pieces), and hand each thread one contiguous run of that order,
 /// the runs of near-equal total cost. A thread computes its run in calls `f(pieces)` (`(index,
 /// piece)` each) of up to `group` consecutive pieces of one key (scratch that outlives a call
-/// is the caller's to keep, per thread: attention's is thread-local). For attention, where a call's heads share the rows they
-/// read when they share a key (a KV head), and a thread's run keeps its KV heads few. Each
+/// is the caller's to keep, per thread: attention's is thread-local). For attention, where a
+/// call's heads share the rows they read when they share a key (a KV head), and a thread's
+/// run keeps its KV heads few. Each
 /// piece is written by one call only, and `f` must compute each piece the same whatever the
 /// others in its call, so that the result does not depend on the thread count (D1).
 pub fn parallel_piece_runs_mut(

@@ -1,7 +1,9 @@
 //! Element-wise and per-row operations of the forward pass. Each works on one token's row, so a
-//! token's result never depends on the batch it was computed in (contract G1). The ones the
-//! forward pass calls are always inlined, so that its x86-64-v3 and AVX-512 builds compile them
-//! for those features (out of line, they ran in SSE2 lanes, and multiply-adds called `fmaf`).
+//! token's result never depends on the batch it was computed in (contract G1). The norms, the
+//! residual add and the RoPE rotation are always inlined, so that the forward pass's x86-64-v3
+//! and AVX-512 builds compile them for those features (out of line, they ran in SSE2 lanes, and
+//! the rotation's multiply-adds called `fmaf`); SwiGLU and SiLU pick their lanes themselves, and
+//! `rms_scales4` stays out of line on purpose (its note).
 //!
 //! Numerics follow ggml's CPU ops to the bit where that costs nothing (RMSNorm's f64 sum of f32
 //! squares, RoPE's angle advanced by repeated multiplication and its contracted rotations, SiLU's

@@ -583,9 +583,9 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         return Ok(match ty {
-            GgmlType::Q8_0 => quantize_act_avx2::<BlockQ8_0>,
-            GgmlType::Q8_1 => quantize_act_avx2::<BlockQ8_1>,
-            GgmlType::Q8_K => quantize_act_avx2::<BlockQ8K>,
+            GgmlType::Q8_0 => quantize_q8_0_avx2,
+            GgmlType::Q8_1 => quantize_q8_1_avx2,
+            GgmlType::Q8_K => quantize_q8_k_avx2,
             GgmlType::F16 => quantize_f16_f16c,
             _ => reference,
         });
@@ -593,42 +593,26 @@ pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     Ok(reference)
 }
 
-/// The activation quantizers written out in AVX2 (`x86::actq`), for the three types of
-/// `Q8Act`.
+/// The entries of the activation quantizers written out in AVX2 (`x86::actq`).
 #[cfg(target_arch = "x86_64")]
-fn quantize_act_avx2<B: Q8Act>(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    check_sizes::<B>(src.len(), dst.len())?;
-    let blocks = cast_blocks_mut::<B>(dst)?;
-    // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
-    unsafe { B::quantize_avx2(src, blocks) };
-    Ok(())
-}
-
-/// The activation types with a quantizer in `x86::actq`.
-#[cfg(target_arch = "x86_64")]
-trait Q8Act: QuantizeBlock {
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    unsafe fn quantize_avx2(x: &[f32], y: &mut [Self]);
-}
-
-#[cfg(target_arch = "x86_64")]
-macro_rules! q8_act {
-    ($($block:ty => $f:path;)*) => {$(
-        impl Q8Act for $block {
-            unsafe fn quantize_avx2(x: &[f32], y: &mut [Self]) {
-                // SAFETY: the caller's.
-                unsafe { $f(x, y) }
-            }
+macro_rules! avx2_act_quantizers {
+    ($($name:ident: $block:ty => $f:path;)*) => {$(
+        fn $name(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+            check_sizes::<$block>(src.len(), dst.len())?;
+            let blocks = cast_blocks_mut::<$block>(dst)?;
+            // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA
+            // and F16C.
+            unsafe { $f(src, blocks) };
+            Ok(())
         }
     )*};
 }
 
 #[cfg(target_arch = "x86_64")]
-q8_act! {
-    BlockQ8_0 => crate::x86::actq::quantize_q8_0;
-    BlockQ8_1 => crate::x86::actq::quantize_q8_1;
-    BlockQ8K => crate::x86::actq::quantize_q8_k;
+avx2_act_quantizers! {
+    quantize_q8_0_avx2: BlockQ8_0 => crate::x86::actq::quantize_q8_0;
+    quantize_q8_1_avx2: BlockQ8_1 => crate::x86::actq::quantize_q8_1;
+    quantize_q8_k_avx2: BlockQ8K => crate::x86::actq::quantize_q8_k;
 }
 
 /// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round

@@ -41,7 +41,8 @@ pub struct BenchArgs {
     /// llama-bench's -d.
     #[arg(short = 'd', long = "n-depth", action = ArgAction::Append, default_value = "0")]
     pub n_depth: Vec<String>,
-    /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to one per physical core].
+    /// Thread counts (comma list or range like 1-4, repeatable) [default: 1 up to one per
+    /// physical core].
     #[arg(short = 't', long = "threads", action = ArgAction::Append)]
     pub threads: Vec<String>,
     /// Batch sizes for prompt processing (comma list, repeatable).

@@ -1017,10 +1017,11 @@ macro_rules! q3_k_vnni {
             }
         }
 
-        /// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`: values
-        /// plus 128, as unsigned bytes, in the paired order), into `out[(t0 + t) * stride +
-        /// r0..][..16]`, eight rows at a time: lane `l` is `128 Σ w - Σ (y + 128) w` over its eight
-        /// words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the same integers).
+        /// Sixteen rows folded by [`q3_k_fold`] (`vb`) times tokens `t0..t0 + T` (`ys[t]`:
+        /// values plus 128, as unsigned bytes, in the paired order), into `out[(t0 + t) *
+        /// stride + r0..][..16]`, eight rows at a time: lane `l` is `128 Σ w - Σ (y + 128) w`
+        /// over its eight words, one `vpdpbusd` each, then fused as [`q3_k_pass`] fuses it (the
+        /// same integers).
         #[inline]
         #[target_feature(enable = $features)]
         #[allow(clippy::needless_range_loop)] // `l` and `t` index several arrays in step
