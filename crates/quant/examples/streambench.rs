@@ -8,7 +8,10 @@
 //! - `compute`: each line's two nibble halves run through `W` pairs of `vpdpbusd`, about the
 //!   work of a one-token kernel on 64 bytes of packed weights at `W = 3` (its hot rate, timed
 //!   on a 1 MiB buffer, is printed beside it), without software prefetch and with first-level
-//!   prefetch `D` bytes ahead, or first level `D1` plus second level (`t1`) `D2`.
+//!   prefetch `D` bytes ahead, or first level `D1` plus second level (`t1`) `D2`;
+//! - `compute W=3, S streams, chunk C`: the same work over `S` equal parts of the buffer at
+//!   once, `C` bytes of each part in turn (a kernel reading two or four runs of rows side by
+//!   side), without software prefetch or with first-level prefetch `D` ahead in each part.
 //!
 //! The decode kernels' distances are chosen from such numbers (docs/PERF.md); this measures
 //! the ceiling they work under. x86-64 with AVX-512 VNNI only.
@@ -66,6 +69,47 @@ mod x86 {
                 }
             }
             i += 512;
+        }
+        a.iter()
+            .fold(_mm512_setzero_si512(), |x, &y| _mm512_xor_si512(x, y))
+    }
+
+    /// [`compute`] over `S` equal parts of the buffer at once: `chunk` bytes of each part in
+    /// turn, each with its own first-level prefetch `d1` ahead.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn compute_streams<const W: usize, const S: usize>(
+        p: *const u8,
+        n: usize,
+        d1: usize,
+        chunk: usize,
+    ) -> __m512i {
+        let mut a = [_mm512_setzero_si512(); 8];
+        let y = _mm512_set1_epi32(0x0102_0304);
+        let m4 = _mm512_set1_epi8(15);
+        let part = n / S / chunk * chunk;
+        let mut i = 0;
+        while i < part {
+            for s in 0..S {
+                let q = p.wrapping_add(s * part + i);
+                let mut j = 0;
+                while j < chunk {
+                    for (k, a) in a.iter_mut().enumerate() {
+                        if d1 > 0 {
+                            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(j + d1 + 64 * k).cast());
+                        }
+                        // SAFETY: inside part `s` of the buffer.
+                        let v = unsafe { _mm512_load_si512(q.add(j + 64 * k).cast()) };
+                        let lo = _mm512_and_si512(v, m4);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                        for _ in 0..W {
+                            *a = _mm512_dpbusd_epi32(*a, lo, y);
+                            *a = _mm512_dpbusd_epi32(*a, hi, y);
+                        }
+                    }
+                    j += 512;
+                }
+            }
+            i += chunk;
         }
         a.iter()
             .fold(_mm512_setzero_si512(), |x, &y| _mm512_xor_si512(x, y))
@@ -142,6 +186,28 @@ mod x86 {
         }
         with!(1);
         with!(3);
+        for chunk in [512, 2048, 8192, 32768] {
+            for d1 in [0, 4096, 8192] {
+                row(
+                    format!("compute W=3, 2 streams, chunk {chunk}, t0 {d1}"),
+                    &|| {
+                        // SAFETY: as for `plain_by`.
+                        rate(BYTES, 3, || unsafe {
+                            compute_streams::<3, 2>(p, BYTES, d1, chunk)
+                        })
+                    },
+                );
+                row(
+                    format!("compute W=3, 4 streams, chunk {chunk}, t0 {d1}"),
+                    &|| {
+                        // SAFETY: as for `plain_by`.
+                        rate(BYTES, 3, || unsafe {
+                            compute_streams::<3, 4>(p, BYTES, d1, chunk)
+                        })
+                    },
+                );
+            }
+        }
     }
 }
 
