@@ -293,10 +293,16 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
 }
 
 /// Below this many weight bytes a thread, a one-token product is split into equal shares
-/// instead of [`Claims`]: it takes a few microseconds, and the claims' hand-offs cost more
-/// than the imbalance they remove (SmolLM2's decode at two threads, 1.5 MB a layer: 315 ->
-/// 283 tok/s with claims).
-const STATIC_BELOW: usize = 1 << 20;
+/// instead of [`Claims`]: it takes a few tens of microseconds, and the claims cost more than
+/// the imbalance they remove. Each claim starts a new run of rows, whose first lines come
+/// before the prefetchers have caught up, and a small product ends in many small claims:
+/// SmolLM2's decode at two threads, 1.5 MB a layer, 315 -> 283 tok/s with claims; the
+/// 1B-shaped Q4_K_M file's attention products (2.4 and 3.5-3.8 MB), at two threads on a Zen 5,
+/// decode in 0.976-0.998x the time with a share each (1 -> 2 or 4 MiB a thread, `--ab` in one
+/// process, eleven runs with either build as the first variant; 0.975-0.976x with
+/// `ffn_down`'s 9.4-13.8 MB shared too, two runs). The Zen 4 had read 0.977-1.004x (2 MiB).
+/// Larger products keep the claims, which let a thread the machine slows take fewer pieces.
+const STATIC_BELOW: usize = 4 << 20;
 
 /// The rows of a [`matmul_many`] call, handed to the threads in pieces as they ask
 /// (guided self-scheduling): each claim takes a share of what is left of its matrix, large
@@ -665,7 +671,10 @@ mod tests {
     fn every_thread_count_and_batch_gives_the_same_bits() {
         let cols = 1024;
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
-            let shapes = [(16 * 600 + 5, 1), (16 * 3 + 7, 2)];
+            // Enough rows that four threads' equal shares would pass `STATIC_BELOW`.
+            let row_bytes = ty.bytes_for(cols as u64).unwrap() as usize;
+            let big = (4 * STATIC_BELOW).div_ceil(row_bytes).next_multiple_of(16) + 5;
+            let shapes = [(big, 1), (16 * 3 + 7, 2)];
             let data: Vec<Vec<u8>> = shapes
                 .iter()
                 .map(|&(rows, seed)| random_blocks(ty, rows * cols / 256 * 256, seed))
