@@ -44,23 +44,26 @@ mod x86 {
             .fold(_mm512_setzero_si512(), |x, &y| _mm512_xor_si512(x, y))
     }
 
-    /// [`plain`] with `W` pairs of `vpdpbusd` on each line's nibble halves.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn compute<const W: usize>(p: *const u8, n: usize, d1: usize, d2: usize) -> __m512i {
-        let mut a = [_mm512_setzero_si512(); 8];
-        let y = _mm512_set1_epi32(0x0102_0304);
-        let m4 = _mm512_set1_epi8(15);
-        let mut i = 0;
-        while i < n {
+    /// One step of the computing loops: the eight lines at `q` through `W` pairs of `vpdpbusd`
+    /// on their nibble halves into `a`, each line with a first- (`d1`) and second-level (`d2`)
+    /// request that far ahead (0: none).
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VNNI (the callers' features); the eight lines lie in the buffer.
+    #[inline(always)]
+    unsafe fn step<const W: usize>(a: &mut [__m512i; 8], q: *const u8, d1: usize, d2: usize) {
+        // SAFETY: the caller's.
+        unsafe {
+            let y = _mm512_set1_epi32(0x0102_0304);
+            let m4 = _mm512_set1_epi8(15);
             for (k, a) in a.iter_mut().enumerate() {
                 if d1 > 0 {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i + d1 + 64 * k).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(d1 + 64 * k).cast());
                 }
                 if d2 > 0 {
-                    _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(i + d2 + 64 * k).cast());
+                    _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(d2 + 64 * k).cast());
                 }
-                // SAFETY: as in `plain`.
-                let v = unsafe { _mm512_load_si512(p.add(i + 64 * k).cast()) };
+                let v = _mm512_load_si512(q.add(64 * k).cast());
                 let lo = _mm512_and_si512(v, m4);
                 let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
                 for _ in 0..W {
@@ -68,6 +71,18 @@ mod x86 {
                     *a = _mm512_dpbusd_epi32(*a, hi, y);
                 }
             }
+        }
+    }
+
+    /// [`plain`] with `W` pairs of `vpdpbusd` on each line's nibble halves.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn compute<const W: usize>(p: *const u8, n: usize, d1: usize, d2: usize) -> __m512i {
+        let mut a = [_mm512_setzero_si512(); 8];
+        let mut i = 0;
+        while i < n {
+            // SAFETY: this function's features; lines i / 64.. + 8 lie inside the buffer (n is
+            // a multiple of 512).
+            unsafe { step::<W>(&mut a, p.add(i), d1, d2) };
             i += 512;
         }
         a.iter()
@@ -84,28 +99,14 @@ mod x86 {
         chunk: usize,
     ) -> __m512i {
         let mut a = [_mm512_setzero_si512(); 8];
-        let y = _mm512_set1_epi32(0x0102_0304);
-        let m4 = _mm512_set1_epi8(15);
         let part = n / S / chunk * chunk;
         let mut i = 0;
         while i < part {
             for s in 0..S {
-                let q = p.wrapping_add(s * part + i);
                 let mut j = 0;
                 while j < chunk {
-                    for (k, a) in a.iter_mut().enumerate() {
-                        if d1 > 0 {
-                            _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(j + d1 + 64 * k).cast());
-                        }
-                        // SAFETY: inside part `s` of the buffer.
-                        let v = unsafe { _mm512_load_si512(q.add(j + 64 * k).cast()) };
-                        let lo = _mm512_and_si512(v, m4);
-                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-                        for _ in 0..W {
-                            *a = _mm512_dpbusd_epi32(*a, lo, y);
-                            *a = _mm512_dpbusd_epi32(*a, hi, y);
-                        }
-                    }
+                    // SAFETY: this function's features; the step's lines lie inside part `s`.
+                    unsafe { step::<W>(&mut a, p.add(s * part + i + j), d1, 0) };
                     j += 512;
                 }
             }
