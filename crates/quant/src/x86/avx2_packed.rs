@@ -337,6 +337,93 @@ q4_k_tokens!(
     DpbusdEvex
 );
 
+/// [`q4_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
+/// the group: each of the token's values broadcast once for the sixteen rows instead of once a
+/// half, and the loop's work on the token and its control shared. The same operations on the
+/// same integers, row by row, as the pass of one token, in every tier that takes this file's
+/// kernels: the AVX-VNNI tier's pass of one token with `vpdpbusd`, half by half, read 66-67
+/// GMAC/s hot and 67.8% of a plain read cold where this one reads 99-102 and 93.9%. On a Zen 5
+/// (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048 matrix 69-70 -> 103-106 GMAC/s (tilebench, two
+/// runs each); cold copies of an 8192 x 2048 matrix against a plain read of the same bytes
+/// 72.3% -> 100.1% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`, the two forms alternated);
+/// the 1B-shaped Q4_K_M file's decode 0.839-0.850x the time at one thread, 0.879-0.882x at two
+/// (`synapse bench --ab`, two runs each).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_one<const T: usize>(
+    g: &[Q4KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let (ys, pair_sums) = (ys[0], pair_sums[0]);
+    let m4 = _mm256_set1_epi8(0x0F);
+    // SAFETY: AVX2 (this function's features).
+    let (scale, pair) = unsafe { k_controls() };
+    let mut main = [_mm256_setzero_ps(); 2];
+    let mut mins = [_mm256_setzero_ps(); 2];
+    for (b, g) in g.iter().enumerate() {
+        let y = ys[b].qs.as_ptr();
+        // SAFETY: this function's features.
+        let [sc0, sc1] = [0, 1].map(|h| unsafe { k_scale_bytes(&g.sc, h) });
+        let mut tot = [_mm256_setzero_si256(); 2];
+        for j in 0..4 {
+            prefetch_part(g, j, 4);
+            let mut lo = [_mm256_setzero_si256(); 2];
+            let mut hi = [_mm256_setzero_si256(); 2];
+            for k in 0..8 {
+                // SAFETY: values 64j + 4k..+4 and 64j + 32 + 4k..+4 of a 256-value block.
+                let (alo, ahi) = unsafe {
+                    (
+                        bcast4(y.add(64 * j + 4 * k)),
+                        bcast4(y.add(64 * j + 32 + 4 * k)),
+                    )
+                };
+                for h in 0..2 {
+                    // SAFETY: a row of `qs`.
+                    let raw = unsafe { ld8(&g.qs[8 * j + k], h) };
+                    let (wlo, whi) = (
+                        _mm256_and_si256(raw, m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(raw), m4),
+                    );
+                    lo[h] = Maddubs::add(lo[h], wlo, alo);
+                    hi[h] = Maddubs::add(hi[h], whi, ahi);
+                }
+            }
+            let i = 2 * j % 4;
+            for (h, sc) in [&sc0, &sc1].into_iter().enumerate() {
+                let s = if j < 2 { sc[0] } else { sc[2] };
+                let (slo, shi) = (
+                    _mm256_shuffle_epi8(s, scale[i]),
+                    _mm256_shuffle_epi8(s, scale[i + 1]),
+                );
+                let both =
+                    _mm256_add_epi32(Maddubs::scaled(lo[h], slo), Maddubs::scaled(hi[h], shi));
+                tot[h] = _mm256_add_epi32(tot[h], both);
+            }
+        }
+        let yd = _mm256_set1_ps(ys[b].d);
+        for (h, sc) in [&sc0, &sc1].into_iter().enumerate() {
+            // SAFETY: rows of `d`, `dmin`; this function's features.
+            let (dx, dminx, m) = unsafe {
+                let mn = k_min_pairs(sc[1], sc[3], &pair);
+                (
+                    ld8_f16(&g.d, h),
+                    ld8_f16(&g.dmin, h),
+                    k_min_term(&mn, &pair_sums[b]),
+                )
+            };
+            main[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[h]), _mm256_mul_ps(dx, yd), main[h]);
+            mins[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dminx, yd), mins[h]);
+        }
+    }
+    for h in 0..2 {
+        store_rows8(out, at, 0, h, _mm256_sub_ps(main[h], mins[h]));
+    }
+}
+
 /// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
 /// (`(n_tok, 16 * groups)`).
 ///
@@ -347,6 +434,9 @@ q4_k_tokens!(
 unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
+        if a.len() == per_row {
+            return group_passes!(p, per_row, a, out, q4_k_one, 1, [], (ps));
+        }
         match super::vnni256() {
             // SAFETY: the CPU has the form's features (`vnni256`), besides this function's.
             Some(Vnni256::Vex) => unsafe { q4_k_vnni(p, per_row, a, ps, out) },
