@@ -670,6 +670,86 @@ pass_entries!(
     (ys: [&[Q6KAct]; T])
 );
 
+/// [`q6_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
+/// the group, as [`q4_k_one`]: each pair of the token's values broadcast once for the sixteen
+/// rows. The same operations on the same integers, row by row, as the pass of one token; the
+/// two halves' sixteen float lanes live in memory between sub-blocks (sixteen registers). On a
+/// Zen 5 (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048 matrix 55.9-56.5 -> 67.3-68.5 GMAC/s
+/// (tilebench, two runs each); cold copies of an 8192 x 2048 matrix against a plain read of
+/// the same bytes 83.0% -> 100.6% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`); decode of
+/// the pure Q6_K file in 0.817x the time at one thread, the 1B-shaped Q4_K_M file's (its
+/// output and some `ffn_down` and `attn_v` matrices in Q6_K) 0.905-0.923x at one thread and
+/// 0.956-0.966x at two (`synapse bench --ab`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
+fn q6_k_one<const T: usize>(
+    g: &[Q6KPairs],
+    ys: [&[Q6KAct]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let ys = ys[0];
+    // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
+    // bytes of the token's 256 values and two of its sixteen sums (the whole body).
+    unsafe {
+        let z = 0x80;
+        let offset_bytes = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let mut acc = [[_mm256_setzero_ps(); 8]; 2];
+        for (b, g) in g.iter().enumerate() {
+            let y = ys[b].qs.as_ptr();
+            let yd = _mm256_set1_ps(ys[b].d);
+            let mut scale = [[_mm256_setzero_si256(); 8]; 2];
+            let mut d = [_mm256_setzero_ps(); 2];
+            for hr in 0..2 {
+                for p in 0..4 {
+                    let sc = ld8(&g.sc[p], hr);
+                    for q in 0..2 {
+                        scale[hr][2 * p + q] =
+                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc, pair_bytes[q]));
+                    }
+                }
+                d[hr] = _mm256_mul_ps(yd, ld8_f16(&g.d, hr));
+            }
+            for l in 0..8 {
+                prefetch_part_as(Ahead::Deep, g, l, 8);
+                let nb = bcast4(ys[b].nb.as_ptr().add(2 * l));
+                let mut lane = [_mm256_setzero_si256(); 2];
+                for hr in 0..2 {
+                    let sc = ld8(&g.sc[l / 2], hr);
+                    let offset =
+                        _mm256_srai_epi16::<4>(_mm256_shuffle_epi8(sc, offset_bytes[l % 2]));
+                    lane[hr] = _mm256_madd_epi16(offset, nb);
+                }
+                for h in 0..2 {
+                    let v = [q6_k_triple(g, 0, 2 * l + h), q6_k_triple(g, 1, 2 * l + h)];
+                    for pp in 0..2 {
+                        let p = 2 * h + pp;
+                        let at = y.add(64 * p + 8 * l);
+                        let (a0, a1) = (bcast4(at), bcast4(at.add(4)));
+                        for hr in 0..2 {
+                            let both = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(v[hr][2 * pp], a0),
+                                _mm256_maddubs_epi16(v[hr][2 * pp + 1], a1),
+                            );
+                            let s = scale[hr][2 * p + l / 4];
+                            lane[hr] = _mm256_add_epi32(lane[hr], _mm256_madd_epi16(both, s));
+                        }
+                    }
+                }
+                for hr in 0..2 {
+                    acc[hr][l] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][l]);
+                }
+            }
+        }
+        for (hr, &acc) in acc.iter().enumerate() {
+            store_tokens8(out, at, hr, &[acc]);
+        }
+    }
+}
+
 /// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for
 /// the paired products (`q6_k_acts`), eight tokens a pass (tilebench, `Q6_K 512 2048 64` at
 /// `SYNAPSE_ISA=avx2`, best of five, in `vec_dot`'s pairing: 39, 45, 49, 51, 57 and 55 GMAC/s
@@ -687,6 +767,10 @@ unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
         // SAFETY: this function's features.
         unsafe { q6_k_acts(a, ya) };
         let a = &ya[..];
+        if n_tok == 1 {
+            group_passes!(p, per_row, a, out, q6_k_one, 1, [], ());
+            return;
+        }
         if n_tok <= 8 {
             group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
             return;
