@@ -1777,6 +1777,120 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
     }
 }
 
+/// [`tokens32`] for one token (decode), both halves of the sixteen rows in one sweep over the
+/// group, as [`q4_k_one`]: each of the token's words broadcast once for the sixteen rows. The
+/// same operations on the same integers, row by row, as the pass of one token. Cold copies of
+/// an 8192 x 2048 matrix against a plain read of the same bytes, on a Zen 5 at
+/// `SYNAPSE_ISA=avx2` (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`, half by half -> both):
+/// Q4_1 69.9% -> 78.7%, Q5_0 63.9% -> 73.1%, Q5_1 67.1% -> 74.3%; in the repacked order
+/// ([`tokens32_rows8_one`]) Q4_0 84.1% -> 96.7%, IQ4_NL 56.1% -> 64.9%. Decode at that tier,
+/// builds alternated (`bench/alternate.sh`, three pairs, one thread): the pure Q4_0 file
+/// 1.219x the tok/s, Q4_1 1.114x, SmolLM2-135M Q4_1 1.036x.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tokens32_one<P: Pack32, const T: usize>(
+    g: &[P],
+    ys: [&[P::A]; T],
+    toks: [&[Tok32]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let (ys, toks) = (ys[0], toks[0]);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 8]; 2];
+    let mut mins = [_mm256_setzero_ps(); 2];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        let tk = &toks[b];
+        let y = ys[b].qs().as_ptr();
+        let mut d = [_mm256_setzero_ps(); 2];
+        for (hr, d) in d.iter_mut().enumerate() {
+            // SAFETY: a row of `d`.
+            *d = _mm256_mul_ps(unsafe { ld8_f16(g.d(), hr) }, _mm256_set1_ps(tk.d));
+        }
+        if P::MIN {
+            for (hr, mins) in mins.iter_mut().enumerate() {
+                // SAFETY: a row of `m`.
+                let mx = unsafe { ld8_f16(g.m(), hr) };
+                *mins = _mm256_fmadd_ps(mx, _mm256_set1_ps(tk.s), *mins);
+            }
+        }
+        for l in 0..8 {
+            // SAFETY: values 4l..4l + 4 of the token's 32.
+            let a = unsafe { bcast4(y.add(4 * l)) };
+            for (hr, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: this function's features.
+                let (w, x) = unsafe { lane(g, l, hr) };
+                let mut s = _mm256_madd_epi16(pairs::<P>(w, x, a), ones);
+                if !signed::<P>() {
+                    s = _mm256_add_epi32(s, _mm256_set1_epi32(tk.bias[l]));
+                }
+                acc[l] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(s), acc[l]);
+            }
+        }
+    }
+    for (hr, a) in acc.iter().enumerate() {
+        // SAFETY: this function's features.
+        let mut v = unsafe { hsum8(a) };
+        if P::MIN {
+            v = _mm256_add_ps(v, mins[hr]);
+        }
+        store_rows8(out, at, 0, hr, v);
+    }
+}
+
+/// [`tokens32_rows8`] for one token, both halves in one sweep, as [`tokens32_one`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn tokens32_rows8_one<P: Pack32, const T: usize>(
+    g: &[P],
+    ys: [&[P::A]; T],
+    toks: [&[Tok32]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let (ys, toks) = (ys[0], toks[0]);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for (b, g) in g.iter().enumerate() {
+        prefetch_ahead(g);
+        let tk = &toks[b];
+        let y = ys[b].qs().as_ptr();
+        let mut sum = [_mm256_setzero_si256(); 2];
+        for l in 0..8 {
+            // SAFETY: values 4l..4l + 4 of the token's 32.
+            let a = unsafe { bcast4(y.add(4 * l)) };
+            for (hr, sum) in sum.iter_mut().enumerate() {
+                // SAFETY: this function's features.
+                let (w, x) = unsafe { lane(g, l, hr) };
+                let p = pairs::<P>(w, x, a);
+                *sum = if signed::<P>() {
+                    _mm256_add_epi32(*sum, _mm256_madd_epi16(p, ones))
+                } else {
+                    _mm256_add_epi16(*sum, p)
+                };
+            }
+        }
+        for (hr, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: a row of `d`.
+            let dx = unsafe { ld8_f16(g.d(), hr) };
+            let total = if signed::<P>() {
+                sum[hr]
+            } else {
+                let bias = _mm256_set1_epi32(tk.total);
+                _mm256_add_epi32(_mm256_madd_epi16(sum[hr], ones), bias)
+            };
+            let d = _mm256_mul_ps(dx, _mm256_set1_ps(tk.d));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, *acc);
+        }
+    }
+    for (hr, &a) in acc.iter().enumerate() {
+        store_rows8(out, at, 0, hr, a);
+    }
+}
+
 /// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`].
 const TOKENS32: usize = 2;
 const TOKENS32_ROWS8: usize = 8;
@@ -1818,10 +1932,12 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
                     let ys = std::array::from_fn(|t| &a[($t0 + t) * per_row..][..per_row]);
                     let tks = std::array::from_fn(|t| &toks[($t0 + t) * per_row..][..per_row]);
                     let at = (stride, ROWS * gi, $t0);
-                    if REPACKED {
-                        tokens32_rows8::<P, { $n }>(g, ys, tks, out, at)
-                    } else {
-                        tokens32::<P, { $n }>(g, ys, tks, out, at)
+                    let one = n_tok == 1;
+                    match (REPACKED, one) {
+                        (true, true) => tokens32_rows8_one::<P, 1>(g, [ys[0]], [tks[0]], out, at),
+                        (false, true) => tokens32_one::<P, 1>(g, [ys[0]], [tks[0]], out, at),
+                        (true, false) => tokens32_rows8::<P, { $n }>(g, ys, tks, out, at),
+                        (false, false) => tokens32::<P, { $n }>(g, ys, tks, out, at),
                     }
                 }};
             }
