@@ -1577,6 +1577,77 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
     }
 }
 
+/// [`q5_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
+/// the group, as [`q4_k_one`]: each of the token's words broadcast once for the sixteen rows.
+/// The same operations on the same integers, row by row, as the pass of one token. Cold copies
+/// of an 8192 x 2048 matrix against a plain read of the same bytes, on a Zen 5 at
+/// `SYNAPSE_ISA=avx2`: 63.6% -> 85.2% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`); decode
+/// of the Q5_K_M file at that tier 1.290x the tok/s (`bench/alternate.sh`, three pairs).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
+fn q5_k_one<const T: usize>(
+    g: &[Q5KPacked],
+    ys: [&[BlockQ8K]; T],
+    pair_sums: [&[[i16; 8]]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let (ys, pair_sums) = (ys[0], pair_sums[0]);
+    // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
+    // values of the token's 256, its sub-block sums (the whole body).
+    unsafe {
+        let (scale, pair) = k_controls();
+        let mut acc = [[_mm256_setzero_ps(); 8]; 2];
+        let mut mins = [_mm256_setzero_ps(); 2];
+        for (b, g) in g.iter().enumerate() {
+            let y = ys[b].qs.as_ptr();
+            let mut scales = [[_mm256_setzero_si256(); 8]; 2];
+            let mut d = [_mm256_setzero_ps(); 2];
+            for hr in 0..2 {
+                let ([sc_lo, mn_lo, sc_hi, mn_hi], dx, dminx) = (
+                    k_scale_bytes(&g.sc, hr),
+                    ld8_f16(&g.d, hr),
+                    ld8_f16(&g.dmin, hr),
+                );
+                for (j, s) in scales[hr].iter_mut().enumerate() {
+                    *s = _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4]);
+                }
+                let mn = k_min_pairs(mn_lo, mn_hi, &pair);
+                d[hr] = _mm256_mul_ps(_mm256_set1_ps(ys[b].d), dx);
+                let m = k_min_term(&mn, &pair_sums[b]);
+                let a = _mm256_mul_ps(_mm256_set1_ps(-ys[b].d), dminx);
+                mins[hr] = _mm256_fmadd_ps(a, _mm256_cvtepi32_ps(m), mins[hr]);
+            }
+            for k in 0..8 {
+                prefetch_part(g, k, 8);
+                let mut lane = [_mm256_setzero_si256(); 2];
+                for p in 0..4 {
+                    let v = [q5_k_values(g, 0, k, p), q5_k_values(g, 1, k, p)];
+                    for h in 0..2 {
+                        // Values 64p + 32h + 4k..+4, sub-block 2p + h.
+                        let j = 2 * p + h;
+                        let a = bcast4(y.add(32 * j + 4 * k));
+                        for hr in 0..2 {
+                            let s =
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(v[hr][h], a), scales[hr][j]);
+                            lane[hr] = _mm256_add_epi32(lane[hr], s);
+                        }
+                    }
+                }
+                for hr in 0..2 {
+                    acc[hr][k] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][k]);
+                }
+            }
+        }
+        for hr in 0..2 {
+            let v = _mm256_add_ps(hsum8(&acc[hr]), mins[hr]);
+            store_rows8(out, at, 0, hr, v);
+        }
+    }
+}
+
 pass_entries!(
     "avx2,fma,f16c",
     q5_k_pass: q5_k_tokens, q5_k_tokens_unpacked, Q5KPacked, [__m256i; 64],
@@ -1601,6 +1672,10 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
         let n_tok = a.len() / per_row;
+        if n_tok == 1 {
+            group_passes!(p, per_row, a, out, q5_k_one, 1, [], (ps));
+            return;
+        }
         if n_tok <= 4 {
             group_passes!(p, per_row, a, out, q5_k_tokens, 4, [1 2 3], (ps));
             return;
