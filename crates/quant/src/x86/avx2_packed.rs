@@ -835,6 +835,39 @@ fn iq4_xs_unpack(g: &[IQ4XSPacked], vb: &mut Vec<[__m256i; 128]>) {
     }
 }
 
+/// Rows `8hr..8hr + 8` of an IQ4_XS block's sub-block scales less 32, `(scale, scale)` as
+/// i16 pairs, one register a sub-block, and the rows' `d`.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C.
+#[inline(always)]
+unsafe fn iq4_xs_scales8(g: &IQ4XSPacked, hr: usize) -> ([__m256i; 8], __m256) {
+    // SAFETY: the caller's features; rows of `scales_l`, `scales_h` and `d`.
+    unsafe {
+        let (m0f, m03) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x03));
+        let (sl, sh, dx) = (
+            ld8(&g.scales_l, hr),
+            _mm256_cvtepu16_epi32(_mm_loadu_si128(g.scales_h.as_ptr().add(8 * hr).cast())),
+            ld8_f16(&g.d, hr),
+        );
+        let mut scale = [_mm256_setzero_si256(); 8];
+        for (j, scale) in scale.iter_mut().enumerate() {
+            let low = _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j as i32)), m0f);
+            let high =
+                _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j as i32)), m03);
+            let ls = _mm256_sub_epi32(
+                _mm256_or_si256(low, _mm256_slli_epi32::<4>(high)),
+                _mm256_set1_epi32(32),
+            );
+            *scale = _mm256_or_si256(
+                _mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
+                _mm256_slli_epi32::<16>(ls),
+            );
+        }
+        (scale, dx)
+    }
+}
+
 /// Sixteen rows (`g`, and with `UNPACKED` their levels already looked up in `vb` by
 /// [`iq4_xs_unpack`]) times tokens `t0..t0 + T` (`ys[t]`), into `out[(t0 + t) * stride +
 /// r0..][..16]`, eight rows at a time. The same operations on the same integers either way.
@@ -849,36 +882,11 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
     // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
     // of a token's 256 (the whole body).
     unsafe {
-        let (m0f, m03) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x03));
         let blocks = g.len();
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
             for (b, g) in g.iter().enumerate() {
-                let (sl, sh, dx) = (
-                    ld8(&g.scales_l, hr),
-                    _mm256_cvtepu16_epi32(_mm_loadu_si128(g.scales_h.as_ptr().add(8 * hr).cast())),
-                    ld8_f16(&g.d, hr),
-                );
-                // (scale - 32, scale - 32) as i16 pairs, one register a sub-block.
-                let mut scale = [_mm256_setzero_si256(); 8];
-                for (j, scale) in scale.iter_mut().enumerate() {
-                    let low = _mm256_and_si256(
-                        _mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j as i32)),
-                        m0f,
-                    );
-                    let high = _mm256_and_si256(
-                        _mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j as i32)),
-                        m03,
-                    );
-                    let ls = _mm256_sub_epi32(
-                        _mm256_or_si256(low, _mm256_slli_epi32::<4>(high)),
-                        _mm256_set1_epi32(32),
-                    );
-                    *scale = _mm256_or_si256(
-                        _mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
-                        _mm256_slli_epi32::<16>(ls),
-                    );
-                }
+                let (scale, dx) = iq4_xs_scales8(g, hr);
                 let mut d = [_mm256_setzero_ps(); T];
                 let mut y = [std::ptr::null::<i8>(); T];
                 for t in 0..T {
@@ -933,36 +941,14 @@ fn iq4_xs_one<const T: usize>(
     // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
     // values of the token's 256 (the whole body).
     unsafe {
-        let (m0f, m03) = (_mm256_set1_epi32(0x0F), _mm256_set1_epi32(0x03));
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         for (b, g) in g.iter().enumerate() {
             let y = ys[b].qs.as_ptr();
             let mut scale = [[_mm256_setzero_si256(); 8]; 2];
             let mut d = [_mm256_setzero_ps(); 2];
             for hr in 0..2 {
-                let (sl, sh, dx) = (
-                    ld8(&g.scales_l, hr),
-                    _mm256_cvtepu16_epi32(_mm_loadu_si128(g.scales_h.as_ptr().add(8 * hr).cast())),
-                    ld8_f16(&g.d, hr),
-                );
-                for (j, scale) in scale[hr].iter_mut().enumerate() {
-                    let low = _mm256_and_si256(
-                        _mm256_srlv_epi32(sl, _mm256_set1_epi32(4 * j as i32)),
-                        m0f,
-                    );
-                    let high = _mm256_and_si256(
-                        _mm256_srlv_epi32(sh, _mm256_set1_epi32(2 * j as i32)),
-                        m03,
-                    );
-                    let ls = _mm256_sub_epi32(
-                        _mm256_or_si256(low, _mm256_slli_epi32::<4>(high)),
-                        _mm256_set1_epi32(32),
-                    );
-                    *scale = _mm256_or_si256(
-                        _mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
-                        _mm256_slli_epi32::<16>(ls),
-                    );
-                }
+                let dx;
+                (scale[hr], dx) = iq4_xs_scales8(g, hr);
                 d[hr] = _mm256_mul_ps(dx, _mm256_set1_ps(ys[b].d));
             }
             for k in 0..8 {
