@@ -1490,12 +1490,106 @@ fn q2_k_tokens<const T: usize>(
     }
 }
 
+/// [`q2_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
+/// the group, as [`q4_k_one`]. The same operations on the same integers, row by row, as the
+/// pass of one token. Cold copies of an 8192 x 2048 matrix against a plain read of the same
+/// bytes, on a Zen 5 at `SYNAPSE_ISA=avx2`: 45.9% -> 52.7% (`TILEBENCH_COLD=1024
+/// TILEBENCH_SUSTAINED=0,1`); the Q2_K file's decode at that tier 1.065x the tok/s
+/// (`bench/alternate.sh`, three pairs).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
+fn q2_k_one<const T: usize>(
+    g: &[Q2KPacked],
+    ys: [&[BlockQ8K]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let ys = ys[0];
+    let z = 0x80;
+    // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
+    // values of the token's 256 and two of its sixteen sums (the whole body).
+    unsafe {
+        let byte = [
+            word_shuffle([0, z, 0, z]),
+            word_shuffle([1, z, 1, z]),
+            word_shuffle([2, z, 2, z]),
+            word_shuffle([3, z, 3, z]),
+        ];
+        let pair = [word_shuffle([0, z, 1, z]), word_shuffle([2, z, 3, z])];
+        let (m03, m0f) = (_mm256_set1_epi8(0x03), _mm256_set1_epi32(0x000F_000F));
+        let mut main = [_mm256_setzero_ps(); 2];
+        let mut mins = [_mm256_setzero_ps(); 2];
+        for (b, g) in g.iter().enumerate() {
+            let y = ys[b].qs.as_ptr();
+            let mut sc = [[_mm256_setzero_si256(); 4]; 2];
+            for hr in 0..2 {
+                for (i, sc) in sc[hr].iter_mut().enumerate() {
+                    *sc = ld8(&g.sc[i], hr);
+                }
+            }
+            let mut tot = [_mm256_setzero_si256(); 2];
+            for h in 0..2 {
+                prefetch_part(g, h, 2);
+                for sh in 0..4 {
+                    for half in 0..2 {
+                        // Group 8h + 2sh + half: words k = 4 half..4 half + 4.
+                        let mut part = [_mm256_setzero_si256(); 2];
+                        for k in 4 * half..4 * half + 4 {
+                            let a = bcast4(y.add(128 * h + 32 * sh + 4 * k));
+                            for hr in 0..2 {
+                                let qs = ld8(&g.qs[8 * h + k], hr);
+                                let w = _mm256_and_si256(
+                                    _mm256_srlv_epi32(qs, _mm256_set1_epi32(2 * sh as i32)),
+                                    m03,
+                                );
+                                part[hr] = _mm256_add_epi16(part[hr], _mm256_maddubs_epi16(w, a));
+                            }
+                        }
+                        let group = 8 * h + 2 * sh + half;
+                        for hr in 0..2 {
+                            let scale = _mm256_and_si256(
+                                _mm256_shuffle_epi8(sc[hr][group / 4], byte[group % 4]),
+                                m0f,
+                            );
+                            tot[hr] = _mm256_add_epi32(tot[hr], _mm256_madd_epi16(part[hr], scale));
+                        }
+                    }
+                }
+            }
+            let bs = ys[b].bsums.as_ptr();
+            let yd = _mm256_set1_ps(ys[b].d);
+            for hr in 0..2 {
+                let (dx, dminx) = (ld8_f16(&g.d, hr), ld8_f16(&g.dmin, hr));
+                // The mins of groups 2p and 2p + 1 as an i16 pair.
+                let mut m = _mm256_setzero_si256();
+                for p in 0..8 {
+                    let w = _mm256_shuffle_epi8(sc[hr][p / 2], pair[p % 2]);
+                    let mn = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m0f);
+                    m = _mm256_add_epi32(m, _mm256_madd_epi16(mn, bcast4(bs.add(2 * p))));
+                }
+                main[hr] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot[hr]), _mm256_mul_ps(dx, yd), main[hr]);
+                mins[hr] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(dminx, yd), mins[hr]);
+            }
+        }
+        for hr in 0..2 {
+            store_rows8(out, at, 0, hr, _mm256_sub_ps(main[hr], mins[hr]));
+        }
+    }
+}
+
 /// Packed Q2_K groups (repacked order) times every token, as [`q4_k`].
 ///
 /// # Safety
 /// As [`q4_k`].
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q2_k(p: &[Q2KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    if a.len() == per_row {
+        return group_passes!(p, per_row, a, out, q2_k_one, 1, [], ());
+    }
     group_passes!(p, per_row, a, out, q2_k_tokens, 6, [1 2 3 4 5], ());
 }
 
