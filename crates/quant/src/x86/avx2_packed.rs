@@ -574,6 +574,29 @@ fn q6_k_unpack(g: &[Q6KPairs], vb: &mut Vec<[__m256i; 64]>) {
     }
 }
 
+/// Rows `8hr..8hr + 8` of a Q6_K block's scales for the paired products: `(scale[4p + q],
+/// scale[4p + q + 2])` as i16 pairs, entry `2p + q`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q6_k_scales8(g: &Q6KPairs, hr: usize) -> [__m256i; 8] {
+    // SAFETY: the caller's features; rows of `sc`.
+    unsafe {
+        let z = 0x80;
+        // Scale bytes `q` and `q + 2` of a word into the high bytes of the two i16 halves.
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let mut scale = [_mm256_setzero_si256(); 8];
+        for p in 0..4 {
+            let sc = ld8(&g.sc[p], hr);
+            for q in 0..2 {
+                scale[2 * p + q] = _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc, pair_bytes[q]));
+            }
+        }
+        scale
+    }
+}
+
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
 /// [`q6_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, reordered by `q6_k_acts`), into
 /// `out[(t0 + t) * stride + r0..][..16]`, eight rows at a time: [`super::avx512_packed`]'s
@@ -593,8 +616,6 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
         let z = 0x80;
         // Scale bytes 0, 1 and 2, 3 of a word into the high bytes of the two i16 halves.
         let offset_bytes = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
-        // Scale bytes `q` and `q + 2` of a word, the same way.
-        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
         let blocks = g.len();
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
@@ -606,15 +627,7 @@ unsafe fn q6_k_pass<const T: usize, const UNPACKED: bool>(
                     ld8(&g.sc[3], hr),
                 ];
                 let dx = ld8_f16(&g.d, hr);
-                // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q. Loops, not
-                // `from_fn`: a closure would not share the caller's features.
-                let mut scale = [_mm256_setzero_si256(); 8];
-                for p in 0..4 {
-                    for q in 0..2 {
-                        scale[2 * p + q] =
-                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc[p], pair_bytes[q]));
-                    }
-                }
+                let scale = q6_k_scales8(g, hr);
                 let mut d = [_mm256_setzero_ps(); T];
                 let mut y = [std::ptr::null::<i8>(); T];
                 for t in 0..T {
@@ -696,21 +709,13 @@ fn q6_k_one<const T: usize>(
     unsafe {
         let z = 0x80;
         let offset_bytes = [word_shuffle([z, 0, z, 1]), word_shuffle([z, 2, z, 3])];
-        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         for (b, g) in g.iter().enumerate() {
             let y = ys[b].qs.as_ptr();
             let yd = _mm256_set1_ps(ys[b].d);
-            let mut scale = [[_mm256_setzero_si256(); 8]; 2];
+            let scale = [q6_k_scales8(g, 0), q6_k_scales8(g, 1)];
             let mut d = [_mm256_setzero_ps(); 2];
             for hr in 0..2 {
-                for p in 0..4 {
-                    let sc = ld8(&g.sc[p], hr);
-                    for q in 0..2 {
-                        scale[hr][2 * p + q] =
-                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(sc, pair_bytes[q]));
-                    }
-                }
                 d[hr] = _mm256_mul_ps(yd, ld8_f16(&g.d, hr));
             }
             for l in 0..8 {
@@ -1657,6 +1662,34 @@ fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m256i; 64]>) {
     }
 }
 
+/// Rows `8hr..8hr + 8` of a Q5_K block's heads: `(scale, scale)` as i16 pairs one register a
+/// sub-block, the mins as [`k_min_pairs`], `d` and `dmin` (`scale`, `pair`: [`k_controls`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C.
+#[inline(always)]
+unsafe fn q5_k_heads(
+    g: &Q5KPacked,
+    hr: usize,
+    (scale, pair): &([__m256i; 4], [__m256i; 2]),
+) -> ([__m256i; 8], [__m256i; 4], __m256, __m256) {
+    // SAFETY: the caller's features; rows of `sc`, `d` and `dmin`.
+    unsafe {
+        let [sc_lo, mn_lo, sc_hi, mn_hi] = k_scale_bytes(&g.sc, hr);
+        // Loops, not `from_fn`: a closure would not share the caller's features.
+        let mut scales = [_mm256_setzero_si256(); 8];
+        for (j, s) in scales.iter_mut().enumerate() {
+            *s = _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4]);
+        }
+        (
+            scales,
+            k_min_pairs(mn_lo, mn_hi, pair),
+            ld8_f16(&g.d, hr),
+            ld8_f16(&g.dmin, hr),
+        )
+    }
+}
+
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
 /// [`q5_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, `pair_sums[t]`), into `out[(t0 + t) *
 /// stride + r0..][..16]`, eight rows at a time. The same operations on the same integers either
@@ -1673,26 +1706,15 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
     // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four values
     // of a token's 256, its sub-block sums (the whole body).
     unsafe {
-        let (scale, pair) = k_controls();
+        let controls = k_controls();
         let blocks = g.len();
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
             let mut mins = [_mm256_setzero_ps(); T];
             for (b, g) in g.iter().enumerate() {
-                let ([sc_lo, mn_lo, sc_hi, mn_hi], dx, dminx) = (
-                    k_scale_bytes(&g.sc, hr),
-                    ld8_f16(&g.d, hr),
-                    ld8_f16(&g.dmin, hr),
-                );
-                // (scale, scale) as i16 pairs, one register a sub-block. Loops, not `from_fn`:
-                // a closure would not share the caller's features.
-                let mut scales = [_mm256_setzero_si256(); 8];
-                for (j, s) in scales.iter_mut().enumerate() {
-                    *s = _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4]);
-                }
+                let (scales, mn, dx, dminx) = q5_k_heads(g, hr, &controls);
                 let mut y = [std::ptr::null::<i8>(); T];
                 let mut d = [_mm256_setzero_ps(); T];
-                let mn = k_min_pairs(mn_lo, mn_hi, &pair);
                 for t in 0..T {
                     y[t] = ys[t][b].qs.as_ptr();
                     d[t] = _mm256_mul_ps(_mm256_set1_ps(ys[t][b].d), dx);
@@ -1756,7 +1778,7 @@ fn q5_k_one<const T: usize>(
     // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
     // values of the token's 256, its sub-block sums (the whole body).
     unsafe {
-        let (scale, pair) = k_controls();
+        let controls = k_controls();
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         let mut mins = [_mm256_setzero_ps(); 2];
         for (b, g) in g.iter().enumerate() {
@@ -1764,15 +1786,8 @@ fn q5_k_one<const T: usize>(
             let mut scales = [[_mm256_setzero_si256(); 8]; 2];
             let mut d = [_mm256_setzero_ps(); 2];
             for hr in 0..2 {
-                let ([sc_lo, mn_lo, sc_hi, mn_hi], dx, dminx) = (
-                    k_scale_bytes(&g.sc, hr),
-                    ld8_f16(&g.d, hr),
-                    ld8_f16(&g.dmin, hr),
-                );
-                for (j, s) in scales[hr].iter_mut().enumerate() {
-                    *s = _mm256_shuffle_epi8(if j < 4 { sc_lo } else { sc_hi }, scale[j % 4]);
-                }
-                let mn = k_min_pairs(mn_lo, mn_hi, &pair);
+                let (mn, dx, dminx);
+                (scales[hr], mn, dx, dminx) = q5_k_heads(g, hr, &controls);
                 d[hr] = _mm256_mul_ps(_mm256_set1_ps(ys[b].d), dx);
                 let m = k_min_term(&mn, &pair_sums[b]);
                 let a = _mm256_mul_ps(_mm256_set1_ps(-ys[b].d), dminx);
