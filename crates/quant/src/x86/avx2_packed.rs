@@ -1022,8 +1022,62 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
 // one `vpmaddwd` by the two scales (less 32) into the lane's i32: the integers of ggml's AVX2
 // kernel, which subtracts the products with the missing high bits' 4 instead.
 
-/// Rows `8hr..8hr + 8` of lane `l` of a group unpacked to one byte a value (`u`, 0..8), as
-/// [`super::avx512_packed`]'s `q3_k_octet`: entry `2p + e` the word `e` of pair `p`.
+/// Rows `8hr..8hr + 8` of lane `l` of a group: the three words its eight words of values are
+/// unpacked from ([`q3_k_pair`]).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q3_k_words(g: &Q3KPairs, hr: usize, l: usize) -> [__m256i; 3] {
+    // SAFETY: the caller's features; rows of `q`.
+    unsafe {
+        [
+            ld8(&g.q[3 * l], hr),
+            ld8(&g.q[3 * l + 1], hr),
+            ld8(&g.q[3 * l + 2], hr),
+        ]
+    }
+}
+
+/// Words `2p` and `2p + 1` of a lane's octet unpacked to one byte a value (`u`, 0..8) from its
+/// three words `[a, b, c]` ([`q3_k_words`]), as [`super::avx512_packed`]'s `q3_k_octet`: pairs
+/// 0..3 from the low six bits of `a`, `b`, `c`; pair 3 from their top bits.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q3_k_pair([a, b, c]: [__m256i; 3], p: usize) -> [__m256i; 2] {
+    // SAFETY: the caller's features.
+    unsafe {
+        let m07 = _mm256_set1_epi8(0x07);
+        let low = |w: __m256i| {
+            [
+                _mm256_and_si256(w, m07),
+                _mm256_and_si256(_mm256_srli_epi32::<3>(w), m07),
+            ]
+        };
+        match p {
+            0 => low(a),
+            1 => low(b),
+            2 => low(c),
+            // u6: bits 0-1 from a's top pair, bit 2 from b's bit 6; u7: bit 0 from b's bit 7,
+            // bits 1-2 from c's top pair.
+            _ => [
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi32::<6>(a), _mm256_set1_epi8(0x03)),
+                    _mm256_and_si256(_mm256_srli_epi32::<4>(b), _mm256_set1_epi8(0x04)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi32::<7>(b), _mm256_set1_epi8(0x01)),
+                    _mm256_and_si256(_mm256_srli_epi32::<5>(c), _mm256_set1_epi8(0x06)),
+                ),
+            ],
+        }
+    }
+}
+
+/// Rows `8hr..8hr + 8` of lane `l` of a group unpacked to one byte a value (`u`, 0..8): entry
+/// `2p + e` the word `e` of pair `p` ([`q3_k_pair`]).
 ///
 /// # Safety
 /// The CPU must have AVX2.
@@ -1031,32 +1085,12 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
 unsafe fn q3_k_octet(g: &Q3KPairs, hr: usize, l: usize) -> [__m256i; 8] {
     // SAFETY: the caller's features; rows of `q`.
     unsafe {
-        let m07 = _mm256_set1_epi8(0x07);
-        let (a, b, c) = (
-            ld8(&g.q[3 * l], hr),
-            ld8(&g.q[3 * l + 1], hr),
-            ld8(&g.q[3 * l + 2], hr),
-        );
-        // u6: bits 0-1 from a's top pair, bit 2 from b's bit 6; u7: bit 0 from b's bit 7, bits
-        // 1-2 from c's top pair.
-        let u6 = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32::<6>(a), _mm256_set1_epi8(0x03)),
-            _mm256_and_si256(_mm256_srli_epi32::<4>(b), _mm256_set1_epi8(0x04)),
-        );
-        let u7 = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi32::<7>(b), _mm256_set1_epi8(0x01)),
-            _mm256_and_si256(_mm256_srli_epi32::<5>(c), _mm256_set1_epi8(0x06)),
-        );
-        [
-            _mm256_and_si256(a, m07),
-            _mm256_and_si256(_mm256_srli_epi32::<3>(a), m07),
-            _mm256_and_si256(b, m07),
-            _mm256_and_si256(_mm256_srli_epi32::<3>(b), m07),
-            _mm256_and_si256(c, m07),
-            _mm256_and_si256(_mm256_srli_epi32::<3>(c), m07),
-            u6,
-            u7,
-        ]
+        let w = q3_k_words(g, hr, l);
+        let mut u = [_mm256_setzero_si256(); 8];
+        for p in 0..4 {
+            u[2 * p..][..2].copy_from_slice(&q3_k_pair(w, p));
+        }
+        u
     }
 }
 
@@ -1095,6 +1129,36 @@ unsafe fn q3_k_scale_bytes(
     }
 }
 
+/// Rows `8hr..8hr + 8` of a block's sixteen scales (less 32) as i16 pairs for `vpmaddwd`:
+/// entry `2p + q` holds `(scale[4p + q], scale[4p + q + 2])`, the two groups of lane words
+/// `2p` and `2p + 1` for lanes `4q..4q + 4`.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[inline(always)]
+unsafe fn q3_k_scales8(g: &Q3KPairs, hr: usize) -> [__m256i; 8] {
+    // SAFETY: the caller's features; rows of `sc`.
+    unsafe {
+        let z = 0x80;
+        // Scale bytes `q` and `q + 2` of a word into the high bytes of the two i16 halves.
+        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
+        let masks = (
+            _mm256_set1_epi8(0x03),
+            _mm256_set1_epi8(0x0F),
+            _mm256_set1_epi8(0x20),
+        );
+        let by = q3_k_scale_bytes(&g.sc, hr, masks);
+        let mut scale = [_mm256_setzero_si256(); 8];
+        for p in 0..4 {
+            for q in 0..2 {
+                scale[2 * p + q] =
+                    _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(by[p], pair_bytes[q]));
+            }
+        }
+        scale
+    }
+}
+
 /// Every block of a group unpacked by [`q3_k_octet`] into `vb` (entry `hr * blocks + b`,
 /// register `8l + w`), once for all of a batch's token passes, which otherwise each unpacked
 /// it again.
@@ -1130,28 +1194,12 @@ unsafe fn q3_k_pass<const T: usize, const UNPACKED: bool>(
     // SAFETY: the caller's features (AVX2, FMA, F16C); rows of the group's arrays, four bytes
     // of a token's 256 values and one of its 32 offsets (the whole body).
     unsafe {
-        let z = 0x80;
-        // Scale bytes `q` and `q + 2` of a word into the high bytes of the two i16 halves.
-        let pair_bytes = [word_shuffle([z, 0, z, 2]), word_shuffle([z, 1, z, 3])];
-        let masks = (
-            _mm256_set1_epi8(0x03),
-            _mm256_set1_epi8(0x0F),
-            _mm256_set1_epi8(0x20),
-        );
         let blocks = g.len();
         for hr in 0..2 {
             let mut acc = [[_mm256_setzero_ps(); 8]; T];
             for (b, g) in g.iter().enumerate() {
                 let dx = ld8_f16(&g.d, hr);
-                let by = q3_k_scale_bytes(&g.sc, hr, masks);
-                // (scale[4p + q], scale[4p + q + 2]) as i16 pairs, entry 2p + q.
-                let mut scale = [_mm256_setzero_si256(); 8];
-                for p in 0..4 {
-                    for q in 0..2 {
-                        scale[2 * p + q] =
-                            _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(by[p], pair_bytes[q]));
-                    }
-                }
+                let scale = q3_k_scales8(g, hr);
                 let mut d = [_mm256_setzero_ps(); T];
                 let mut y = [std::ptr::null::<i8>(); T];
                 let mut off = [std::ptr::null::<u32>(); T];
@@ -1201,6 +1249,71 @@ pass_entries!(
     q3_k_pass: q3_k_tokens, q3_k_tokens_unpacked, Q3KPairs, [__m256i; 64],
     (ys: [&[Q3KAct]; T])
 );
+
+/// [`q3_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
+/// the group, as [`q4_k_one`]: each of the token's values and offsets broadcast once for the
+/// sixteen rows, each lane's words unpacked pair by pair from its three words a half (a whole
+/// octet a half would not fit the sixteen registers). The same operations on the same integers,
+/// row by row, as the pass of one token. On a Zen 5 (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048
+/// matrix 61.5 -> 71.9 GMAC/s (tilebench); cold copies of an 8192 x 2048 matrix against a plain
+/// read of the same bytes 61.0% -> 72.0% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`): still
+/// bound by its vector instructions, about eleven for each eight-row word of values; decode of
+/// the pure Q3_K_M file 1.20x the tokens a second at one thread (`bench/alternate.sh`, six
+/// pairs, 1.19-1.28x).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
+fn q3_k_one<const T: usize>(
+    g: &[Q3KPairs],
+    ys: [&[Q3KAct]; T],
+    out: &mut [f32],
+    at: (usize, usize, usize),
+) {
+    const { assert!(T == 1, "a pass of one token") };
+    let ys = ys[0];
+    // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
+    // bytes of the token's 256 values and one of its 32 offsets (the whole body).
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 8]; 2];
+        for (b, g) in g.iter().enumerate() {
+            let (y, off) = (ys[b].qs.as_ptr(), ys[b].off.as_ptr());
+            let yd = _mm256_set1_ps(ys[b].d);
+            let scale = [q3_k_scales8(g, 0), q3_k_scales8(g, 1)];
+            let mut d = [_mm256_setzero_ps(); 2];
+            for hr in 0..2 {
+                d[hr] = _mm256_mul_ps(yd, ld8_f16(&g.d, hr));
+            }
+            for l in 0..8 {
+                prefetch_part_as(Ahead::Deep, g, l, 8);
+                let w = [q3_k_words(g, 0, l), q3_k_words(g, 1, l)];
+                let mut lane = [_mm256_setzero_si256(); 2];
+                for p in 0..4 {
+                    let at = y.add(64 * p + 8 * l);
+                    let (a0, a1) = (bcast4(at), bcast4(at.add(4)));
+                    let o = bcast4(off.add(8 * p + l));
+                    for hr in 0..2 {
+                        let u = q3_k_pair(w[hr], p);
+                        let both = _mm256_add_epi16(
+                            _mm256_add_epi16(
+                                _mm256_maddubs_epi16(u[0], a0),
+                                _mm256_maddubs_epi16(u[1], a1),
+                            ),
+                            o,
+                        );
+                        let s = scale[hr][2 * p + l / 4];
+                        lane[hr] = _mm256_add_epi32(lane[hr], _mm256_madd_epi16(both, s));
+                    }
+                }
+                for hr in 0..2 {
+                    acc[hr][l] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][l]);
+                }
+            }
+        }
+        for (hr, &acc) in acc.iter().enumerate() {
+            store_tokens8(out, at, hr, &[acc]);
+        }
+    }
+}
 
 /// A Q3_K block's rows `8hr..8hr + 8` folded for AVX-VNNI batches ([`q3_k_fold`]): entry
 /// `8l + w` holds lane `l`'s word `w` with each value's group scale folded in, `-q * scale` as
@@ -1363,6 +1476,10 @@ unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
             // SAFETY: as above.
             Some(Vnni256::Evex) => return unsafe { q3_k_vnni_evex(p, per_row, a, out) },
             None => {}
+        }
+        if a.len() == per_row {
+            group_passes!(p, per_row, a, out, q3_k_one, 1, [], ());
+            return;
         }
         if a.len() <= 8 * per_row {
             group_passes!(p, per_row, a, out, q3_k_tokens, 8, [1 2 3 4 5 6 7], ());
