@@ -927,11 +927,17 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
 }
 
 /// [`iq4_xs_tokens`] for one token (decode), both halves of the sixteen rows in one sweep
-/// over the group, as [`q4_k_one`]. The same operations on the same integers, row by row, as
-/// the pass of one token. Cold copies of an 8192 x 2048 matrix against a plain read of the same
-/// bytes, on a Zen 5 at `SYNAPSE_ISA=avx2`: 59.4% -> 69.8% (`TILEBENCH_COLD=1024
-/// TILEBENCH_SUSTAINED=0,1`); the IQ4_XS file's decode at that tier 1.149x the tok/s
-/// (`bench/alternate.sh`, three pairs).
+/// over the group, as [`q4_k_one`], and lanes `k` and `k + 4` together (the two nibbles of
+/// one word). The token's value goes in as its magnitude, shared by the sixteen rows, against
+/// the level with the token's sign, where the batch pass takes the level's magnitude against
+/// the token with the level's sign: the same products, one `vpsignb` fewer a word. The same
+/// integers, row by row, as the pass of one token. Cold copies of an 8192 x 2048 matrix against
+/// a plain read of the same bytes, on a Zen 5 at `SYNAPSE_ISA=avx2`: half by half 59.4% ->
+/// one sweep 69.8% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`; decode of the IQ4_XS file at
+/// that tier 1.149x the tok/s, `bench/alternate.sh`, three pairs); then, builds alternated in
+/// another hour, 60-61% -> 67-68% with the nibble pairs and the token's magnitude (hot, `IQ4_XS
+/// 1024 2048 1`: 46.6-48.1 -> 53.0-53.6 GMAC/s; the nibble pairs alone 50.0-50.3), decode of
+/// the IQ4_XS file 1.099x (five pairs, 1.05-1.11x).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -956,19 +962,42 @@ fn iq4_xs_one<const T: usize>(
                 (scale[hr], dx) = iq4_xs_scales8(g, hr);
                 d[hr] = _mm256_mul_ps(dx, _mm256_set1_ps(ys[b].d));
             }
-            for k in 0..8 {
-                prefetch_part_as(Ahead::Deep, g, k, 8);
-                let mut lane = [_mm256_setzero_si256(); 2];
+            // Lanes k and k + 4 together: the low and high nibbles of the same words.
+            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+            let m0f = _mm256_set1_epi8(0x0F);
+            for k in 0..4 {
+                prefetch_part_as(Ahead::Deep, g, 2 * k, 8);
+                prefetch_part_as(Ahead::Deep, g, 2 * k + 1, 8);
+                let mut lane = [[_mm256_setzero_si256(); 2]; 2];
                 for j in 0..8 {
-                    let a = bcast4(y.add(32 * j + 4 * k));
+                    let a = [
+                        bcast4(y.add(32 * j + 4 * k)),
+                        bcast4(y.add(32 * j + 4 * k + 16)),
+                    ];
+                    // The token's magnitudes once for both halves, each level with the token's
+                    // sign: the same products as `|level| * (a with the level's sign)`.
+                    let magnitude = [_mm256_abs_epi8(a[0]), _mm256_abs_epi8(a[1])];
                     for hr in 0..2 {
-                        let [level, magnitude] = iq4_xs_levels(g, hr, j, k);
-                        let p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(a, level));
-                        lane[hr] = _mm256_add_epi32(lane[hr], _mm256_madd_epi16(p, scale[hr][j]));
+                        let raw = ld8(&g.qs[4 * j + k], hr);
+                        let idx = [
+                            _mm256_and_si256(raw, m0f),
+                            _mm256_and_si256(_mm256_srli_epi32::<4>(raw), m0f),
+                        ];
+                        for e in 0..2 {
+                            let level = _mm256_shuffle_epi8(table, idx[e]);
+                            let p =
+                                _mm256_maddubs_epi16(magnitude[e], _mm256_sign_epi8(level, a[e]));
+                            lane[e][hr] =
+                                _mm256_add_epi32(lane[e][hr], _mm256_madd_epi16(p, scale[hr][j]));
+                        }
                     }
                 }
-                for hr in 0..2 {
-                    acc[hr][k] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][k]);
+                for e in 0..2 {
+                    for hr in 0..2 {
+                        let l = k + 4 * e;
+                        acc[hr][l] =
+                            _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[e][hr]), acc[hr][l]);
+                    }
                 }
             }
         }
