@@ -2039,6 +2039,23 @@ fn pairs<P: Pack32>(w: __m256i, x: __m256i, a: __m256i) -> __m256i {
     }
 }
 
+/// [`pairs`] for one token's pass, `m` the token's magnitudes (`|a|`, shared by both halves):
+/// for [`Pack32::LEVELS`] formats the level with the token's sign against them, the same
+/// products with one `vpsignb` fewer a half than the level's magnitude against the token with
+/// the level's sign.
+#[inline(always)]
+fn pairs_one<P: Pack32>(w: __m256i, x: __m256i, a: __m256i, m: __m256i) -> __m256i {
+    const { assert!(!P::LEVELS || (signed::<P>() && P::OFFSET == 128)) };
+    // SAFETY: AVX2 (the callers' features).
+    unsafe {
+        if P::LEVELS {
+            _mm256_maddubs_epi16(m, _mm256_sign_epi8(x, a))
+        } else {
+            pairs::<P>(w, x, a)
+        }
+    }
+}
+
 /// Lane `l` of rows `8h..8h + 8` of `g` for [`pairs`]: the bytes `vpmaddubsw` takes unsigned,
 /// and the weights as signed bytes.
 #[inline(always)]
@@ -2213,10 +2230,11 @@ fn tokens32_one<P: Pack32, const T: usize>(
         for l in 0..8 {
             // SAFETY: values 4l..4l + 4 of the token's 32.
             let a = unsafe { bcast4(y.add(4 * l)) };
+            let m = _mm256_abs_epi8(a);
             for (hr, acc) in acc.iter_mut().enumerate() {
                 // SAFETY: this function's features.
                 let (w, x) = unsafe { lane(g, l, hr) };
-                let mut s = _mm256_madd_epi16(pairs::<P>(w, x, a), ones);
+                let mut s = _mm256_madd_epi16(pairs_one::<P>(w, x, a, m), ones);
                 if !signed::<P>() {
                     s = _mm256_add_epi32(s, _mm256_set1_epi32(tk.bias[l]));
                 }
@@ -2256,10 +2274,11 @@ fn tokens32_rows8_one<P: Pack32, const T: usize>(
         for l in 0..8 {
             // SAFETY: values 4l..4l + 4 of the token's 32.
             let a = unsafe { bcast4(y.add(4 * l)) };
+            let m = _mm256_abs_epi8(a);
             for (hr, sum) in sum.iter_mut().enumerate() {
                 // SAFETY: this function's features.
                 let (w, x) = unsafe { lane(g, l, hr) };
-                let p = pairs::<P>(w, x, a);
+                let p = pairs_one::<P>(w, x, a, m);
                 *sum = if signed::<P>() {
                     _mm256_add_epi32(*sum, _mm256_madd_epi16(p, ones))
                 } else {

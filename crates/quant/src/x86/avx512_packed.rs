@@ -2351,6 +2351,10 @@ pub(crate) trait Pack32: Pack {
     const OFFSET: i32;
     /// Whether the format has a min (`x = d * q + m`), fused against the token's `s`.
     const MIN: bool;
+    /// Whether its values come from a table of levels in -127..=127, never -128 (with
+    /// [`Self::OFFSET`] 128): a pass may then give the level the token's sign instead of the
+    /// token the level's (`vpsignb` cannot negate -128).
+    const LEVELS: bool = false;
     /// The distances its one-token kernels ask for its bytes at: [`Ahead::Deep`], or
     /// [`Ahead::Stream`] for Q8_0, which streams best on its own.
     const AHEAD: Ahead = Ahead::Deep;
@@ -2628,6 +2632,7 @@ impl Pack32 for IQ4NLPacked {
     type A = BlockQ8_0;
     const OFFSET: i32 = 128;
     const MIN: bool = false;
+    const LEVELS: bool = true;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: 16 readable bytes; the caller's features.
