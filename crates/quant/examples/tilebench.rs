@@ -11,8 +11,9 @@
 //! `TILEBENCH_SUSTAINED=A,B,..` (with `TILEBENCH_COLD`, x86-64 with AVX-512): after the best-of
 //! timing, `TILEBENCH_REPS` rounds of sweeps over every copy, one sweep per `ab` variant listed,
 //! each followed by a plain read of the same bytes; prints each variant's median of kernel rate
-//! over plain-read rate. Sustained and paired, that ratio holds still on a noisy host where
-//! best-of times move by a third.
+//! over plain-read rate, and the two rates' medians (GB/s; the plain read is one stream, where
+//! `synapse bench --membw` reads four at once). Sustained and paired, that ratio holds still on
+//! a noisy host where best-of times move by a third.
 use std::time::Instant;
 use synapse_quant::GgmlType;
 
@@ -127,6 +128,7 @@ fn main() {
         let bytes: usize = packed.iter().map(|p| p.data().len()).sum();
         let mut out = vec![0f32; packed[0].rows() * n_tok];
         let mut ratios = vec![Vec::new(); variants.len()];
+        let mut rates = vec![Vec::new(); variants.len()];
         for _ in 0..reps {
             for (i, &v) in variants.iter().enumerate() {
                 synapse_quant::ab::set_variant(v);
@@ -142,14 +144,22 @@ fn main() {
                     x ^= unsafe { plain_read(p.data()) };
                 }
                 std::hint::black_box(x);
-                ratios[i].push(t.elapsed().as_secs_f64() / kernel);
+                let plain = t.elapsed().as_secs_f64();
+                ratios[i].push(plain / kernel);
+                rates[i].push((bytes as f64 / kernel / 1e9, bytes as f64 / plain / 1e9));
             }
         }
-        for (v, mut r) in variants.iter().zip(ratios) {
+        for ((v, mut r), mut gbs) in variants.iter().zip(ratios).zip(rates) {
             r.sort_by(f64::total_cmp);
             let q = |f: usize| 100.0 * r[(f * r.len() / 4).min(r.len() - 1)];
+            let median = |mut x: Vec<f64>| {
+                x.sort_by(f64::total_cmp);
+                x[x.len() / 2]
+            };
+            let kernel = median(gbs.iter().map(|g| g.0).collect());
+            let plain = median(gbs.drain(..).map(|g| g.1).collect());
             println!(
-                "sustained over {} MiB, variant {v}: kernel / plain read median {:.1}% (quartiles {:.1}-{:.1}%)",
+                "sustained over {} MiB, variant {v}: kernel / plain read median {:.1}% (quartiles {:.1}-{:.1}%); medians {kernel:.1} / {plain:.1} GB/s",
                 bytes >> 20,
                 q(2),
                 q(1),
