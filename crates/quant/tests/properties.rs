@@ -798,6 +798,8 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::IQ4_NL, true),
             (GgmlType::Q4_1, false),
             (GgmlType::Q5_1, false),
+            (GgmlType::Q8_0, false),
+            (GgmlType::Q8_0, true),
         ];
         for w in want {
             assert!(packed_types.contains(&w), "{w:?} not packed");

@@ -5,9 +5,9 @@
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
 //!
 //! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q3_K, Q5_K, Q6_K,
-//! IQ4_XS, Q4_1, Q5_0 and Q5_1 in `vec_dot` order. Q8_0 stays unpacked on AVX2 (see
-//! [`format`]); so does Q2_K in `vec_dot` order (matrices whose row count is not a multiple
-//! of eight), as on AVX-512.
+//! IQ4_XS, Q4_1, Q5_0, Q5_1 and Q8_0 in `vec_dot` order (Q8_0 since its passes caught up,
+//! see [`format`]). Q2_K in `vec_dot` order (matrices whose row count is not a multiple of
+//! eight) stays unpacked, as on AVX-512.
 //!
 //! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before
 //! widening: eight `vpmaddubsw` of at most `2 * 15 * 128` each stay within `i16`. Then one
@@ -34,8 +34,8 @@ use super::avx512_packed::{
     group_passes, packed_format, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
     unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat,
     Q2KPacked, Q3KAct, Q3KActs, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
-    Q5_1Packed, Q6KAct, Q6KPairs, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, ROWS,
-    TOKS32,
+    Q5_1Packed, Q6KAct, Q6KPairs, Q8_0Packed, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS,
+    Q6K_ACTS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead, Vnni256};
 use crate::blocks::*;
@@ -2010,8 +2010,8 @@ unsafe fn q5_k(p: &[Q5KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
 }
 
 // ---------------------------------------------------------------------------------------------
-// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL; Q8_0 matrices stay unpacked, see
-// [`format`]): lane `l` of a block holds values `4l..4l + 4` of eight rows, as in
+// The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): lane `l` of a block holds
+// values `4l..4l + 4` of eight rows, as in
 // [`super::avx512_packed`]. `vpmaddubsw` multiplies unsigned bytes by signed ones and
 // saturates its pairs at `i16`, so the 4- and 5-bit formats go in as stored (their offset taken
 // back through the token's lane sums, as there), and the 8-bit ones (Q8_0, and IQ4_NL's
@@ -2317,8 +2317,12 @@ fn tokens32_rows8_one<P: Pack32, const T: usize>(
     }
 }
 
-/// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`].
-const TOKENS32: usize = 2;
+/// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`]. Six for `tokens32` (tilebench
+/// `512 2048 64` at `SYNAPSE_ISA=avx2` on a Zen 5, GMAC/s at two / four / six / eight tokens a
+/// pass: Q8_0 54-56 / 68-69 / 70-72 / 72, Q4_1 63-71 / 70-73 / 72-73 / 71, Q5_0 49 / 52 / 54 /
+/// 53, Q5_1 57 / 60 / 60-61 / 46-62); the files' prefill with six instead of two
+/// (`bench/alternate.sh`, three pairs): Q5_0 1.103x, SmolLM2-135M Q4_1 1.023x.
+const TOKENS32: usize = 6;
 const TOKENS32_ROWS8: usize = 8;
 
 /// Packed 32-value groups times every token, as [`q4_k`]: in `vec_dot` order, or in the order
@@ -2370,7 +2374,7 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
             if REPACKED {
                 token_passes!(n_tok, pass, TOKENS32_ROWS8, [1 2 3 4 5 6 7]);
             } else {
-                token_passes!(n_tok, pass, TOKENS32, [1]);
+                token_passes!(n_tok, pass, TOKENS32, [1 2 3 4 5]);
             }
         }
     });
@@ -2386,16 +2390,18 @@ packed_format!(Q5_0: Q5_0Packed, BlockQ8_0, GgmlType::Q5_0, GgmlType::Q8_0 => la
 packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>, LANES32_TILE_WEIGHTS);
+packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>, LANES32_TILE_WEIGHTS);
 packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>, LANES32_TILE_WEIGHTS);
 
 /// The AVX2 packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
-/// repacked order), if there is one. Not Q8_0: its `vec_dot` order (a float per lane and
-/// block) left the packed kernel at 1.14x the AVX2 tiles' speed in prefill (tilebench `Q8_0
-/// 512 2048 64`: 26.4 -> 30.2 GMAC/s), which the tiles have since gained themselves (their
-/// products of scales taken out of the steps: 36.8 -> 43.0), and at 0.9-1.0x the row kernels'
-/// for one token (`Q8_0 2048 2048 1`: 16-21 against 16-19 GMAC/s), where decode spends its
-/// time.
+/// repacked order), if there is one. Q8_0 was left unpacked while its packed kernels, half by
+/// half and two tokens a pass, were no faster than the tiles and the row kernels; with the
+/// one-token pass sweeping both halves ([`tokens32_one`]) and six tokens a pass, on a Zen 5
+/// (tilebench): one token of `1024 2048` 56 GMAC/s against the row kernel's 33.5 (the tiles'
+/// 44.5), cold copies of `8192 2048` at 93% of a plain read; 64 tokens of `512 2048` 70-72
+/// against the tiles' 63-64. The Q8_0 file at that tier (`bench/alternate.sh`, three pairs):
+/// decode 1.339x, prefill 1.146x.
 pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
     match (ty, repacked) {
         (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
@@ -2410,6 +2416,7 @@ pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedForm
         (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
         (GgmlType::Q4_1, _) => Some(&Q4_1),
         (GgmlType::Q5_1, _) => Some(&Q5_1),
+        (GgmlType::Q8_0, _) => Some(&Q8_0),
         _ => None,
     }
 }
