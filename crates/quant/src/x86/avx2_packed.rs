@@ -952,6 +952,8 @@ fn iq4_xs_one<const T: usize>(
     // SAFETY: this function's features (AVX2, FMA, F16C); rows of the group's arrays, four
     // values of the token's 256 (the whole body).
     unsafe {
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        let m0f = _mm256_set1_epi8(0x0F);
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         for (b, g) in g.iter().enumerate() {
             let y = ys[b].qs.as_ptr();
@@ -963,8 +965,6 @@ fn iq4_xs_one<const T: usize>(
                 d[hr] = _mm256_mul_ps(dx, _mm256_set1_ps(ys[b].d));
             }
             // Lanes k and k + 4 together: the low and high nibbles of the same words.
-            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
-            let m0f = _mm256_set1_epi8(0x0F);
             for k in 0..4 {
                 prefetch_part_as(Ahead::Deep, g, 2 * k, 8);
                 prefetch_part_as(Ahead::Deep, g, 2 * k + 1, 8);
@@ -1070,7 +1070,7 @@ unsafe fn q3_k_words(g: &Q3KPairs, hr: usize, l: usize) -> [__m256i; 3] {
 
 /// Words `2p` and `2p + 1` of a lane's octet unpacked to one byte a value (`u`, 0..8) from its
 /// three words `[a, b, c]` ([`q3_k_words`]), as [`super::avx512_packed`]'s `q3_k_octet`: pairs
-/// 0..3 from the low six bits of `a`, `b`, `c`; pair 3 from their top bits.
+/// 0, 1 and 2 from the low six bits of `a`, `b` and `c`; pair 3 from their top bits.
 ///
 /// # Safety
 /// The CPU must have AVX2.
