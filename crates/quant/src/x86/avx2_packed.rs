@@ -2028,7 +2028,7 @@ const fn signed<P: Pack32>() -> bool {
 /// Whether a format's lanes start at the token's bias (`-OFFSET * sum`): not for [`signed`]
 /// formats, nor where the offset is 0 (Q4_1 and Q5_1, whose bias is all zeros: adding it, a
 /// broadcast and an add a lane, had cost them a fifth of their passes' time). On a Zen 5 at
-/// `SYNAPSE_ISA=avx2`, tilebench hot, without -> with the zeros added: one token of a 1024 x
+/// `SYNAPSE_ISA=avx2`, tilebench hot, with the zeros added -> without: one token of a 1024 x
 /// 2048 matrix Q4_1 44.6-53.2 -> 68.4-71.2 GMAC/s, Q5_1 37.0 -> 47.0; 64 tokens of 512 x 2048
 /// Q4_1 52.1 -> 62.9, Q5_1 36.2 -> 54.5; cold one-token copies of 8192 x 2048 against a plain
 /// read, Q4_1 71-72% -> 90-91%, Q5_1 66% -> 81%. SmolLM2-135M Q4_1 at one thread
