@@ -224,7 +224,12 @@ impl Acts {
     }
 
     fn row(&self, t: usize) -> &[u8] {
-        &self.buf[self.base + t * self.row_bytes..self.base + (t + 1) * self.row_bytes]
+        self.rows(t..t + 1)
+    }
+
+    /// Tokens `ts` of this call's rows, one after another.
+    fn rows(&self, ts: Range<usize>) -> &[u8] {
+        &self.buf[self.base + ts.start * self.row_bytes..self.base + ts.end * self.row_bytes]
     }
 }
 
@@ -511,8 +516,7 @@ fn in_tiles<'o>(
         buf.resize(buf.len().max(tile_rows * TOKEN_CHUNK), 0.0);
         for t0 in (0..n).step_by(TOKEN_CHUNK) {
             let nt = TOKEN_CHUNK.min(n - t0);
-            let a =
-                &acts.buf[acts.base + t0 * acts.row_bytes..acts.base + (t0 + nt) * acts.row_bytes];
+            let a = acts.rows(t0..t0 + nt);
             for r0 in rows.clone().step_by(tile_rows) {
                 let r1 = (r0 + tile_rows).min(rows.end);
                 let tile = &mut buf[..nt * (r1 - r0)];

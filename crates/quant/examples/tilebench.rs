@@ -127,7 +127,7 @@ fn main() {
         let variants: Vec<usize> = vs.split(',').map(|v| v.parse().unwrap_or(0)).collect();
         let bytes: usize = packed.iter().map(|p| p.data().len()).sum();
         let mut out = vec![0f32; packed[0].rows() * n_tok];
-        let mut ratios = vec![Vec::new(); variants.len()];
+        // Each round's (kernel, plain read) GB/s, per variant.
         let mut rates = vec![Vec::new(); variants.len()];
         for _ in 0..reps {
             for (i, &v) in variants.iter().enumerate() {
@@ -145,19 +145,18 @@ fn main() {
                 }
                 std::hint::black_box(x);
                 let plain = t.elapsed().as_secs_f64();
-                ratios[i].push(plain / kernel);
                 rates[i].push((bytes as f64 / kernel / 1e9, bytes as f64 / plain / 1e9));
             }
         }
-        for ((v, mut r), mut gbs) in variants.iter().zip(ratios).zip(rates) {
-            r.sort_by(f64::total_cmp);
+        let sorted = |mut x: Vec<f64>| {
+            x.sort_by(f64::total_cmp);
+            x
+        };
+        for (v, gbs) in variants.iter().zip(rates) {
+            let r = sorted(gbs.iter().map(|&(k, p)| k / p).collect());
             let q = |f: usize| 100.0 * r[(f * r.len() / 4).min(r.len() - 1)];
-            let median = |mut x: Vec<f64>| {
-                x.sort_by(f64::total_cmp);
-                x[x.len() / 2]
-            };
-            let kernel = median(gbs.iter().map(|g| g.0).collect());
-            let plain = median(gbs.drain(..).map(|g| g.1).collect());
+            let kernel = sorted(gbs.iter().map(|g| g.0).collect())[gbs.len() / 2];
+            let plain = sorted(gbs.iter().map(|g| g.1).collect())[gbs.len() / 2];
             println!(
                 "sustained over {} MiB, variant {v}: kernel / plain read median {:.1}% (quartiles {:.1}-{:.1}%); medians {kernel:.1} / {plain:.1} GB/s",
                 bytes >> 20,

@@ -511,6 +511,25 @@ fn store_tokens8<const T: usize>(
     }
 }
 
+/// A one-token pass's lane `l` of both eight-row halves: each half's exact integer sums
+/// (`lane[hr]`) fused into its float lane by `d[hr]`, as `vec_dot` fuses a lane a block.
+#[inline(always)]
+fn fuse_halves(acc: &mut [[__m256; 8]; 2], l: usize, d: &[__m256; 2], lane: [__m256i; 2]) {
+    for (hr, (acc, lane)) in acc.iter_mut().zip(lane).enumerate() {
+        // SAFETY: AVX2 and FMA (the callers' features).
+        acc[l] = unsafe { _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane), acc[l]) };
+    }
+}
+
+/// A one-token pass's float lanes of both halves, each half's eight added as ggml adds its
+/// lanes ([`hsum8`]), into `out`.
+#[inline(always)]
+fn store_halves(out: &mut [f32], at: (usize, usize, usize), acc: &[[__m256; 8]; 2]) {
+    for (hr, &acc) in acc.iter().enumerate() {
+        store_tokens8(out, at, hr, &[acc]);
+    }
+}
+
 /// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as `avx2::hsum` adds ggml's lanes.
 #[inline(always)]
 unsafe fn hsum8(a: &[__m256; 8]) -> __m256 {
@@ -744,14 +763,10 @@ fn q6_k_one<const T: usize>(
                         }
                     }
                 }
-                for hr in 0..2 {
-                    acc[hr][l] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][l]);
-                }
+                fuse_halves(&mut acc, l, &d, lane);
             }
         }
-        for (hr, &acc) in acc.iter().enumerate() {
-            store_tokens8(out, at, hr, &[acc]);
-        }
+        store_halves(out, at, &acc);
     }
 }
 
@@ -992,18 +1007,12 @@ fn iq4_xs_one<const T: usize>(
                         }
                     }
                 }
-                for e in 0..2 {
-                    for hr in 0..2 {
-                        let l = k + 4 * e;
-                        acc[hr][l] =
-                            _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[e][hr]), acc[hr][l]);
-                    }
+                for (e, lane) in lane.into_iter().enumerate() {
+                    fuse_halves(&mut acc, k + 4 * e, &d, lane);
                 }
             }
         }
-        for (hr, &acc) in acc.iter().enumerate() {
-            store_tokens8(out, at, hr, &[acc]);
-        }
+        store_halves(out, at, &acc);
     }
 }
 
@@ -1333,14 +1342,10 @@ fn q3_k_one<const T: usize>(
                         lane[hr] = _mm256_add_epi32(lane[hr], _mm256_madd_epi16(both, s));
                     }
                 }
-                for hr in 0..2 {
-                    acc[hr][l] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][l]);
-                }
+                fuse_halves(&mut acc, l, &d, lane);
             }
         }
-        for (hr, &acc) in acc.iter().enumerate() {
-            store_tokens8(out, at, hr, &[acc]);
-        }
+        store_halves(out, at, &acc);
     }
 }
 
@@ -1955,9 +1960,7 @@ fn q5_k_one<const T: usize>(
                         }
                     }
                 }
-                for hr in 0..2 {
-                    acc[hr][k] = _mm256_fmadd_ps(d[hr], _mm256_cvtepi32_ps(lane[hr]), acc[hr][k]);
-                }
+                fuse_halves(&mut acc, k, &d, lane);
             }
         }
         for hr in 0..2 {
