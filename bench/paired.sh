@@ -9,6 +9,7 @@
 #
 #   bench/paired.sh                              # the 1B-shaped Q4_K_M file, 1 and 2 threads, 6 x tg32
 #   ROUNDS=4 THREADS="1" bench/paired.sh FILE    # another file, thread count, repetition count
+#   SYNAPSE_MEMBW_STREAMS=1 bench/paired.sh      # against a probe of one stream a thread (x86-64)
 #
 # Run compare.sh first: it makes the 1B-shaped file.
 set -euo pipefail

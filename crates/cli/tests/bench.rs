@@ -385,8 +385,9 @@ fn probe_each_token_pairs_decode_with_passes_over_a_buffer_or_the_weights() {
         let r = synapse(&args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         let text = String::from_utf8(r.stdout).unwrap();
+        let head = text.lines().next().unwrap_or("");
         assert!(
-            text.starts_with(&format!("Probe passes over {over}")),
+            head.starts_with("Probe passes (") && head.contains(&format!(") over {over}")),
             "{text}"
         );
         let rows: Vec<Vec<&str>> = text
@@ -426,6 +427,47 @@ fn membw_probe_prints_one_rate_per_thread_count() {
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r["gbs"].as_f64().unwrap() > 0.0));
+}
+
+/// `SYNAPSE_MEMBW_STREAMS=1` makes the x86-64 probe read one stream a thread, and says so;
+/// another value is reported and the probe reads its four.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn membw_probe_reads_one_stream_when_asked() {
+    let probe = |streams: &str| {
+        Command::new(env!("CARGO_BIN_EXE_synapse"))
+            .args([
+                "bench",
+                "--membw",
+                "-t",
+                "1",
+                "--membw-mib",
+                "16",
+                "-r",
+                "1",
+            ])
+            .env("SYNAPSE_MEMBW_STREAMS", streams)
+            .output()
+            .expect("run synapse")
+    };
+    let r = probe("1");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(out.contains(", one stream, 16 MiB buffer"), "{out}");
+    let r = probe("3");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let (out, err) = (
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr),
+    );
+    assert!(
+        !out.contains("one stream") && out.contains("16 MiB buffer"),
+        "{out}"
+    );
+    assert!(
+        err.contains("SYNAPSE_MEMBW_STREAMS=\"3\" is not 1 or 4"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -33,15 +33,25 @@ pub fn isa() -> &'static str {
 
 type ReadFn = fn(&[Line]) -> u64;
 
-/// The widest loop this CPU runs, chosen once.
+/// The widest loop this CPU runs, chosen once: on x86-64 four streams a thread, or one with
+/// `SYNAPSE_MEMBW_STREAMS=1` ([`one_stream`]).
 fn kernel() -> (&'static str, ReadFn) {
     #[cfg(target_arch = "x86_64")]
     {
+        let one = one_stream();
         if std::arch::is_x86_feature_detected!("avx512f") {
-            return ("avx512", x86::read_avx512);
+            return if one {
+                ("avx512, one stream", x86::read_avx512_one)
+            } else {
+                ("avx512", x86::read_avx512)
+            };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
-            return ("avx2", x86::read_avx2);
+            return if one {
+                ("avx2, one stream", x86::read_avx2_one)
+            } else {
+                ("avx2", x86::read_avx2)
+            };
         }
     }
     #[cfg(target_arch = "aarch64")]
@@ -51,6 +61,25 @@ fn kernel() -> (&'static str, ReadFn) {
         }
     }
     ("portable", read_portable)
+}
+
+/// Whether the x86-64 probe reads one stream a thread, in address order, instead of four
+/// (`SYNAPSE_MEMBW_STREAMS=1`, read once): what a kernel that reads its weights once, in order,
+/// meets. On the Zen 5 VM of docs/PERF.md four streams read more than one (the section "One
+/// stream against four"), and decode's kernels each read one. Any other value is reported and
+/// ignored.
+#[cfg(target_arch = "x86_64")]
+fn one_stream() -> bool {
+    static ONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONE.get_or_init(|| match std::env::var("SYNAPSE_MEMBW_STREAMS") {
+        Err(_) => false,
+        Ok(v) if v.trim() == "1" => true,
+        Ok(v) if v.trim() == "4" => false,
+        Ok(v) => {
+            eprintln!("synapse: SYNAPSE_MEMBW_STREAMS={v:?} is not 1 or 4; four streams");
+            false
+        }
+    })
 }
 
 /// XOR of every word, eight independent lanes (compilers vectorise it to the baseline ISA).
@@ -171,6 +200,91 @@ mod x86 {
             );
         }
         out ^ super::read_portable(&lines[part * 4..])
+    }
+
+    pub fn read_avx512_one(lines: &[Line]) -> u64 {
+        // SAFETY: chosen only when the CPU has AVX-512F (`kernel` checks it).
+        unsafe { avx512_one(lines) }
+    }
+
+    pub fn read_avx2_one(lines: &[Line]) -> u64 {
+        // SAFETY: chosen only when the CPU has AVX2 (`kernel` checks it).
+        unsafe { avx2_one(lines) }
+    }
+
+    /// One stream: the lines in address order, eight an iteration, two into each of four
+    /// accumulators ([`avx512`]'s loads and form, one stream instead of four).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F.
+    unsafe fn avx512_one(lines: &[Line]) -> u64 {
+        let steps = lines.len() / 8;
+        let mut out: u64;
+        // SAFETY: reads lines `0..8 * steps`, all inside `lines`; the loop runs only when
+        // `steps > 0`; every vector register it writes is declared clobbered.
+        unsafe {
+            std::arch::asm!(
+                "vpxorq zmm4, zmm4, zmm4",
+                "vpxorq zmm5, zmm5, zmm5",
+                "vpxorq zmm6, zmm6, zmm6",
+                "vpxorq zmm7, zmm7, zmm7",
+                "test rcx, rcx",
+                "jz 3f",
+                "2:",
+                "vpxorq zmm4, zmm4, zmmword ptr [rsi]",
+                "vpxorq zmm5, zmm5, zmmword ptr [rsi + 64]",
+                "vpxorq zmm6, zmm6, zmmword ptr [rsi + 128]",
+                "vpxorq zmm7, zmm7, zmmword ptr [rsi + 192]",
+                "vpxorq zmm4, zmm4, zmmword ptr [rsi + 256]",
+                "vpxorq zmm5, zmm5, zmmword ptr [rsi + 320]",
+                "vpxorq zmm6, zmm6, zmmword ptr [rsi + 384]",
+                "vpxorq zmm7, zmm7, zmmword ptr [rsi + 448]",
+                "add rsi, 512",
+                "dec rcx",
+                "jnz 2b",
+                "3:",
+                "vpxorq zmm4, zmm4, zmm5",
+                "vpxorq zmm6, zmm6, zmm7",
+                "vpxorq zmm4, zmm4, zmm6",
+                "vextracti64x4 ymm5, zmm4, 1",
+                "vpxor ymm4, ymm4, ymm5",
+                "vextracti128 xmm5, ymm4, 1",
+                "vpxor xmm4, xmm4, xmm5",
+                "vpshufd xmm5, xmm4, 0x4e",
+                "vpxor xmm4, xmm4, xmm5",
+                "vmovq rax, xmm4",
+                "vzeroupper",
+                inout("rsi") lines.as_ptr() => _,
+                inout("rcx") steps => _,
+                lateout("rax") out,
+                clobber_abi("C"),
+                options(nostack, readonly),
+            );
+        }
+        out ^ super::read_portable(&lines[steps * 8..])
+    }
+
+    /// One stream, as [`avx512_one`], each 64-byte line as two 32-byte loads.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2_one(lines: &[Line]) -> u64 {
+        let mut acc = [_mm256_setzero_si256(); 8];
+        let steps = lines.len() / 4;
+        for four in lines[..4 * steps].chunks_exact(4) {
+            for (k, l) in four.iter().enumerate() {
+                let p = l as *const Line as *const __m256i;
+                // SAFETY: a line is 64 bytes, 64-byte aligned: two aligned 32-byte vectors.
+                let (lo, hi) = unsafe { (_mm256_load_si256(p), _mm256_load_si256(p.add(1))) };
+                acc[2 * k] = _mm256_xor_si256(acc[2 * k], lo);
+                acc[2 * k + 1] = _mm256_xor_si256(acc[2 * k + 1], hi);
+            }
+        }
+        let x = acc[1..].iter().fold(acc[0], |x, &a| _mm256_xor_si256(x, a));
+        let x = _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
+        (_mm_cvtsi128_si64(x) ^ _mm_extract_epi64::<1>(x)) as u64
+            ^ super::read_portable(&lines[4 * steps..])
     }
 
     /// Four streams, as [`avx512`], each 64-byte line as two 32-byte loads.
@@ -393,10 +507,24 @@ mod tests {
             let b = ProbeBuffer::new(n * 64);
             let lines = &b.lines()[..n.min(b.lines().len())];
             let want = read_portable(lines);
-            assert_eq!(kernel().1(lines), want, "{} on rcx lines", isa());
+            assert_eq!(kernel().1(lines), want, "{} on {n} lines", isa());
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
-                assert_eq!(x86::read_avx2(lines), want, "avx2 on rcx lines");
+                assert_eq!(x86::read_avx2(lines), want, "avx2 on {n} lines");
+                assert_eq!(
+                    x86::read_avx2_one(lines),
+                    want,
+                    "avx2, one stream, {n} lines"
+                );
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                assert_eq!(x86::read_avx512(lines), want, "avx512 on {n} lines");
+                assert_eq!(
+                    x86::read_avx512_one(lines),
+                    want,
+                    "avx512, one stream, {n} lines"
+                );
             }
         }
     }

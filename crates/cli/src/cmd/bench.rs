@@ -644,7 +644,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.probe_each_token {
         println!(
-            "Probe passes over {}.\n",
+            "Probe passes ({}) over {}.\n",
+            membw::isa(),
             if args.probe_weights {
                 "the model's weights, a quarter a pass".to_string()
             } else {
