@@ -133,33 +133,83 @@ mod x86 {
     use std::arch::x86_64::*;
 
     pub fn read_avx512(lines: &[Line]) -> u64 {
-        // SAFETY: chosen only when the CPU has AVX-512F (`kernel` checks it).
-        unsafe { avx512(lines) }
+        let w = Walk::four(super::quarter(lines.len()));
+        // SAFETY: chosen only when the CPU has AVX-512F (`kernel` checks it); the walk's lines
+        // are the first `w.covered()` of `lines`.
+        unsafe { avx512(lines, w) ^ super::read_portable(&lines[w.covered()..]) }
     }
 
     pub fn read_avx2(lines: &[Line]) -> u64 {
+        let w = Walk::four(super::quarter(lines.len()));
         // SAFETY: chosen only when the CPU has AVX2 (`kernel` checks it).
-        unsafe { avx2(lines) }
+        unsafe { avx2(lines, w) ^ super::read_portable(&lines[w.covered()..]) }
     }
 
-    /// Four streams at once: the slice is cut in four equal parts and each iteration loads the
-    /// next 64-byte line of every part into its own accumulator. Several streams can keep more
-    /// requests in flight than one (with 32-byte AVX2 loads, 1.5x on one core of a Sapphire
-    /// Rapids VM; with these 64-byte loads the same as one stream there, about 16.5 GB/s on a
-    /// busy host). The parts are [`super::quarter`]s: never a large power of two apart. Written
-    /// as assembly so that it needs no AVX-512 intrinsics (newer than the crate's minimum Rust)
+    pub fn read_avx512_one(lines: &[Line]) -> u64 {
+        let w = Walk::one(lines.len());
+        // SAFETY: as `read_avx512`.
+        unsafe { avx512(lines, w) ^ super::read_portable(&lines[w.covered()..]) }
+    }
+
+    pub fn read_avx2_one(lines: &[Line]) -> u64 {
+        let w = Walk::one(lines.len());
+        // SAFETY: as `read_avx2`.
+        unsafe { avx2(lines, w) ^ super::read_portable(&lines[w.covered()..]) }
+    }
+
+    /// The lines a loop reads, four a step into four accumulators: at step `j < steps`, line
+    /// `j * advance + s * stride` for `s < 4`.
+    ///
+    /// - [`Walk::four`], the probe's: four streams at once, the slice's first `4 * part` lines
+    ///   cut in four equal parts, each step the next line of every part. Several streams can
+    ///   keep more requests in flight than one (with 32-byte AVX2 loads, 1.5x on one core of a
+    ///   Sapphire Rapids VM; with 64-byte loads the same as one stream there, about 16.5 GB/s
+    ///   on a busy host). The parts are [`super::quarter`]s: never a large power of two apart.
+    /// - [`Walk::one`]: one stream, four consecutive lines a step, what a kernel reading its
+    ///   weights in order meets (`SYNAPSE_MEMBW_STREAMS=1`).
+    #[derive(Clone, Copy)]
+    struct Walk {
+        steps: usize,
+        stride: usize,
+        advance: usize,
+    }
+
+    impl Walk {
+        fn four(part: usize) -> Walk {
+            Walk {
+                steps: part,
+                stride: part,
+                advance: 1,
+            }
+        }
+
+        fn one(n: usize) -> Walk {
+            Walk {
+                steps: n / 4,
+                stride: 1,
+                advance: 4,
+            }
+        }
+
+        /// The walk reads lines `0..covered()`, each once.
+        fn covered(self) -> usize {
+            4 * self.steps
+        }
+    }
+
+    /// The lines of `w` (which must lie inside `lines`) with 64-byte loads. Written as
+    /// assembly so that it needs no AVX-512 intrinsics (newer than the crate's minimum Rust)
     /// and so that the compiler can neither narrow nor drop the loads.
     ///
     /// # Safety
     /// The CPU must have AVX-512F.
-    unsafe fn avx512(lines: &[Line]) -> u64 {
-        let part = super::quarter(lines.len());
-        let stride = part * 64;
+    unsafe fn avx512(lines: &[Line], w: Walk) -> u64 {
+        assert!(w.covered() <= lines.len());
         let mut out: u64;
-        let p = lines.as_ptr();
-        // SAFETY: reads lines `s * part + j` for s < 4, j < part, all inside `lines` (r8 starts
-        // at part 2); the loop runs only when `part > 0`; every vector register it writes is
-        // declared clobbered (all of them are caller-saved in the C ABI).
+        // SAFETY: reads lines `j * advance + s * stride` for j < steps, s < 4, all inside
+        // `lines` (asserted; r8 starts at stream 2); the loop runs only when `steps > 0`;
+        // every vector register it writes is declared clobbered (all of them are caller-saved
+        // in the C ABI).
         unsafe {
             std::arch::asm!(
                 "vpxorq zmm4, zmm4, zmm4",
@@ -174,72 +224,8 @@ mod x86 {
                 "vpxorq zmm5, zmm5, zmmword ptr [rsi + rdx]",
                 "vpxorq zmm6, zmm6, zmmword ptr [r8]",
                 "vpxorq zmm7, zmm7, zmmword ptr [r8 + rdx]",
-                "add rsi, 64",
-                "add r8, 64",
-                "dec rcx",
-                "jnz 2b",
-                "3:",
-                "vpxorq zmm4, zmm4, zmm5",
-                "vpxorq zmm6, zmm6, zmm7",
-                "vpxorq zmm4, zmm4, zmm6",
-                "vextracti64x4 ymm5, zmm4, 1",
-                "vpxor ymm4, ymm4, ymm5",
-                "vextracti128 xmm5, ymm4, 1",
-                "vpxor xmm4, xmm4, xmm5",
-                "vpshufd xmm5, xmm4, 0x4e",
-                "vpxor xmm4, xmm4, xmm5",
-                "vmovq rax, xmm4",
-                "vzeroupper",
-                inout("rsi") p => _,
-                inout("rcx") part => _,
-                in("rdx") stride,
-                out("r8") _,
-                lateout("rax") out,
-                clobber_abi("C"),
-                options(nostack, readonly),
-            );
-        }
-        out ^ super::read_portable(&lines[part * 4..])
-    }
-
-    pub fn read_avx512_one(lines: &[Line]) -> u64 {
-        // SAFETY: chosen only when the CPU has AVX-512F (`kernel` checks it).
-        unsafe { avx512_one(lines) }
-    }
-
-    pub fn read_avx2_one(lines: &[Line]) -> u64 {
-        // SAFETY: chosen only when the CPU has AVX2 (`kernel` checks it).
-        unsafe { avx2_one(lines) }
-    }
-
-    /// One stream: the lines in address order, eight an iteration, two into each of four
-    /// accumulators ([`avx512`]'s loads and form, one stream instead of four).
-    ///
-    /// # Safety
-    /// The CPU must have AVX-512F.
-    unsafe fn avx512_one(lines: &[Line]) -> u64 {
-        let steps = lines.len() / 8;
-        let mut out: u64;
-        // SAFETY: reads lines `0..8 * steps`, all inside `lines`; the loop runs only when
-        // `steps > 0`; every vector register it writes is declared clobbered.
-        unsafe {
-            std::arch::asm!(
-                "vpxorq zmm4, zmm4, zmm4",
-                "vpxorq zmm5, zmm5, zmm5",
-                "vpxorq zmm6, zmm6, zmm6",
-                "vpxorq zmm7, zmm7, zmm7",
-                "test rcx, rcx",
-                "jz 3f",
-                "2:",
-                "vpxorq zmm4, zmm4, zmmword ptr [rsi]",
-                "vpxorq zmm5, zmm5, zmmword ptr [rsi + 64]",
-                "vpxorq zmm6, zmm6, zmmword ptr [rsi + 128]",
-                "vpxorq zmm7, zmm7, zmmword ptr [rsi + 192]",
-                "vpxorq zmm4, zmm4, zmmword ptr [rsi + 256]",
-                "vpxorq zmm5, zmm5, zmmword ptr [rsi + 320]",
-                "vpxorq zmm6, zmm6, zmmword ptr [rsi + 384]",
-                "vpxorq zmm7, zmm7, zmmword ptr [rsi + 448]",
-                "add rsi, 512",
+                "add rsi, r9",
+                "add r8, r9",
                 "dec rcx",
                 "jnz 2b",
                 "3:",
@@ -255,50 +241,28 @@ mod x86 {
                 "vmovq rax, xmm4",
                 "vzeroupper",
                 inout("rsi") lines.as_ptr() => _,
-                inout("rcx") steps => _,
+                inout("rcx") w.steps => _,
+                in("rdx") w.stride * 64,
+                in("r9") w.advance * 64,
+                out("r8") _,
                 lateout("rax") out,
                 clobber_abi("C"),
                 options(nostack, readonly),
             );
         }
-        out ^ super::read_portable(&lines[steps * 8..])
+        out
     }
 
-    /// One stream, as [`avx512_one`], each 64-byte line as two 32-byte loads.
+    /// [`avx512`]'s walk, each 64-byte line as two 32-byte loads.
     ///
     /// # Safety
     /// The CPU must have AVX2.
     #[target_feature(enable = "avx2")]
-    unsafe fn avx2_one(lines: &[Line]) -> u64 {
+    unsafe fn avx2(lines: &[Line], w: Walk) -> u64 {
         let mut acc = [_mm256_setzero_si256(); 8];
-        let steps = lines.len() / 4;
-        for four in lines[..4 * steps].chunks_exact(4) {
-            for (k, l) in four.iter().enumerate() {
-                let p = l as *const Line as *const __m256i;
-                // SAFETY: a line is 64 bytes, 64-byte aligned: two aligned 32-byte vectors.
-                let (lo, hi) = unsafe { (_mm256_load_si256(p), _mm256_load_si256(p.add(1))) };
-                acc[2 * k] = _mm256_xor_si256(acc[2 * k], lo);
-                acc[2 * k + 1] = _mm256_xor_si256(acc[2 * k + 1], hi);
-            }
-        }
-        let x = acc[1..].iter().fold(acc[0], |x, &a| _mm256_xor_si256(x, a));
-        let x = _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
-        (_mm_cvtsi128_si64(x) ^ _mm_extract_epi64::<1>(x)) as u64
-            ^ super::read_portable(&lines[4 * steps..])
-    }
-
-    /// Four streams, as [`avx512`], each 64-byte line as two 32-byte loads.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2.
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(lines: &[Line]) -> u64 {
-        let part = super::quarter(lines.len());
-        let mut acc = [_mm256_setzero_si256(); 8];
-        let parts: [&[Line]; 4] = std::array::from_fn(|s| &lines[s * part..(s + 1) * part]);
-        for j in 0..part {
-            for (s, stream) in parts.iter().enumerate() {
-                let p = &stream[j] as *const Line as *const __m256i;
+        for j in 0..w.steps {
+            for s in 0..4 {
+                let p = &lines[j * w.advance + s * w.stride] as *const Line as *const __m256i;
                 // SAFETY: a line is 64 bytes, 64-byte aligned: two aligned 32-byte vectors.
                 let (lo, hi) = unsafe { (_mm256_load_si256(p), _mm256_load_si256(p.add(1))) };
                 acc[2 * s] = _mm256_xor_si256(acc[2 * s], lo);
@@ -308,7 +272,6 @@ mod x86 {
         let x = acc[1..].iter().fold(acc[0], |x, &a| _mm256_xor_si256(x, a));
         let x = _mm_xor_si128(_mm256_castsi256_si128(x), _mm256_extracti128_si256::<1>(x));
         (_mm_cvtsi128_si64(x) ^ _mm_extract_epi64::<1>(x)) as u64
-            ^ super::read_portable(&lines[part * 4..])
     }
 }
 
