@@ -191,9 +191,12 @@ mod x86 {
             }
         }
 
-        /// The walk reads lines `0..covered()`, each once.
+        /// One past the last line the walk reads: both walks read every line below it, once.
         fn covered(self) -> usize {
-            4 * self.steps
+            match self.steps {
+                0 => 0,
+                steps => (steps - 1) * self.advance + 3 * self.stride + 1,
+            }
         }
     }
 
