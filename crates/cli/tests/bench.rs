@@ -434,7 +434,7 @@ fn membw_probe_prints_one_rate_per_thread_count() {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn membw_probe_reads_one_stream_when_asked() {
-    let probe = |streams: &str| {
+    let probe = |streams: &str, format: &str| {
         Command::new(env!("CARGO_BIN_EXE_synapse"))
             .args([
                 "bench",
@@ -443,25 +443,33 @@ fn membw_probe_reads_one_stream_when_asked() {
                 "1",
                 "--membw-mib",
                 "16",
-                "-r",
-                "1",
+                "-o",
+                format,
             ])
             .env("SYNAPSE_MEMBW_STREAMS", streams)
             .output()
             .expect("run synapse")
     };
-    let r = probe("1");
+    let r = probe("1", "md");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let out = String::from_utf8_lossy(&r.stdout);
-    assert!(out.contains(", one stream, 16 MiB buffer"), "{out}");
-    let r = probe("3");
+    assert!(out.contains(" one-stream, 16 MiB buffer"), "{out}");
+    // The loop's name is one CSV field.
+    let r = probe("1", "csv");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let out = String::from_utf8_lossy(&r.stdout);
+    let rows: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(rows.iter().all(|l| l.split(',').count() == 3), "{out}");
+    assert!(rows[1].ends_with(" one-stream"), "{out}");
+    let r = probe("3", "md");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     let (out, err) = (
         String::from_utf8_lossy(&r.stdout),
         String::from_utf8_lossy(&r.stderr),
     );
     assert!(
-        !out.contains("one stream") && out.contains("16 MiB buffer"),
+        !out.contains("one-stream") && out.contains("16 MiB buffer"),
         "{out}"
     );
     assert!(

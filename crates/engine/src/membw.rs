@@ -41,14 +41,14 @@ fn kernel() -> (&'static str, ReadFn) {
         let one = one_stream();
         if std::arch::is_x86_feature_detected!("avx512f") {
             return if one {
-                ("avx512, one stream", x86::read_avx512_one)
+                ("avx512 one-stream", x86::read_avx512_one)
             } else {
                 ("avx512", x86::read_avx512)
             };
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             return if one {
-                ("avx2, one stream", x86::read_avx2_one)
+                ("avx2 one-stream", x86::read_avx2_one)
             } else {
                 ("avx2", x86::read_avx2)
             };
