@@ -521,6 +521,24 @@ fn fuse_halves(acc: &mut [[__m256; 8]; 2], l: usize, d: &[__m256; 2], lane: [__m
     }
 }
 
+/// A one-token pass's block scales of both eight-row halves: the rows' `d` times the token's
+/// `yd`.
+///
+/// # Safety
+/// The CPU must have AVX and F16C.
+#[inline(always)]
+unsafe fn halves_d(d: &[u16; ROWS], yd: f32) -> [__m256; 2] {
+    // SAFETY: the caller's features; rows of `d`. (A loop, not a closure, which would not
+    // share the caller's features.)
+    unsafe {
+        let mut both = [_mm256_setzero_ps(); 2];
+        for (hr, both) in both.iter_mut().enumerate() {
+            *both = _mm256_mul_ps(ld8_f16(d, hr), _mm256_set1_ps(yd));
+        }
+        both
+    }
+}
+
 /// A one-token pass's float lanes of both halves, each half's eight added as ggml adds its
 /// lanes ([`hsum8`]), into `out`.
 #[inline(always)]
@@ -731,12 +749,8 @@ fn q6_k_one<const T: usize>(
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         for (b, g) in g.iter().enumerate() {
             let y = ys[b].qs.as_ptr();
-            let yd = _mm256_set1_ps(ys[b].d);
             let scale = [q6_k_scales8(g, 0), q6_k_scales8(g, 1)];
-            let mut d = [_mm256_setzero_ps(); 2];
-            for hr in 0..2 {
-                d[hr] = _mm256_mul_ps(yd, ld8_f16(&g.d, hr));
-            }
+            let d = halves_d(&g.d, ys[b].d);
             for l in 0..8 {
                 prefetch_part_as(Ahead::Deep, g, l, 8);
                 let nb = bcast4(ys[b].nb.as_ptr().add(2 * l));
@@ -1315,12 +1329,8 @@ fn q3_k_one<const T: usize>(
         let mut acc = [[_mm256_setzero_ps(); 8]; 2];
         for (b, g) in g.iter().enumerate() {
             let (y, off) = (ys[b].qs.as_ptr(), ys[b].off.as_ptr());
-            let yd = _mm256_set1_ps(ys[b].d);
             let scale = [q3_k_scales8(g, 0), q3_k_scales8(g, 1)];
-            let mut d = [_mm256_setzero_ps(); 2];
-            for hr in 0..2 {
-                d[hr] = _mm256_mul_ps(yd, ld8_f16(&g.d, hr));
-            }
+            let d = halves_d(&g.d, ys[b].d);
             for l in 0..8 {
                 prefetch_part_as(Ahead::Deep, g, l, 8);
                 let w = [q3_k_words(g, 0, l), q3_k_words(g, 1, l)];
@@ -2231,11 +2241,8 @@ fn tokens32_one<P: Pack32, const T: usize>(
         prefetch_ahead(g);
         let tk = &toks[b];
         let y = ys[b].qs().as_ptr();
-        let mut d = [_mm256_setzero_ps(); 2];
-        for (hr, d) in d.iter_mut().enumerate() {
-            // SAFETY: a row of `d`.
-            *d = _mm256_mul_ps(unsafe { ld8_f16(g.d(), hr) }, _mm256_set1_ps(tk.d));
-        }
+        // SAFETY: this function's features.
+        let d = unsafe { halves_d(g.d(), tk.d) };
         if P::MIN {
             for (hr, mins) in mins.iter_mut().enumerate() {
                 // SAFETY: a row of `m`.
