@@ -587,10 +587,14 @@ pub fn parallel_piece_runs_mut(
         .collect();
     let shared = SharedOut(out.as_mut_ptr(), n * chunk);
     let thread = |i: usize| {
+        // A pool larger than the piece count: threads `t..` have no run.
+        let (Some(&first), Some(&end)) = (starts.get(i), starts.get(i + 1)) else {
+            return;
+        };
         let shared = &shared;
         let mut call = Vec::with_capacity(group);
         let mut key = None;
-        for p in &pieces[starts[i]..starts[i + 1]] {
+        for p in &pieces[first..end] {
             if call.len() == group || key.is_some_and(|key| key != p.key) {
                 f(&mut call);
                 call.clear();
@@ -694,7 +698,7 @@ mod tests {
     }
 
     /// D1 and G1 through the thread hand-out: one token and batches give every row the same
-    /// bits on 1 to 4 threads, whether the rows are claimed in pieces (a matrix large enough,
+    /// bits on 1 to 64 threads (far more than this machine's cores), whether the rows are claimed in pieces (a matrix large enough,
     /// a row count that is not a whole number of groups) or split in equal shares (a small
     /// matrix in the same call).
     #[test]
@@ -739,7 +743,7 @@ mod tests {
             let one: Vec<Vec<f32>> = (0..70)
                 .map(|t| product(&ws, &x[t * cols..], 1, 1).concat())
                 .collect();
-            for threads in 1..=4 {
+            for threads in [1, 2, 3, 4, 5, 8, 13, 32, 64] {
                 for t in [0, 69] {
                     let got = product(&ws, &x[t * cols..], 1, threads).concat();
                     assert!(got == one[t], "{ty:?}: token {t}, {threads} threads");
@@ -767,7 +771,17 @@ mod tests {
     #[test]
     fn piece_runs_cover_every_piece_once_in_runs_of_equal_cost() {
         use std::sync::Mutex;
-        for (n, threads, group) in [(9, 1, 4), (9, 2, 4), (9, 3, 3), (64 * 9, 2, 4), (5, 4, 2)] {
+        // More threads than pieces too (a 9-head model on a 64-core machine), and no pieces.
+        for (n, threads, group) in [
+            (9, 1, 4),
+            (9, 2, 4),
+            (9, 3, 3),
+            (64 * 9, 2, 4),
+            (5, 4, 2),
+            (9, 10, 1),
+            (3, 64, 2),
+            (0, 5, 1),
+        ] {
             // Pieces in reverse (a permutation), costs 1..=n (as a causal batch's), keys of 3.
             let order = |k: usize| Piece {
                 index: n - 1 - k,

@@ -139,12 +139,7 @@ fn every_weight_format_matches_llama_cpp_and_keeps_g1_and_d1() {
             );
         }
         // D1: any thread count gives the same bits.
-        for threads in [2, 3, 4] {
-            assert!(
-                run(model.as_ref(), &ids, 64, threads) == got,
-                "{stem}: {threads} threads differ"
-            );
-        }
+        assert_d1(&stem, model.as_ref(), &ids, &got);
         let all = run(model.as_ref(), &with_next(model.as_ref(), &ids), 1, 1);
         last_logits_match_all(&stem, model.as_ref(), &ids, &all);
     }

@@ -63,6 +63,28 @@ pub fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<
         .unwrap()
 }
 
+/// D1: `want`, the logits of every position of `ids` on one thread, again on thread counts far
+/// above this machine's cores and above the model's heads (a 9-head model on a 64-core
+/// machine): 2, 3 and 5 threads over every position at batches of 64, and 8 to 64 threads over
+/// the first 24 at batches of 7 (prefill and a tail) and the first 6 one token at a time.
+pub fn assert_d1(label: &str, model: &dyn Model, ids: &[u32], want: &[f32]) {
+    let n_vocab = model.info().n_vocab;
+    for threads in [2, 3, 5] {
+        let got = run(model, ids, 64, threads);
+        assert!(got == want, "{label}: {threads} threads differ");
+    }
+    for threads in [8, 13, 32, 64] {
+        for (n, batch) in [(24, 7), (6, 1)] {
+            let n = n.min(ids.len());
+            let got = run(model, &ids[..n], batch, threads);
+            assert!(
+                got == want[..n * n_vocab],
+                "{label}: {threads} threads (batch {batch}) differ"
+            );
+        }
+    }
+}
+
 /// A prompt prefilled for its last logits alone (`Logits::Last`: the batches before the last
 /// keep only their keys and values from the last layer, the last batch goes on through it with
 /// its last row alone) gives row `ids.len() - 1` of `all`, the logits of every position of
