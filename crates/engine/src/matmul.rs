@@ -698,9 +698,9 @@ mod tests {
     }
 
     /// D1 and G1 through the thread hand-out: one token and batches give every row the same
-    /// bits on 1 to 64 threads (far more than this machine's cores), whether the rows are claimed in pieces (a matrix large enough,
-    /// a row count that is not a whole number of groups) or split in equal shares (a small
-    /// matrix in the same call).
+    /// bits on 1 to 64 threads (far more than this machine's cores), whether the rows are
+    /// claimed in pieces (a matrix large enough, a row count that is not a whole number of
+    /// groups) or split in equal shares (a small matrix in the same call).
     #[test]
     fn every_thread_count_and_batch_gives_the_same_bits() {
         let cols = 1024;
