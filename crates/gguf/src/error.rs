@@ -16,6 +16,11 @@ pub enum GgufError {
         error: std::io::Error,
     },
 
+    /// The path names something other than a regular file: a directory, a device, a FIFO.
+    /// Checked before opening (opening a FIFO would wait for a writer).
+    #[error("{}: {what}, not a regular file", path.display())]
+    NotAFile { path: PathBuf, what: &'static str },
+
     /// What was wrong with the contents of the file at `path` (the other variants name the
     /// offset in the file, not the file). As with `Io`, the inner error is in the message, not
     /// a separate `source`.

@@ -15,6 +15,7 @@ compile_error!(
 );
 
 mod error;
+pub mod files;
 mod reader;
 mod types;
 mod value;

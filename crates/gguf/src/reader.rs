@@ -207,6 +207,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             error,
         };
+        crate::files::expect_regular(path, false)?;
         let file = File::open(path).map_err(io)?;
         let mut options = memmap2::MmapOptions::new();
         if populate {

@@ -150,23 +150,25 @@ impl<'a> GgufWriter<'a> {
         Ok(v)
     }
 
-    /// Write to a file, through a temporary file renamed into place so that a failed write never
-    /// leaves a partial GGUF behind under the final name.
+    /// Write to a file, through a temporary file beside it renamed into place only once the
+    /// whole file is written and synced, so that a failed write never leaves a partial GGUF
+    /// under the final name or destroys what was there. The target must be a regular file or
+    /// absent: a device or a FIFO is refused (renaming over one would replace it).
     pub fn write_file(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         let io = |error| GgufError::Io {
             path: path.to_path_buf(),
             error,
         };
-        let tmp = path.with_extension("gguf.part");
-        let file = std::fs::File::create(&tmp).map_err(io)?;
-        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        crate::files::expect_regular(path, true)?;
+        // Removed on drop unless persisted: a failure anywhere below leaves nothing behind.
+        let tmp = crate::files::temp_beside(path).map_err(io)?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, tmp);
         self.write(&mut out)?;
-        out.into_inner()
-            .map_err(|e| io(e.into_error()))?
-            .sync_all()
-            .map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(path).map_err(|e| io(e.error))?;
+        Ok(())
     }
 }
 
