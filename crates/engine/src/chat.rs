@@ -27,9 +27,27 @@ impl Message {
 pub enum ChatError {
     #[error("the model has no chat template (`{TEMPLATE_KEY}`)")]
     NoTemplate,
-    #[error("chat template: {0:#}")]
+    #[error("the chat template (`{TEMPLATE_KEY}`): {0:#}")]
     Template(#[from] Error),
+    #[error(
+        "the chat template (`{TEMPLATE_KEY}`) ran past its budget of {FUEL_BASE} steps \
+         and {FUEL_PER_MESSAGE} a message"
+    )]
+    OutOfFuel,
+    #[error("the chat template (`{TEMPLATE_KEY}`) wrote more than {limit} bytes")]
+    TooLong { limit: usize },
+    #[error("the chat template (`{TEMPLATE_KEY}`) rendered nothing for {n} messages")]
+    Empty { n: usize },
 }
+
+/// A render's instruction budget (minijinja's fuel): what a template may spend, plus as much
+/// again per message. Real templates take a few hundred steps a message; a loop of loops
+/// meant to hang stops here in well under a second.
+pub const FUEL_BASE: u64 = 2_000_000;
+pub const FUEL_PER_MESSAGE: u64 = 20_000;
+
+/// The most a render may write: this, plus eight times the messages' own text.
+pub const OUTPUT_BASE: usize = 1 << 20;
 
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -61,19 +79,73 @@ impl ChatTemplate {
     }
 
     /// The prompt text for a conversation; with `add_generation_prompt`, ending where the
-    /// assistant's reply begins.
+    /// assistant's reply begins. The template runs within a budget of steps and of output
+    /// (both grow with the conversation), and must write something.
     pub fn render(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
-        let t = self.env.get_template("chat")?;
-        Ok(t.render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos,
-            eos_token => self.eos,
-        })?)
+        let n = messages.len() as u64;
+        let mut env = self.env.clone();
+        env.set_fuel(Some(
+            FUEL_BASE.saturating_add(FUEL_PER_MESSAGE.saturating_mul(n)),
+        ));
+        let text: usize = messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum();
+        let mut out = Capped {
+            buf: Vec::new(),
+            limit: OUTPUT_BASE.saturating_add(text.saturating_mul(8)),
+        };
+        let t = env.get_template("chat")?;
+        let rendered = t.render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => self.bos,
+                eos_token => self.eos,
+            },
+            &mut out,
+        );
+        match rendered {
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => return Err(ChatError::OutOfFuel),
+            Err(_) if out.buf.len() > out.limit => {
+                return Err(ChatError::TooLong { limit: out.limit })
+            }
+            Err(e) => return Err(e.into()),
+        }
+        // The template wrote `str`s, so the bytes are UTF-8.
+        let text = String::from_utf8(out.buf)
+            .map_err(|_| Error::new(ErrorKind::WriteFailure, "output is not UTF-8"))?;
+        if text.is_empty() {
+            return Err(ChatError::Empty { n: messages.len() });
+        }
+        Ok(text)
+    }
+}
+
+/// A render's output, refused past `limit` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + b.len() > self.limit {
+            // Marks the overflow for `render`, which names it.
+            self.buf.resize(self.limit + 1, 0);
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -105,5 +177,35 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("bad role tool"), "{e}");
+    }
+
+    /// Templates from a hostile file stop within their budgets with an error that names the
+    /// template (each of these hung, grew without bound, or rendered nothing before).
+    #[test]
+    fn hostile_templates_stop_with_a_named_error() {
+        let msgs: Vec<Message> = (0..3).map(|_| Message::new("user", "hi")).collect();
+        for (src, says) in [
+            (
+                "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+                "budget",
+            ),
+            (
+                "{% for m in messages * 100000000 %}{{ m.content }}{% endfor %}",
+                "budget",
+            ),
+            (
+                "{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+                "wrote more than",
+            ),
+            ("{# nothing #}", "rendered nothing"),
+            ("{{ raise_exception('no') }}", "no"),
+        ] {
+            let t = ChatTemplate::new(src, "", "").unwrap();
+            let start = std::time::Instant::now();
+            let e = t.render(&msgs, true).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains(TEMPLATE_KEY), "{src}: {e}");
+            // A bound on the budget's size, not a timing claim: unbudgeted, these run for hours.
+            assert!(start.elapsed().as_secs() < 60, "{src}");
+        }
     }
 }

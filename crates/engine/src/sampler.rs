@@ -60,7 +60,8 @@ impl Sampler {
     pub fn new(cfg: SamplerConfig, n_vocab: usize) -> Sampler {
         Sampler {
             rng: StdRng::seed_from_u64(cfg.seed),
-            recent: VecDeque::with_capacity(cfg.repeat_last_n + 1),
+            // A hint only: the window grows as tokens come, whatever `repeat_last_n` asks.
+            recent: VecDeque::with_capacity(cfg.repeat_last_n.min(1 << 12) + 1),
             cand: Vec::with_capacity(n_vocab),
             probs: Vec::with_capacity(n_vocab),
             cfg,
