@@ -63,7 +63,7 @@ fn synthesized_llama_and_gemma3_load_and_run_a_forward_pass() {
         let model = synapse_engine::load(&f).unwrap();
         assert_eq!(model.info().n_vocab, 1024);
         assert_eq!(model.info().n_layer, 2);
-        let mut st = model.new_state(32, 8);
+        let mut st = model.new_state(32, 8).unwrap();
         let threads = Threads::new(2);
         let logits = model
             .prefill(&mut st, &[256, 72, 101, 108], 8, Logits::Last, &threads)
@@ -71,7 +71,7 @@ fn synthesized_llama_and_gemma3_load_and_run_a_forward_pass() {
         assert_eq!(logits.len(), 1024);
         assert!(logits.iter().all(|x| x.is_finite()), "{shape} {ty}");
         // Random weights still give logits that depend on the input.
-        let mut st2 = model.new_state(32, 8);
+        let mut st2 = model.new_state(32, 8).unwrap();
         let other = model
             .prefill(&mut st2, &[256, 73, 101, 108], 8, Logits::Last, &threads)
             .unwrap();

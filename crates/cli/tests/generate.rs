@@ -202,7 +202,7 @@ fn chat_answers_through_the_template() {
     let ids = tok.encode(&prompt, false, true);
     let model = synapse_engine::load(&file).unwrap();
     let threads_1 = Threads::new(1);
-    let mut st = model.new_state(ids.len() + 17, 64);
+    let mut st = model.new_state(ids.len() + 17, 64).unwrap();
     let mut logits = model
         .prefill(&mut st, &ids, 64, Logits::Last, &threads_1)
         .unwrap();

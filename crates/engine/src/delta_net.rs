@@ -35,6 +35,13 @@ impl DeltaNetShape {
         2 * self.key_dim() + self.value_dim()
     }
 
+    /// [`DeltaNetShape::conv_dim`], or `None` where it overflows a `usize`.
+    pub fn conv_dim_checked(&self) -> Option<usize> {
+        let key_dim = self.n_k_heads.checked_mul(self.head_dim)?;
+        let value_dim = self.n_v_heads.checked_mul(self.head_dim)?;
+        key_dim.checked_mul(2)?.checked_add(value_dim)
+    }
+
     fn conv_state_len(&self) -> usize {
         self.conv_dim() * (self.d_conv - 1)
     }
@@ -58,6 +65,26 @@ pub struct RecurrentState {
 }
 
 impl RecurrentState {
+    /// Whether there is a state to carry (the model has recurrent layers): such a state holds
+    /// every token fed so far and cannot be taken back to an earlier position.
+    pub fn is_recurrent(&self) -> bool {
+        self.shape.is_some()
+    }
+
+    /// The bytes of [`RecurrentState::new`]'s arrays, or `None` where that overflows a `usize`
+    /// (checked before the state is made, whose own arithmetic then does not overflow).
+    pub fn bytes(n_layers: usize, shape: &DeltaNetShape) -> Option<usize> {
+        let conv = shape
+            .conv_dim_checked()?
+            .checked_mul(shape.d_conv.checked_sub(1)?)?;
+        let ssm = [shape.head_dim, shape.head_dim]
+            .into_iter()
+            .try_fold(shape.n_v_heads, |a, d| a.checked_mul(d))?;
+        conv.checked_add(ssm)?
+            .checked_mul(n_layers)?
+            .checked_mul(size_of::<f32>())
+    }
+
     pub fn new(n_layers: usize, shape: DeltaNetShape) -> RecurrentState {
         RecurrentState {
             shape: Some(shape),
@@ -98,6 +125,19 @@ pub struct DeltaNetBuffers {
 }
 
 impl DeltaNetBuffers {
+    /// The bytes of [`DeltaNetBuffers::new`]'s buffers, or `None` where that overflows a
+    /// `usize`.
+    pub fn bytes(n: usize, shape: &DeltaNetShape) -> Option<usize> {
+        let value_dim = shape.n_v_heads.checked_mul(shape.head_dim)?;
+        let per_row = [shape.conv_dim_checked()?, value_dim, shape.n_v_heads]
+            .into_iter()
+            .try_fold(0usize, |a, w| a.checked_add(w.checked_mul(2)?))?;
+        per_row
+            .checked_mul(n)?
+            .checked_add(shape.head_dim)?
+            .checked_mul(size_of::<f32>())
+    }
+
     pub fn new(n: usize, shape: &DeltaNetShape) -> DeltaNetBuffers {
         DeltaNetBuffers {
             mixed: vec![0.0; n * shape.conv_dim()],

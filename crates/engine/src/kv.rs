@@ -94,6 +94,25 @@ impl KvCache {
         Self::with_room(n_layer, n_ctx, n_head_kv, head_dim, INITIAL_POSITIONS)
     }
 
+    /// Positions a new cache for a context of `n_ctx` has room for.
+    pub fn initial_room(n_ctx: usize) -> usize {
+        INITIAL_POSITIONS.clamp(1, n_ctx.max(1))
+    }
+
+    /// The bytes of the keys and values of `positions` positions, or `None` where that
+    /// overflows a `usize`: what a state checks before it makes a cache (whose own arithmetic,
+    /// up to the context, is then known not to overflow).
+    pub fn bytes(
+        n_layer: usize,
+        positions: usize,
+        n_head_kv: usize,
+        head_dim: usize,
+    ) -> Option<usize> {
+        [n_layer, positions, n_head_kv, head_dim]
+            .into_iter()
+            .try_fold(2 * size_of::<f16>(), |a, d| a.checked_mul(d))
+    }
+
     /// [`KvCache::new`] with room for `room` positions at first.
     fn with_room(
         n_layer: usize,

@@ -69,6 +69,27 @@ pub enum ModelError {
     },
     #[error("bad hyperparameters: {0}")]
     Hparams(String),
+    /// A hyperparameter out of range, or at odds with the tensors or the other keys.
+    #[error("bad hyperparameter `{key}` = {value}: {why}")]
+    BadHparam {
+        key: String,
+        value: String,
+        why: String,
+    },
+    /// A [`State`] passed to the forward pass of a model other than the one that made it.
+    #[error(
+        "this state was made for another model: a state belongs to the model whose \
+         `new_state` made it"
+    )]
+    ForeignState,
+    /// A state whose buffers would not fit in memory (or overflow the sizes they are counted
+    /// in).
+    #[error("a state for {n_ctx} positions in batches of {n_batch}: {why}")]
+    StateSize {
+        n_ctx: usize,
+        n_batch: usize,
+        why: String,
+    },
     #[error(
         "the context is full: {pos} tokens in it and {n} more do not fit in {n_ctx} \
          (use a larger context, -c, or a shorter prompt)"
@@ -80,6 +101,8 @@ pub enum ModelError {
     BadToken { id: u32, n_vocab: usize },
     #[error("logits buffer holds {have} values, {need} needed")]
     LogitsBuffer { have: usize, need: usize },
+    #[error("the last token's logits were asked of a batch of no tokens")]
+    NoTokens,
 }
 
 /// Whether this CPU can run the forward passes compiled for x86-64-v3 (AVX2, FMA, F16C), and
@@ -115,14 +138,21 @@ pub(crate) fn check_forward(
     logits: Logits,
     out: &[f32],
 ) -> Result<(), ModelError> {
+    if st.model != info.id {
+        return Err(ModelError::ForeignState);
+    }
     let n = tokens.len();
+    if n == 0 && logits == Logits::Last {
+        return Err(ModelError::NoTokens);
+    }
     if n > st.n_batch {
         return Err(ModelError::BatchTooLarge {
             n,
             n_batch: st.n_batch,
         });
     }
-    if st.pos + n > st.n_ctx() {
+    // `pos` is public: a value past the context must not wrap around here.
+    if st.pos.checked_add(n).is_none_or(|end| end > st.n_ctx()) {
         return Err(ModelError::ContextFull {
             pos: st.pos,
             n,

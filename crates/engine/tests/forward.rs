@@ -150,7 +150,7 @@ fn a_prompt_longer_than_the_context_is_an_error() {
     let threads_1 = Threads::new(1);
     let file = GgufFile::open(data("tiny-Q8_0.gguf")).unwrap();
     let model = load(&file).unwrap();
-    let mut st = model.new_state(16, 8);
+    let mut st = model.new_state(16, 8).unwrap();
     let ids: Vec<u32> = (0..20).collect();
     let e = model
         .prefill(&mut st, &ids, 8, Logits::Last, &threads_1)
@@ -160,7 +160,7 @@ fn a_prompt_longer_than_the_context_is_an_error() {
         "{e}"
     );
     assert!(e.to_string().contains("context is full"), "{e}");
-    let mut st = model.new_state(16, 8);
+    let mut st = model.new_state(16, 8).unwrap();
     let e = model
         .prefill(&mut st, &[5, 300, 7], 8, Logits::Last, &threads_1)
         .unwrap_err();

@@ -112,7 +112,7 @@ fn a_reset_state_starts_over() {
         let model = load(&file).unwrap();
         let threads = Threads::new(1);
         let ids: Vec<u32> = (10..30).collect();
-        let mut st = model.new_state(64, 8);
+        let mut st = model.new_state(64, 8).unwrap();
         let first = model
             .prefill(&mut st, &ids, 8, Logits::All, &threads)
             .unwrap();

@@ -452,7 +452,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         for &t in &plan.threads {
             let threads = Threads::new(t);
             for &b in &plan.batch {
-                let mut state = model.new_state(n_ctx, b);
+                let mut state = model.new_state(n_ctx, b)?;
                 let mut logits = vec![0.0f32; n_vocab];
                 let mut tests: Vec<(usize, usize, usize)> = Vec::new();
                 for &d in &plan.n_depth {

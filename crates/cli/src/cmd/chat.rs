@@ -44,7 +44,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos()))
             .with_context(|| path.display().to_string())?;
     let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
-    let mut state = model.new_state(n_ctx, batch);
+    let mut state = model.new_state(n_ctx, batch)?;
     let mut sampler = Sampler::new(args.sampling.config()?, model.info().n_vocab);
     let mut messages: Vec<Message> = args
         .system

@@ -57,7 +57,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
         bail!("nothing to evaluate: no tokens");
     }
     let n_ctx = args.model.ctx.unwrap_or(tokens.len());
-    let mut state = model.new_state(n_ctx, batch);
+    let mut state = model.new_state(n_ctx, batch)?;
     let out =
         std::fs::File::create(&args.logits).with_context(|| args.logits.display().to_string())?;
     let mut out = BufWriter::new(out);

@@ -103,7 +103,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty (no text and no BOS token)");
     }
-    let mut state = model.new_state(n_ctx, batch);
+    let mut state = model.new_state(n_ctx, batch)?;
     let mut sampler = Sampler::new(sampler_cfg, info.n_vocab);
     prompt.iter().for_each(|&t| sampler.accept(t));
 

@@ -7,8 +7,9 @@
 
 use synapse_gguf::GgufFile;
 
-use super::{mm, mm_many, vector, Acts, HParams, Scratch};
-use crate::attention::{attend_batch, AttnShape, MAX_HEAD_DIM};
+use super::hparams::Dims;
+use super::{mm, mm_many, vector, Acts, Scratch};
+use crate::attention::{attend_batch, AttnShape};
 use crate::kv::KvCache;
 use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
 use crate::ops::{add_inplace, geglu, rms_norm_rows, swiglu, Rope};
@@ -452,57 +453,6 @@ pub(crate) fn output_logits(
     }
     crate::profile::mark("norm");
     mm("output", output, &s.h, rows, &mut s.acts, out, threads);
-}
-
-/// The shape hyperparameters of a decoder whose layers share one attention shape, read from
-/// `{arch}.*` keys and checked.
-pub(crate) struct Dims {
-    pub n_embd: usize,
-    pub n_layer: usize,
-    pub n_ff: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    /// `attention.key_length`, `n_embd / n_head` when absent.
-    pub head_dim: usize,
-    /// `rope.dimension_count`, `head_dim` when absent.
-    pub n_rot: usize,
-}
-
-impl Dims {
-    pub fn read(hp: &HParams) -> Result<Dims, ModelError> {
-        let n_embd = hp.usize("embedding_length")?;
-        let n_layer = hp.usize("block_count")?;
-        let n_ff = hp.usize("feed_forward_length")?;
-        let n_head = hp.usize("attention.head_count")?;
-        let n_head_kv = hp.usize_or("attention.head_count_kv", n_head)?;
-        if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
-            return Err(ModelError::Hparams(format!(
-                "{n_head} query heads cannot share {n_head_kv} KV heads"
-            )));
-        }
-        let head_dim = hp.usize_or("attention.key_length", n_embd / n_head)?;
-        let v_dim = hp.usize_or("attention.value_length", head_dim)?;
-        let n_rot = hp.usize_or("rope.dimension_count", head_dim)?;
-        if head_dim == 0 || head_dim > MAX_HEAD_DIM || v_dim != head_dim {
-            return Err(ModelError::Hparams(format!(
-                "head dimensions {head_dim} (keys) and {v_dim} (values) are not supported"
-            )));
-        }
-        if n_rot > head_dim || n_rot % 2 != 0 {
-            return Err(ModelError::Hparams(format!(
-                "RoPE over {n_rot} of {head_dim} dims"
-            )));
-        }
-        Ok(Dims {
-            n_embd,
-            n_layer,
-            n_ff,
-            n_head,
-            n_head_kv,
-            head_dim,
-            n_rot,
-        })
-    }
 }
 
 /// The matrices of a layer of attention and a feed-forward block, in the order a pass

@@ -1,6 +1,6 @@
 //! The pre-norm decoder that llama, Qwen2 and Qwen3 share: a stack of [`DecoderLayer`]s between
 //! the token embedding and the output head. An architecture of this family is a loader that
-//! reads its hyperparameters into a [`DecoderSpec`].
+//! makes a [`DecoderSpec`] of its checked hyperparameters ([`Common`]).
 //!
 //! ```text
 //! x = token_embd[token]
@@ -14,8 +14,9 @@ use synapse_gguf::GgufFile;
 
 use super::blocks::{
     add_bias_rows, embed, layer_matrices, matrix, optional_vector, output_logits, output_matrix,
-    Activation, DecoderLayer, Dims, LayerCtx,
+    Activation, DecoderLayer, LayerCtx,
 };
+use super::hparams::Common;
 use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -25,12 +26,11 @@ use crate::ModelError;
 /// What distinguishes one architecture of the family.
 pub(crate) struct DecoderSpec {
     pub arch: &'static str,
-    pub dims: Dims,
-    pub eps: f32,
+    /// The hyperparameters, checked.
+    pub hp: Common,
     pub rope: Rope,
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_{q,k}_norm`).
     pub qk_norm: bool,
-    pub n_ctx_train: usize,
 }
 
 pub struct Decoder<'a> {
@@ -49,24 +49,24 @@ pub struct Decoder<'a> {
 
 impl<'a> Decoder<'a> {
     pub(crate) fn load(file: &'a GgufFile, spec: DecoderSpec) -> Result<Decoder<'a>, ModelError> {
-        let dims = &spec.dims;
+        let dims = &spec.hp.dims;
         let n_embd = dims.n_embd;
         let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
-        let tok_embd = matrix(file, "token_embd.weight", n_embd, None)?;
+        let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(spec.hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
         let layers = (0..dims.n_layer)
             .map(|i| DecoderLayer::load(file, i, dims, &attn, spec.qk_norm))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Decoder {
-            info: ModelInfo {
-                arch: spec.arch.into(),
+            info: ModelInfo::new(
+                spec.arch,
                 n_vocab,
-                n_ctx_train: spec.n_ctx_train,
+                spec.hp.n_ctx_train,
                 n_embd,
-                n_layer: dims.n_layer,
-            },
+                dims.n_layer,
+            ),
             n_ff: dims.n_ff,
-            eps: spec.eps,
+            eps: spec.hp.eps,
             attn,
             rope: spec.rope,
             tok_embd: tok_embd.clone(),
@@ -84,7 +84,7 @@ impl ForwardBody for Decoder<'_> {
         &self.info
     }
 
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
     }
 

@@ -19,13 +19,14 @@
 //! multiplications (the query's before its F16 rounding in flash attention, whose own scale is
 //! then 1), and GELU is ggml's F16 table lookup ([`geglu`](crate::ops::geglu)).
 
-use synapse_gguf::{GgufFile, Value};
+use synapse_gguf::GgufFile;
 
 use super::blocks::{
     attend_causal, embed, keep_last_rows, layer_matrices, matrix, norm_rows, output_logits,
-    output_matrix, rope_and_store, Activation, Attention, Dims, Ffn,
+    output_matrix, rope_and_store, Activation, Attention, Ffn,
 };
-use super::{vector, HParams, Logits, ModelInfo, State};
+use super::hparams::Gemma3Params;
+use super::{vector, Logits, ModelInfo, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, scale_inplace, softcap_inplace, Rope, RopeStyle};
@@ -62,64 +63,28 @@ pub struct Gemma3<'a> {
     tap: crate::Tap,
 }
 
-/// Which layers are local: `attention.sliding_window_pattern` as one flag per layer, or as a
-/// period `p` (layer `i` is local unless `i % p == p - 1`), 6 when absent; none without a window.
-fn local_layers(hp: &HParams, n_layer: usize, window: usize) -> Result<Vec<bool>, ModelError> {
-    if window == 0 {
-        return Ok(vec![false; n_layer]);
-    }
-    let key = hp.key("attention.sliding_window_pattern");
-    if let Some(Value::Array(a)) = hp.md.get(&key) {
-        let flags: Option<Vec<bool>> = (0..a.len()).map(|i| a.get(i)?.as_bool()).collect();
-        return match flags {
-            Some(f) if f.len() == n_layer => Ok(f),
-            _ => Err(ModelError::Hparams(format!(
-                "`{key}` must hold {n_layer} bools"
-            ))),
-        };
-    }
-    let period = hp.usize_or("attention.sliding_window_pattern", 6)?;
-    Ok((0..n_layer)
-        .map(|i| period == 0 || i % period < period - 1)
-        .collect())
-}
-
 impl<'a> Gemma3<'a> {
     pub fn load(file: &'a GgufFile) -> Result<Gemma3<'a>, ModelError> {
-        let md = file.metadata();
-        let hp = HParams { md, arch: "gemma3" };
-        let dims = Dims::read(&hp)?;
+        let g = Gemma3Params::read(file)?;
+        let hp = &g.common;
+        let dims = &hp.dims;
         let (n_embd, n_layer, n_ff, n_rot) = (dims.n_embd, dims.n_layer, dims.n_ff, dims.n_rot);
         let (n_head, n_head_kv, head_dim) = (dims.n_head, dims.n_head_kv, dims.head_dim);
-        let eps = hp.f32_or("attention.layer_norm_rms_epsilon", 1e-6)?;
-        let window = hp.usize_or("attention.sliding_window", 0)?;
-        let local = local_layers(&hp, n_layer, window)?;
+        let eps = hp.eps;
         let rope = |base| Rope {
             style: RopeStyle::Neox,
             n_rot,
             base,
             freq_factors: None,
         };
-        let mut rope_global = rope(hp.f32_or("rope.freq_base", 10000.0)?);
-        let rope_local = rope(hp.f32_or("rope.freq_base_swa", 10000.0)?);
+        let mut rope_global = rope(hp.rope_base);
+        let rope_local = rope(g.rope_base_local);
         // Linear RoPE scaling (Gemma 3 4B and up: 8) stretches the global layers' positions only
         // (llama.cpp's local layers keep `rope_freq_scale_train_swa`, 1). ggml multiplies by
         // 1 / factor where this divides by it: the same bits for a power of two.
-        match md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
-            "none" => {}
-            "linear" => {
-                let factor = hp.f32_or("rope.scaling.factor", 1.0)?;
-                if factor > 0.0 && factor != 1.0 {
-                    rope_global.freq_factors = Some(vec![factor; n_rot / 2]);
-                }
-            }
-            other => {
-                return Err(ModelError::Hparams(format!(
-                    "RoPE scaling `{other}` is not supported (none, linear)"
-                )))
-            }
+        if let Some(factor) = hp.rope_linear {
+            rope_global.freq_factors = Some(vec![factor; n_rot / 2]);
         }
-        let softcap = Some(hp.f32_or("final_logit_softcapping", 0.0)?).filter(|&c| c != 0.0);
         // llama.cpp (after gemma_pytorch's config): 27B scales queries by 1/sqrt(n_embd/n_head),
         // the others by 1/sqrt(head_dim).
         let q_scale_dim = if n_layer == 62 {
@@ -135,10 +100,11 @@ impl<'a> Gemma3<'a> {
             head_dim,
             scale: 1.0,
         };
-        let tok_embd = matrix(file, "token_embd.weight", n_embd, None)?;
+        let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
+        // `block_count` is known to number the file's layers.
         let mut layers = Vec::with_capacity(n_layer);
-        for (i, &local) in local.iter().enumerate() {
+        for (i, &local) in g.local.iter().enumerate() {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(Layer {
                 attn_norm: vector(file, &p("attn_norm"), n_embd)?,
@@ -152,22 +118,16 @@ impl<'a> Gemma3<'a> {
         }
         let output = output_matrix(file, tok_embd.clone(), n_embd)?;
         Ok(Gemma3 {
-            info: ModelInfo {
-                arch: "gemma3".into(),
-                n_vocab,
-                n_ctx_train: hp.usize_or("context_length", 32768)?,
-                n_embd,
-                n_layer,
-            },
+            info: ModelInfo::new("gemma3", n_vocab, hp.n_ctx_train, n_embd, n_layer),
             n_ff,
             eps,
             attn,
             q_scale: 1.0 / (q_scale_dim as f32).sqrt(),
-            window,
+            window: g.window,
             rope_global,
             rope_local,
             embd_scale: (n_embd as f32).sqrt(),
-            softcap,
+            softcap: g.softcap,
             tok_embd,
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
@@ -182,7 +142,7 @@ impl super::ForwardBody for Gemma3<'_> {
         &self.info
     }
 
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
     }
 

@@ -11,49 +11,40 @@
 
 use synapse_gguf::GgufFile;
 
-use super::blocks::Dims;
 use super::decoder::{Decoder, DecoderSpec};
-use super::{vector, HParams};
+use super::hparams::{rope_factors, Arch, Common};
 use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    let md = file.metadata();
-    let hp = HParams { md, arch: "llama" };
-    let dims = Dims::read(&hp)?;
-    let n_rot = dims.n_rot;
-    let mut freq_factors = match file.tensor("rope_freqs.weight") {
-        Ok(_) => Some(vector(file, "rope_freqs.weight", n_rot / 2)?),
-        Err(_) => None,
-    };
-    match md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
-        "none" => {}
-        // Linear scaling divides every angle by the factor (ggml's freq_scale = 1 / factor).
-        "linear" => {
-            let factor = hp.f32_or("rope.scaling.factor", 1.0)?;
-            if factor > 0.0 && factor != 1.0 {
-                let ff = freq_factors.get_or_insert_with(|| vec![1.0; n_rot / 2]);
-                ff.iter_mut().for_each(|f| *f *= factor);
-            }
-        }
-        other => {
-            return Err(ModelError::Hparams(format!(
-                "RoPE scaling `{other}` is not supported (none, linear)"
-            )))
-        }
+    let hp = Common::read(
+        file,
+        &Arch {
+            name: "llama",
+            eps: Some(1e-5),
+            n_ctx_train: 2048,
+            linear_rope_scaling: true,
+            whole_head_rope: false,
+            q_rows_per_dim: 1,
+        },
+    )?;
+    let n_rot = hp.dims.n_rot;
+    let mut freq_factors = rope_factors(file, n_rot / 2)?;
+    // Linear scaling divides every angle by the factor (ggml's freq_scale = 1 / factor).
+    if let Some(factor) = hp.rope_linear {
+        let ff = freq_factors.get_or_insert_with(|| vec![1.0; n_rot / 2]);
+        ff.iter_mut().for_each(|f| *f *= factor);
     }
     let spec = DecoderSpec {
         arch: "llama",
-        eps: hp.f32_or("attention.layer_norm_rms_epsilon", 1e-5)?,
         rope: Rope {
             style: RopeStyle::Adjacent,
             n_rot,
-            base: hp.f32_or("rope.freq_base", 10000.0)?,
+            base: hp.rope_base,
             freq_factors,
         },
         qk_norm: false,
-        n_ctx_train: hp.usize_or("context_length", 2048)?,
-        dims,
+        hp,
     };
     Decoder::load(file, spec)
 }

@@ -1,7 +1,9 @@
 //! Architectures, one file each, behind one trait, and the registry that picks one from a file's
 //! `general.architecture`.
 
-use synapse_gguf::{GgmlType, GgufFile, Metadata};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use synapse_gguf::{GgmlType, GgufFile};
 
 use crate::attention::AttnShape;
 use crate::delta_net::{DeltaNetBuffers, RecurrentState};
@@ -13,6 +15,7 @@ use crate::ModelError;
 mod blocks;
 mod decoder;
 pub mod gemma3;
+mod hparams;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
@@ -57,6 +60,31 @@ pub struct ModelInfo {
     pub n_ctx_train: usize,
     pub n_embd: usize,
     pub n_layer: usize,
+    /// The loaded model's own number, which its states carry: a state is refused by any other
+    /// model ([`ModelError::ForeignState`]), even one loaded from the same file.
+    pub(crate) id: u64,
+}
+
+impl ModelInfo {
+    /// The information of a model being loaded, with a number no other model of the process
+    /// has.
+    pub(crate) fn new(
+        arch: &str,
+        n_vocab: usize,
+        n_ctx_train: usize,
+        n_embd: usize,
+        n_layer: usize,
+    ) -> ModelInfo {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        ModelInfo {
+            arch: arch.into(),
+            n_vocab,
+            n_ctx_train,
+            n_embd,
+            n_layer,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        }
+    }
 }
 
 /// Which positions of a forward pass need logits.
@@ -84,8 +112,11 @@ pub trait Model: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
     /// A fresh sequence state: its KV cache for `n_ctx` positions and scratch for batches of up
-    /// to `n_batch` tokens. All memory the forward pass needs is allocated here, once.
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State;
+    /// to `n_batch` tokens. All memory the forward pass needs is allocated here, once (the KV
+    /// cache grows as positions come, up to `n_ctx`). A state whose buffers cannot be
+    /// addressed or allocated is an error ([`ModelError::StateSize`]). The state belongs to this
+    /// model: any other refuses it ([`ModelError::ForeignState`]).
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError>;
 
     /// Run `tokens` at positions `state.pos..`, appending them to the cache, and write the
     /// requested logits (`(logits.rows(n), n_vocab)`) into `out`.
@@ -144,6 +175,8 @@ pub trait Model: Send + Sync {
 pub struct State {
     /// Tokens in the cache so far: the position of the next token.
     pub pos: usize,
+    /// The [`ModelInfo::id`] of the model that made it.
+    pub(crate) model: u64,
     pub(crate) n_batch: usize,
     pub(crate) kv: KvCache,
     pub(crate) rs: RecurrentState,
@@ -159,25 +192,43 @@ impl State {
         n_ff: usize,
         n_ctx: usize,
         n_batch: usize,
-    ) -> State {
-        State {
+    ) -> Result<State, ModelError> {
+        let d = ScratchDims {
+            n_batch: scratch_rows(n_ctx, n_batch),
+            n_embd: info.n_embd,
+            q_dim: a.n_head * a.head_dim,
+            kv_dim: a.n_head_kv * a.head_dim,
+            n_ff,
+            head_dim: a.head_dim,
+        };
+        let mut bytes = StateBytes::new(n_ctx, n_batch)?;
+        d.count(&mut bytes)?;
+        bytes.kv_cache(info.n_layer, a)?;
+        bytes.reserve()?;
+        Ok(State {
             pos: 0,
+            model: info.id,
             n_batch,
             kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::default(),
-            s: Scratch::new(&ScratchDims {
-                n_batch,
-                n_embd: info.n_embd,
-                q_dim: a.n_head * a.head_dim,
-                kv_dim: a.n_head_kv * a.head_dim,
-                n_ff,
-                head_dim: a.head_dim,
-            }),
-        }
+            s: Scratch::new(&d),
+        })
     }
 
     pub fn n_ctx(&self) -> usize {
         self.kv.n_ctx()
+    }
+
+    /// Go back to position `pos`, keeping the first `pos` tokens (a prefix the next tokens
+    /// share with the cached ones). A recurrent state holds every token fed and cannot go
+    /// back: there only `pos == self.pos` succeeds. `false`: nothing changed (then
+    /// [`State::reset`] and feed from the start).
+    pub fn rewind(&mut self, pos: usize) -> bool {
+        if pos > self.pos || (pos < self.pos && self.rs.is_recurrent()) {
+            return false;
+        }
+        self.pos = pos;
+        true
     }
 
     /// Forget the sequence (keep the memory). The KV cache is overwritten as the next one fills
@@ -185,6 +236,86 @@ impl State {
     pub fn reset(&mut self) {
         self.pos = 0;
         self.rs.reset();
+    }
+}
+
+/// The rows a state's scratch needs for batches of up to `n_batch` tokens in a context of
+/// `n_ctx`: no batch that fits in the context is larger than it.
+pub(crate) fn scratch_rows(n_ctx: usize, n_batch: usize) -> usize {
+    n_batch.min(n_ctx)
+}
+
+/// `elem` bytes times each of `dims`, or `None` where that overflows.
+pub(crate) fn bytes(elem: usize, dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(elem, |a, &d| a.checked_mul(d))
+}
+
+/// The bytes of a state's buffers, added up with checked arithmetic before any is allocated,
+/// then asked of the system at once: a state too large to address, or one the system will not
+/// give, is an error ([`ModelError::StateSize`]) rather than an abort on an allocation.
+pub(crate) struct StateBytes {
+    n_ctx: usize,
+    n_batch: usize,
+    total: usize,
+}
+
+impl StateBytes {
+    /// The count for a state of `n_ctx` positions and batches of `n_batch`: an error if either
+    /// is 0 (no token could ever be run).
+    pub fn new(n_ctx: usize, n_batch: usize) -> Result<StateBytes, ModelError> {
+        let b = StateBytes {
+            n_ctx,
+            n_batch,
+            total: 0,
+        };
+        if n_ctx == 0 || n_batch == 0 {
+            return Err(b.error("a state needs room for at least one token".into()));
+        }
+        Ok(b)
+    }
+
+    fn error(&self, why: String) -> ModelError {
+        ModelError::StateSize {
+            n_ctx: self.n_ctx,
+            n_batch: self.n_batch,
+            why,
+        }
+    }
+
+    /// `b` (from [`bytes`]) within what an allocation may hold.
+    fn addressable(&self, what: &str, b: Option<usize>) -> Result<usize, ModelError> {
+        b.filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| self.error(format!("its {what} would not fit in the address space")))
+    }
+
+    /// A buffer of `b` bytes (from [`bytes`]), allocated with the state.
+    pub fn add(&mut self, what: &str, b: Option<usize>) -> Result<(), ModelError> {
+        let b = self.addressable(what, b)?;
+        let total = self.total.checked_add(b);
+        self.total = self.addressable("buffers", total)?;
+        Ok(())
+    }
+
+    /// The KV cache of `n_layer` layers: the room it starts with, and the context it may grow
+    /// to, which must be addressable (it is allocated as positions come).
+    pub fn kv_cache(&mut self, n_layer: usize, a: &AttnShape) -> Result<(), ModelError> {
+        let (kv, hd) = (a.n_head_kv, a.head_dim);
+        let full = KvCache::bytes(n_layer, self.n_ctx, kv, hd);
+        self.addressable("KV cache for the whole context", full)?;
+        let room = KvCache::bytes(n_layer, KvCache::initial_room(self.n_ctx), kv, hd);
+        self.add("KV cache", room)
+    }
+
+    /// Ask the system for the total once, and give it back: a size it refuses is an error here
+    /// instead of an abort in the middle of the allocations.
+    pub fn reserve(&self) -> Result<(), ModelError> {
+        let mut probe: Vec<u8> = Vec::new();
+        probe.try_reserve_exact(self.total).map_err(|_| {
+            self.error(format!(
+                "the system would not allocate its {} bytes",
+                self.total
+            ))
+        })
     }
 }
 
@@ -218,10 +349,30 @@ pub(crate) struct ScratchDims {
     pub head_dim: usize,
 }
 
+impl ScratchDims {
+    /// The widest input a matmul quantizes.
+    fn widest(&self) -> usize {
+        self.n_embd.max(self.q_dim).max(self.n_ff)
+    }
+
+    /// Count the bytes of [`Scratch::new`]'s buffers.
+    pub fn count(&self, b: &mut StateBytes) -> Result<(), ModelError> {
+        let n = self.n_batch;
+        let f32s = |w: usize, copies: usize| bytes(4 * copies, &[n, w]);
+        b.add("residual and norm rows", f32s(self.n_embd, 3))?;
+        b.add("query rows", f32s(self.q_dim, 2))?;
+        b.add("key and value rows", f32s(self.kv_dim, 2))?;
+        b.add("feed-forward rows", f32s(self.n_ff, 2))?;
+        b.add("RoPE angles", bytes(8, &[n.max(1), self.head_dim / 2]))?;
+        // The quantized activations: a batch and, at most, two spare ones.
+        b.add("quantized activations", f32s(self.widest(), 3))
+    }
+}
+
 impl Scratch {
     pub fn new(d: &ScratchDims) -> Scratch {
         let n = d.n_batch;
-        let widest = d.n_embd.max(d.q_dim).max(d.n_ff);
+        let widest = d.widest();
         Scratch {
             x: vec![0.0; n * d.n_embd],
             h: vec![0.0; n * d.n_embd],
@@ -297,7 +448,7 @@ pub(crate) trait ForwardBody {
     fn info(&self) -> &ModelInfo;
 
     /// See [`Model::new_state`].
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State;
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError>;
 
     /// The matrices one decode step multiplies, in the order it does (not the token
     /// embedding, of which it reads one row, unless it is also the output).
@@ -322,7 +473,7 @@ impl<M: ForwardBody + Send + Sync> Model for M {
         ForwardBody::info(self)
     }
 
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         ForwardBody::new_state(self, n_ctx, n_batch)
     }
 
@@ -455,52 +606,6 @@ pub(crate) fn mm_many(
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             mm(name, w, x, n, acts, out, threads);
         }
-    }
-}
-
-/// Hyperparameters of `{arch}.*` keys, with errors that name the key.
-pub(crate) struct HParams<'a> {
-    pub md: &'a Metadata,
-    pub arch: &'a str,
-}
-
-impl HParams<'_> {
-    pub fn key(&self, suffix: &str) -> String {
-        format!("{}.{suffix}", self.arch)
-    }
-
-    pub fn usize(&self, suffix: &str) -> Result<usize, ModelError> {
-        Ok(self.md.u64(&self.key(suffix))? as usize)
-    }
-
-    pub fn usize_or(&self, suffix: &str, default: usize) -> Result<usize, ModelError> {
-        match self.md.get(&self.key(suffix)) {
-            None => Ok(default),
-            Some(_) => self.usize(suffix),
-        }
-    }
-
-    pub fn f32(&self, suffix: &str) -> Result<f32, ModelError> {
-        Ok(self.md.f64(&self.key(suffix))? as f32)
-    }
-
-    pub fn f32_or(&self, suffix: &str, default: f32) -> Result<f32, ModelError> {
-        match self.md.get(&self.key(suffix)) {
-            None => Ok(default),
-            Some(_) => Ok(self.md.f64(&self.key(suffix))? as f32),
-        }
-    }
-}
-
-/// Refuse a file that asks for RoPE scaling (YaRN and kin are not implemented): its logits would
-/// be wrong past the training context, silently.
-pub(crate) fn reject_rope_scaling(hp: &HParams) -> Result<(), ModelError> {
-    match hp.md.str(&hp.key("rope.scaling.type")).unwrap_or("none") {
-        "none" => Ok(()),
-        other => Err(ModelError::Hparams(format!(
-            "RoPE scaling `{other}` is not supported for {}",
-            hp.arch
-        ))),
     }
 }
 

@@ -5,9 +5,8 @@
 
 use synapse_gguf::GgufFile;
 
-use super::blocks::Dims;
 use super::decoder::{Decoder, DecoderSpec};
-use super::HParams;
+use super::hparams::{Arch, Common};
 use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
@@ -23,30 +22,27 @@ pub(super) fn load_qwen<'a>(
     qk_norm: bool,
     n_ctx_train_default: usize,
 ) -> Result<Decoder<'a>, ModelError> {
-    let hp = HParams {
-        md: file.metadata(),
-        arch,
-    };
-    let dims = Dims::read(&hp)?;
-    if dims.n_rot != dims.head_dim {
-        return Err(ModelError::Hparams(format!(
-            "{arch} rotates whole heads: RoPE over {} of {} dims",
-            dims.n_rot, dims.head_dim
-        )));
-    }
+    let hp = Common::read(
+        file,
+        &Arch {
+            name: arch,
+            eps: None,
+            n_ctx_train: n_ctx_train_default,
+            linear_rope_scaling: false,
+            whole_head_rope: true,
+            q_rows_per_dim: 1,
+        },
+    )?;
     let spec = DecoderSpec {
         arch,
-        eps: hp.f32("attention.layer_norm_rms_epsilon")?,
         rope: Rope {
             style: RopeStyle::Neox,
-            n_rot: dims.n_rot,
-            base: hp.f32_or("rope.freq_base", 10000.0)?,
+            n_rot: hp.dims.n_rot,
+            base: hp.rope_base,
             freq_factors: None,
         },
         qk_norm,
-        n_ctx_train: hp.usize_or("context_length", n_ctx_train_default)?,
-        dims,
+        hp,
     };
-    super::reject_rope_scaling(&hp)?;
     Decoder::load(file, spec)
 }

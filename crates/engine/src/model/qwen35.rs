@@ -21,14 +21,16 @@
 //! so the pairs that follow the fourth section do not turn (see `imrope_for_text`). The
 //! delta-net arithmetic is in [`crate::delta_net`].
 
-use synapse_gguf::{GgufFile, Value};
+use synapse_gguf::GgufFile;
 
 use super::blocks::{
     attend_causal, embed, keep_last_rows, matrix, norm_rows, output_logits, output_matrix,
-    project_qkv, rope_and_store, Activation, Dims, Ffn,
+    project_qkv, rope_and_store, Activation, Ffn,
 };
+use super::hparams::Qwen35Params;
 use super::{
-    attn_shape, mm, mm_many, vector, HParams, Logits, ModelInfo, Scratch, ScratchDims, State,
+    attn_shape, bytes, mm, mm_many, scratch_rows, vector, Logits, ModelInfo, Scratch, ScratchDims,
+    State, StateBytes,
 };
 use crate::attention::AttnShape;
 use crate::delta_net::{
@@ -98,39 +100,17 @@ pub struct Qwen35<'a> {
     tap: Tap,
 }
 
-/// Which layers are recurrent: `attention.recurrent_layers` (one flag per layer), or every layer
-/// but each `full_attention_interval`-th (4 when absent).
-fn recurrent_layers(hp: &HParams, n_layer: usize) -> Result<Vec<bool>, ModelError> {
-    let key = hp.key("attention.recurrent_layers");
-    if let Some(Value::Array(a)) = hp.md.get(&key) {
-        let flags: Option<Vec<bool>> = (0..a.len()).map(|i| a.get(i)?.as_bool()).collect();
-        return match flags {
-            Some(f) if f.len() >= n_layer => Ok(f[..n_layer].to_vec()),
-            _ => Err(ModelError::Hparams(format!(
-                "`{key}` must hold {n_layer} bools"
-            ))),
-        };
-    }
-    let interval = hp.usize_or("full_attention_interval", 4)?;
-    if interval == 0 {
-        return Err(ModelError::Hparams("full_attention_interval is 0".into()));
-    }
-    Ok((0..n_layer).map(|i| (i + 1) % interval != 0).collect())
-}
-
 /// ggml's interleaved M-RoPE (`GGML_ROPE_TYPE_IMROPE`) for text, as a NeoX RoPE: pair `i`
 /// follows section `i % 3` of `sections` (t, h, w) while `i % sum(sections)` lies within three
 /// times that section's size, else the fourth (e). For text the t, h and w position ids all equal
 /// the position and e is 0: so the pair turns by the position's angle, or not at all. A pair that
 /// does not turn gets an infinite divisor (angle `theta / inf = 0`: cosine 1, sine 0, as ggml's
 /// `theta_e = 0`).
-fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Result<Rope, ModelError> {
+///
+/// `sections` are checked ([`Qwen35Params`]): their sum is not 0, and neither it nor three
+/// times a section overflows.
+fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Rope {
     let sect_dims: usize = sections.iter().sum();
-    if sections[..3].iter().all(|&s| s == 0) {
-        return Err(ModelError::Hparams(format!(
-            "rope.dimension_sections {sections:?} has no t, h or w section"
-        )));
-    }
     let follows_e = |i: usize| {
         let sector = i % sect_dims;
         let within = |k: usize| sector % 3 == k && sector < 3 * sections[k];
@@ -139,76 +119,30 @@ fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Result<Rope
     let factors: Vec<f32> = (0..n_rot / 2)
         .map(|i| if follows_e(i) { f32::INFINITY } else { 1.0 })
         .collect();
-    Ok(Rope {
+    Rope {
         style: RopeStyle::Neox,
         n_rot,
         base,
         freq_factors: factors.iter().any(|f| f.is_infinite()).then_some(factors),
-    })
+    }
 }
 
 impl<'a> Qwen35<'a> {
     pub fn load(file: &'a GgufFile) -> Result<Qwen35<'a>, ModelError> {
-        let md = file.metadata();
-        let hp = HParams { md, arch: "qwen35" };
-        let dims = Dims::read(&hp)?;
-        // `block_count` includes the multi-token-prediction blocks stored after the trunk
-        // (`nextn_predict_layers`); llama.cpp's main pass, and synapse's, runs the trunk only.
-        let n_nextn = hp.usize_or("nextn_predict_layers", 0)?;
-        if n_nextn >= dims.n_layer {
-            return Err(ModelError::Hparams(format!(
-                "{n_nextn} prediction blocks of {} leave no trunk",
-                dims.n_layer
-            )));
-        }
-        let (n_embd, n_layer, n_ff) = (dims.n_embd, dims.n_layer - n_nextn, dims.n_ff);
-        let eps = hp.f32("attention.layer_norm_rms_epsilon")?;
-        super::reject_rope_scaling(&hp)?;
-        let key = hp.key("rope.dimension_sections");
-        let sections: Vec<usize> = match md.get(&key) {
-            Some(Value::Array(a)) => (0..a.len())
-                .map(|i| a.get(i).and_then(|v| v.as_u64()).map(|v| v as usize))
-                .collect::<Option<_>>()
-                .unwrap_or_default(),
-            _ => vec![],
-        };
-        let sections: [usize; 4] = match sections.get(..4) {
-            Some(s) => [s[0], s[1], s[2], s[3]],
-            None => {
-                return Err(ModelError::Hparams(format!(
-                    "`{key}` must hold 4 section sizes"
-                )))
-            }
-        };
-        let rope = imrope_for_text(sections, dims.n_rot, hp.f32_or("rope.freq_base", 10000.0)?)?;
-
-        let dn = DeltaNetShape {
-            n_k_heads: hp.usize("ssm.group_count")?,
-            n_v_heads: hp.usize("ssm.time_step_rank")?,
-            head_dim: hp.usize("ssm.state_size")?,
-            d_conv: hp.usize("ssm.conv_kernel")?,
-        };
-        let d_inner = hp.usize("ssm.inner_size")?;
-        if dn.n_k_heads == 0
-            || dn.n_v_heads % dn.n_k_heads != 0
-            || dn.head_dim == 0
-            || d_inner != dn.value_dim()
-            || dn.d_conv < 2
-        {
-            return Err(ModelError::Hparams(format!(
-                "delta net of {} key heads, {} value heads of {} (inner size {d_inner}), {} taps",
-                dn.n_k_heads, dn.n_v_heads, dn.head_dim, dn.d_conv
-            )));
-        }
+        let q = Qwen35Params::read(file)?;
+        let (hp, dn) = (&q.common, q.dn);
+        let dims = &hp.dims;
+        let (n_embd, n_layer, n_ff, eps) = (dims.n_embd, q.n_layer, dims.n_ff, hp.eps);
+        let rope = imrope_for_text(q.sections, dims.n_rot, hp.rope_base);
 
         let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
         let (q_dim, kv_dim) = (attn.n_head * attn.head_dim, attn.n_head_kv * attn.head_dim);
-        let tok_embd = matrix(file, "token_embd.weight", n_embd, None)?;
+        let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
-        let recurrent = recurrent_layers(&hp, n_layer)?;
         let (mut n_attn_layers, mut n_dn_layers) = (0, 0);
+        // `block_count` is known to number the file's layers.
         let mut layers = Vec::with_capacity(n_layer);
-        for (i, &rec) in recurrent.iter().enumerate() {
+        for (i, &rec) in q.recurrent.iter().enumerate() {
             let p = |s: &str| format!("blk.{i}.{s}");
             let mixer = if rec {
                 n_dn_layers += 1;
@@ -257,13 +191,7 @@ impl<'a> Qwen35<'a> {
             });
         }
         Ok(Qwen35 {
-            info: ModelInfo {
-                arch: "qwen35".into(),
-                n_vocab,
-                n_ctx_train: hp.usize_or("context_length", 262144)?,
-                n_embd,
-                n_layer,
-            },
+            info: ModelInfo::new("qwen35", n_vocab, hp.n_ctx_train, n_embd, n_layer),
             n_ff,
             eps,
             attn,
@@ -476,31 +404,45 @@ impl super::ForwardBody for Qwen35<'_> {
         ms
     }
 
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> State {
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         let a = &self.attn;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
-        let mut s = Scratch::new(&ScratchDims {
-            n_batch,
+        let rows = scratch_rows(n_ctx, n_batch);
+        let d = ScratchDims {
+            n_batch: rows,
             n_embd: self.info.n_embd,
             q_dim,
             kv_dim,
             n_ff: self.n_ff,
             head_dim: a.head_dim,
-        });
-        s.q_full = vec![0.0; n_batch * 2 * q_dim];
-        s.dn = DeltaNetBuffers::new(n_batch, &self.dn);
+        };
         let widest = [self.info.n_embd, q_dim, self.n_ff, self.dn.value_dim()]
             .into_iter()
             .max()
             .unwrap_or(0);
-        s.acts = Acts::with_capacity(n_batch, widest);
-        State {
+        let mut b = StateBytes::new(n_ctx, n_batch)?;
+        d.count(&mut b)?;
+        b.add("gated query rows", bytes(4 * 2, &[rows, q_dim]))?;
+        b.add("quantized activations", bytes(4 * 3, &[rows, widest]))?;
+        b.add("delta-net rows", DeltaNetBuffers::bytes(rows, &self.dn))?;
+        b.add(
+            "recurrent state",
+            RecurrentState::bytes(self.n_dn_layers, &self.dn),
+        )?;
+        b.kv_cache(self.n_attn_layers, a)?;
+        b.reserve()?;
+        let mut s = Scratch::new(&d);
+        s.q_full = vec![0.0; rows * 2 * q_dim];
+        s.dn = DeltaNetBuffers::new(rows, &self.dn);
+        s.acts = Acts::with_capacity(rows, widest);
+        Ok(State {
             pos: 0,
+            model: self.info.id,
             n_batch,
             kv: KvCache::new(self.n_attn_layers, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::new(self.n_dn_layers, self.dn),
             s,
-        }
+        })
     }
 
     #[inline(always)]

@@ -48,4 +48,16 @@ pub enum TokenizerError {
 
     #[error("token {id} {text:?} has type BYTE but is not of the form <0xHH>")]
     BadByteToken { id: u32, text: String },
+
+    #[error(
+        "token {id} has type {value} in `tokenizer.ggml.token_type`: the types are 0 to 6 \
+         (undefined, normal, unknown, control, user-defined, unused, byte)"
+    )]
+    BadTokenType { id: u32, value: i32 },
+
+    #[error(
+        "none of the {count} tokens of `tokenizer.ggml.tokens` is a non-empty normal, byte, \
+         user-defined or unknown token: the vocabulary cannot encode any text"
+    )]
+    NoTextTokens { count: usize },
 }

@@ -183,12 +183,21 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     };
     let mut attrs: Vec<TokenAttr> = match md.get(KEY_TOKEN_TYPE) {
         None => vec![TokenAttr::NORMAL; n],
+        // llama.cpp's token types are 0 to 6; any other value is refused (as an undefined
+        // token it would have no piece and never be produced).
         Some(Value::Array(Array::I32(v))) => check_len(KEY_TOKEN_TYPE, v.len(), n, || {
             v[..n]
                 .iter()
-                .map(|&t| TokenAttr::from_token_type(t))
-                .collect()
-        })?,
+                .enumerate()
+                .map(|(i, &t)| match t {
+                    0..=6 => Ok(TokenAttr::from_token_type(t)),
+                    _ => Err(TokenizerError::BadTokenType {
+                        id: i as u32,
+                        value: t,
+                    }),
+                })
+                .collect::<Result<_, _>>()
+        })??,
         Some(v) => return Err(wrong(KEY_TOKEN_TYPE, "an array of i32", v)),
     };
 
@@ -211,6 +220,18 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
         }
         token_to_id.insert(text.as_bytes().into(), i as u32);
         texts.push(text);
+    }
+    // Empty texts are tolerated (as llama.cpp does, renamed), but a vocabulary must have some
+    // token that text can become: with none (every token empty, or control or unused), every
+    // prompt would encode to nothing.
+    let text_token =
+        TokenAttr::NORMAL | TokenAttr::BYTE | TokenAttr::USER_DEFINED | TokenAttr::UNKNOWN;
+    if !tokens
+        .iter()
+        .zip(&attrs)
+        .any(|(t, a)| !t.is_empty() && a.intersects(text_token))
+    {
+        return Err(TokenizerError::NoTextTokens { count: n });
     }
     let id_of = |text: &str| token_to_id.get(text.as_bytes()).copied();
 

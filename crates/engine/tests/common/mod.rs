@@ -57,7 +57,7 @@ pub fn argmax(x: &[f32]) -> usize {
 
 /// Logits of every position, feeding `ids` in batches of `batch` on `threads` threads.
 pub fn run(model: &dyn Model, ids: &[u32], batch: usize, threads: usize) -> Vec<f32> {
-    let mut st = model.new_state(ids.len(), batch);
+    let mut st = model.new_state(ids.len(), batch).unwrap();
     model
         .prefill(&mut st, ids, batch, Logits::All, &Threads::new(threads))
         .unwrap()
@@ -101,7 +101,7 @@ pub fn last_logits_match_all(label: &str, model: &dyn Model, ids: &[u32], all: &
     let next = next_token(model);
     let threads = Threads::new(2);
     for batch in [1, 7, 64, 93] {
-        let mut st = model.new_state(n + 1, batch);
+        let mut st = model.new_state(n + 1, batch).unwrap();
         let last = model
             .prefill(&mut st, ids, batch, Logits::Last, &threads)
             .unwrap();
@@ -196,7 +196,7 @@ pub fn agreement(
 /// `n` greedy tokens after `prompt` (prefilled in batches of 64), as llama.cpp's argmax picks
 /// them.
 pub fn greedy(model: &dyn Model, prompt: &[u32], n: usize, threads: &Threads) -> Vec<u32> {
-    let mut st = model.new_state(prompt.len() + n + 1, 64);
+    let mut st = model.new_state(prompt.len() + n + 1, 64).unwrap();
     let mut logits = model
         .prefill(&mut st, prompt, 64, Logits::Last, threads)
         .unwrap();
