@@ -7,6 +7,7 @@
 pub mod attention;
 pub mod chat;
 pub mod delta_net;
+pub mod generate;
 pub mod kv;
 pub mod matmul;
 pub mod membw;
@@ -103,6 +104,8 @@ pub enum ModelError {
     LogitsBuffer { have: usize, need: usize },
     #[error("the last token's logits were asked of a batch of no tokens")]
     NoTokens,
+    #[error("the prompt is empty: there is nothing to generate from")]
+    EmptyPrompt,
 }
 
 /// Whether this CPU can run the forward passes compiled for x86-64-v3 (AVX2, FMA, F16C), and

@@ -8,6 +8,7 @@
 mod common;
 use common::*;
 
+use synapse_engine::tokenizer::Tokenizer;
 use synapse_engine::{load, Logits, ModelError, Threads};
 use synapse_gguf::{GgufFile, GgufWriter, Value};
 
@@ -48,6 +49,7 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
     let threads_2 = Threads::new(2);
     let file = GgufFile::open(model_path("SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
     let model = load(&file).unwrap();
+    let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
     let cases: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(data("smollm2.greedy.json")).unwrap())
             .unwrap();
@@ -55,7 +57,7 @@ fn smollm2_greedy_continuations_match_llama_cpp() {
     let mut equal = 0;
     for case in cases {
         let (ids, want) = (id_list(&case["ids"]), id_list(&case["greedy"]));
-        let got = greedy(model.as_ref(), &ids, want.len(), &threads_2);
+        let got = greedy(model.as_ref(), &tok, &ids, want.len(), &threads_2);
         if got == want {
             equal += 1;
         } else {

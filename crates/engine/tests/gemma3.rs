@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 
+use synapse_engine::tokenizer::Tokenizer;
 use synapse_engine::{load, Threads};
 use synapse_gguf::GgufFile;
 
@@ -68,6 +69,7 @@ fn gemma3_matches_llama_cpp_token_by_token_and_keeps_g1_and_d1() {
 fn gemma3_greedy_continuations_match_llama_cpp() {
     let file = model_file();
     let model = load(&file).unwrap();
+    let tok = Tokenizer::from_metadata(file.metadata()).unwrap();
     let threads = Threads::new(2);
     let cases: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(data("gemma3.greedy.json")).unwrap())
@@ -76,7 +78,7 @@ fn gemma3_greedy_continuations_match_llama_cpp() {
     let (mut equal, mut equal_batched) = (0, 0);
     for case in cases {
         let (ids, want) = (id_list(&case["ids"]), id_list(&case["greedy"]));
-        let got = greedy(model.as_ref(), &ids, want.len(), &threads);
+        let got = greedy(model.as_ref(), &tok, &ids, want.len(), &threads);
         // llama.cpp's continuation when it prefills the prompt in one batch (its batched kernels
         // round differently): for information only.
         equal_batched += (got == id_list(&case["greedy_batched"])) as usize;

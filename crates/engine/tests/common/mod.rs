@@ -4,6 +4,9 @@
 
 use std::path::PathBuf;
 
+use synapse_engine::generate::{Generator, Request, StopReason};
+use synapse_engine::sampler::SamplerConfig;
+use synapse_engine::tokenizer::Tokenizer;
 use synapse_engine::{Logits, Model, Threads};
 use synapse_gguf::{GgmlType, GgufFile};
 
@@ -193,22 +196,27 @@ pub fn agreement(
     a
 }
 
-/// `n` greedy tokens after `prompt` (prefilled in batches of 64), as llama.cpp's argmax picks
-/// them.
-pub fn greedy(model: &dyn Model, prompt: &[u32], n: usize, threads: &Threads) -> Vec<u32> {
-    let mut st = model.new_state(prompt.len() + n + 1, 64).unwrap();
-    let mut logits = model
-        .prefill(&mut st, prompt, 64, Logits::Last, threads)
-        .unwrap();
-    let mut got = Vec::with_capacity(n);
-    while got.len() < n {
-        let next = argmax(&logits) as u32;
-        got.push(next);
-        if got.len() < n {
-            model
-                .forward(&mut st, &[next], Logits::Last, &mut logits, threads)
-                .unwrap();
-        }
+/// Up to `n` greedy tokens after `prompt` (prefilled in batches of 64), as llama.cpp's argmax
+/// picks them, through the engine's generation loop: an end-of-generation token ends them
+/// (and is the last).
+pub fn greedy(
+    model: &dyn Model,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    threads: &Threads,
+) -> Vec<u32> {
+    let mut gen = Generator::new(model, tok, prompt.len() + n + 1, 64).unwrap();
+    let req = Request {
+        prompt,
+        max_tokens: n,
+        stop: &[],
+        sampling: SamplerConfig::greedy(),
+    };
+    let out = gen.start(&req, threads).unwrap().run(|_| {}).unwrap();
+    let mut got = out.tokens;
+    if let StopReason::EndOfGeneration(eog) = out.stop {
+        got.push(eog);
     }
     got
 }

@@ -1,0 +1,339 @@
+//! The generation loop, written once: `synapse run`, `chat`, the tests and the server drive
+//! it.
+//!
+//! A [`Generator`] owns one sequence's state (its KV cache, the tokens it holds). Each request
+//! [`Generator::start`]s a [`Generation`]: the prompt is fed after the longest prefix it shares
+//! with what the state already holds (a chat's earlier turns are not computed again), then
+//! [`Generation::next_piece`] samples one token at a time and hands back its text, whole UTF-8
+//! characters only, holding back what could be the start of a stop string. It stops at an
+//! end-of-generation token, a stop string, the token limit or a full context, and says which.
+//!
+//! Each generation has its own sampler, seeded from its request alone, so that its randomness
+//! never depends on what else runs.
+
+use std::time::{Duration, Instant};
+
+use crate::matmul::Threads;
+use crate::model::{Logits, Model, State};
+use crate::sampler::{Sampler, SamplerConfig};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::ModelError;
+
+/// What to generate after a prompt.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// The prompt's tokens (at least one).
+    pub prompt: &'a [u32],
+    /// Tokens to generate at most (`usize::MAX`: until the end of the text or the context).
+    pub max_tokens: usize,
+    /// The text ends before the first of these it contains (which is not part of it).
+    pub stop: &'a [String],
+    pub sampling: SamplerConfig,
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// The model sampled this end-of-generation token (not part of the text).
+    EndOfGeneration(u32),
+    /// `max_tokens` were generated.
+    Length,
+    /// The context holds no more tokens.
+    ContextFull,
+    /// The text reached one of the request's stop strings.
+    StopString,
+}
+
+impl StopReason {
+    /// A word for it, as llama.cpp's and OpenAI's APIs say it (`stop` or `length`).
+    pub fn finish_reason(self) -> &'static str {
+        match self {
+            StopReason::EndOfGeneration(_) | StopReason::StopString => "stop",
+            StopReason::Length | StopReason::ContextFull => "length",
+        }
+    }
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::EndOfGeneration(_) => "end of generation",
+            StopReason::Length => "length",
+            StopReason::ContextFull => "context full",
+            StopReason::StopString => "stop string",
+        })
+    }
+}
+
+/// Where a generation's time went.
+#[derive(Debug, Clone, Default)]
+pub struct Timings {
+    /// The prompt's tokens, and how many of them the state already held (not computed again).
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub prefill: Duration,
+    /// Tokens generated, and the time from the first sample to the stop.
+    pub generated: usize,
+    pub decode: Duration,
+    /// Forward passes of one token during decode (one fewer than `generated` when the last
+    /// token was not fed back).
+    pub decode_steps: usize,
+}
+
+/// A finished generation.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The generated tokens (without an end-of-generation token or the text past a stop
+    /// string's start: those tokens are here, their text is not).
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    pub timings: Timings,
+}
+
+/// One sequence: its state, and the tokens that state holds.
+pub struct Generator<'m> {
+    model: &'m dyn Model,
+    tok: &'m Tokenizer,
+    state: State,
+    n_batch: usize,
+    held: Vec<u32>,
+}
+
+impl<'m> Generator<'m> {
+    /// A sequence of up to `n_ctx` tokens, prompts fed in batches of up to `n_batch`.
+    pub fn new(
+        model: &'m dyn Model,
+        tok: &'m Tokenizer,
+        n_ctx: usize,
+        n_batch: usize,
+    ) -> Result<Generator<'m>, ModelError> {
+        let n_batch = n_batch.clamp(1, n_ctx.max(1));
+        Ok(Generator {
+            model,
+            tok,
+            state: model.new_state(n_ctx, n_batch)?,
+            n_batch,
+            held: Vec::new(),
+        })
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.state.n_ctx()
+    }
+
+    /// The tokens the state holds: the last prompt and what was fed after it.
+    pub fn held(&self) -> &[u32] {
+        &self.held
+    }
+
+    /// Feed `req.prompt` (after the prefix the state already holds) and start generating.
+    pub fn start<'g>(
+        &'g mut self,
+        req: &Request<'g>,
+        threads: &'g Threads,
+    ) -> Result<Generation<'g, 'm>, ModelError> {
+        let prompt = req.prompt;
+        if prompt.is_empty() {
+            return Err(ModelError::EmptyPrompt);
+        }
+        let t0 = Instant::now();
+        // Keep the shared prefix, but feed at least the last token: its logits are needed.
+        let shared = self
+            .held
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt.len() - 1);
+        if !self.state.rewind(shared) {
+            // A recurrent state cannot go back: start over.
+            self.state.reset();
+        }
+        let keep = self.state.pos;
+        self.held.truncate(keep);
+        let logits = self.model.prefill(
+            &mut self.state,
+            &prompt[keep..],
+            self.n_batch,
+            Logits::Last,
+            threads,
+        )?;
+        self.held.extend_from_slice(&prompt[keep..]);
+        let mut sampler = Sampler::new(req.sampling.clone(), self.model.info().n_vocab);
+        prompt.iter().for_each(|&t| sampler.accept(t));
+        let tok = self.tok;
+        Ok(Generation {
+            timings: Timings {
+                prompt_tokens: prompt.len(),
+                cached_tokens: keep,
+                prefill: t0.elapsed(),
+                ..Timings::default()
+            },
+            gen: self,
+            threads,
+            sampler,
+            logits,
+            stream: StreamDecoder::new(tok),
+            stop_strings: req.stop,
+            max_tokens: req.max_tokens,
+            pending: String::new(),
+            tokens: Vec::new(),
+            stopped: None,
+            decode_start: None,
+        })
+    }
+}
+
+/// A generation under way: [`Generation::next_piece`] until it returns `None`, then
+/// [`Generation::finish`].
+pub struct Generation<'g, 'm> {
+    gen: &'g mut Generator<'m>,
+    threads: &'g Threads,
+    sampler: Sampler,
+    /// The logits after the last token fed.
+    logits: Vec<f32>,
+    stream: StreamDecoder<'m>,
+    stop_strings: &'g [String],
+    max_tokens: usize,
+    /// Text decoded but not yet handed out: a suffix that may begin a stop string.
+    pending: String,
+    tokens: Vec<u32>,
+    stopped: Option<StopReason>,
+    decode_start: Option<Instant>,
+    timings: Timings,
+}
+
+impl Generation<'_, '_> {
+    /// The next piece of text (possibly empty, while a character's bytes or a possible stop
+    /// string are held back), or `None` once the generation has stopped.
+    pub fn next_piece(&mut self) -> Result<Option<String>, ModelError> {
+        if self.stopped.is_some() {
+            return Ok(None);
+        }
+        self.decode_start.get_or_insert_with(Instant::now);
+        if self.tokens.len() >= self.max_tokens {
+            return Ok(Some(self.stop(StopReason::Length, true)));
+        }
+        let next = self.sampler.sample(&self.logits);
+        self.sampler.accept(next);
+        if self.gen.tok.is_eog(next) {
+            return Ok(Some(self.stop(StopReason::EndOfGeneration(next), true)));
+        }
+        self.tokens.push(next);
+        self.pending.push_str(&self.stream.push(next));
+        if let Some(at) = self.first_stop() {
+            self.pending.truncate(at);
+            return Ok(Some(self.stop(StopReason::StopString, false)));
+        }
+        if self.tokens.len() >= self.max_tokens {
+            return Ok(Some(self.stop(StopReason::Length, true)));
+        }
+        if self.gen.state.pos >= self.gen.state.n_ctx() {
+            return Ok(Some(self.stop(StopReason::ContextFull, true)));
+        }
+        let g = &mut *self.gen;
+        g.model.forward(
+            &mut g.state,
+            &[next],
+            Logits::Last,
+            &mut self.logits,
+            self.threads,
+        )?;
+        g.held.push(next);
+        self.timings.decode_steps += 1;
+        let hold = held_back(&self.pending, self.stop_strings);
+        Ok(Some(
+            self.pending.drain(..self.pending.len() - hold).collect(),
+        ))
+    }
+
+    /// Run to the end, handing each piece of text to `on_text`.
+    pub fn run(mut self, mut on_text: impl FnMut(&str)) -> Result<Outcome, ModelError> {
+        while let Some(text) = self.next_piece()? {
+            if !text.is_empty() {
+                on_text(&text);
+            }
+        }
+        Ok(self.finish())
+    }
+
+    /// The generated tokens so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The outcome (a generation not run to its stop counts as stopped by length).
+    pub fn finish(self) -> Outcome {
+        let mut timings = self.timings;
+        timings.generated = self.tokens.len();
+        Outcome {
+            tokens: self.tokens,
+            stop: self.stopped.unwrap_or(StopReason::Length),
+            timings,
+        }
+    }
+
+    /// Record the stop and return the text still held (with the decoder's last bytes where
+    /// the text ends with the tokens, not at a stop string).
+    fn stop(&mut self, why: StopReason, flush: bool) -> String {
+        self.stopped = Some(why);
+        if let Some(t0) = self.decode_start {
+            self.timings.decode = t0.elapsed();
+        }
+        let mut text = std::mem::take(&mut self.pending);
+        if flush {
+            text.push_str(&self.stream.finish());
+        }
+        text
+    }
+
+    /// Where the first stop string begins in the pending text, if one is there whole.
+    fn first_stop(&self) -> Option<usize> {
+        self.stop_strings
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| self.pending.find(s.as_str()))
+            .min()
+    }
+}
+
+/// How many bytes at the end of `text` could begin one of `stops`: the longest such suffix
+/// (a proper prefix of a stop string), at a character boundary.
+fn held_back(text: &str, stops: &[String]) -> usize {
+    stops
+        .iter()
+        .map(|s| {
+            (1..s.len().min(text.len() + 1))
+                .rev()
+                .find(|&k| {
+                    text.is_char_boundary(text.len() - k)
+                        && s.as_bytes().starts_with(&text.as_bytes()[text.len() - k..])
+                })
+                .unwrap_or(0)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn held_back_is_the_longest_suffix_that_begins_a_stop_string() {
+        let stops = ["</s>".to_string(), "ééx".to_string(), String::new()];
+        for (text, want) in [
+            ("hello", 0),
+            ("hello<", 1),
+            ("hello</", 2),
+            ("hello</s", 3),
+            ("<<", 1),
+            ("a é", 2),
+            ("aéé", 4),
+            ("x", 0),
+            ("", 0),
+        ] {
+            assert_eq!(held_back(text, &stops), want, "{text:?}");
+        }
+    }
+}
