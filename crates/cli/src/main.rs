@@ -57,14 +57,28 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    quiet_on_closed_pipe();
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A closed pipe (`synapse info x.gguf | head`) is the reader saying it has enough.
         Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Errors quote the file's strings (keys, names): no terminal escapes from them.
+            eprintln!("error: {}", cmd::common::printable(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// A write to a pipe whose reader has gone (`synapse tokenize ... | head`) ends the process
+/// quietly, as it ends `cat`: Rust ignores SIGPIPE, so every `print!` would panic instead, and
+/// every other write would have to recognise the error. Outputs are renamed into place only
+/// once complete, so dying here loses nothing.
+fn quiet_on_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -1,19 +1,18 @@
 //! `synapse chat`: an interactive conversation through the model's chat template.
 //!
 //! Each turn renders the whole conversation, keeps the cached prefix it shares with what the
-//! cache holds, and feeds only the rest.
+//! cache holds, and feeds only the rest. When the conversation outgrows the context, the oldest
+//! turns are dropped (the system prompt is kept), and the user is told.
 
 use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 use clap::Args;
 use synapse_engine::chat::{ChatTemplate, Message};
-use synapse_engine::sampler::Sampler;
-use synapse_engine::tokenizer::StreamDecoder;
-use synapse_engine::Logits;
+use synapse_engine::generate::{Generator, Request, StopReason};
 
 use super::common::{self, ModelArgs};
-use super::run::SamplingArgs;
+use super::run::{n_predict, SamplingArgs};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -22,9 +21,14 @@ pub struct ChatArgs {
     /// A system prompt.
     #[arg(long)]
     pub system: Option<String>,
-    /// Most tokens per reply.
-    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
-    pub n_predict: usize,
+    /// Most tokens per reply; -1: until the end of the reply or a full context.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    pub n_predict: i64,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
@@ -33,6 +37,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let path = args.model.path()?;
     let threads = args.model.threads()?;
     let batch = args.model.batch()?;
+    let n_predict = n_predict(args.n_predict)?;
     let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
@@ -44,60 +49,82 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos()))
             .with_context(|| path.display().to_string())?;
     let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
-    let mut state = model.new_state(n_ctx, batch)?;
-    let mut sampler = Sampler::new(args.sampling.config()?, model.info().n_vocab);
-    let mut messages: Vec<Message> = args
+    let sampling = args.sampling.config(n_ctx)?;
+    let mut gen = Generator::new(model.as_ref(), &tok, n_ctx, batch)?;
+    let system: Vec<Message> = args
         .system
         .iter()
         .map(|s| Message::new("system", s))
         .collect();
-    let mut cached: Vec<u32> = Vec::new();
+    let mut messages = system.clone();
 
-    let stdin = std::io::stdin();
+    let mut stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout();
-    loop {
+    for turn in 0u64.. {
         write!(stdout, "> ")?;
         stdout.flush()?;
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line)? == 0 {
+        let mut bytes = Vec::new();
+        if stdin.read_until(b'\n', &mut bytes)? == 0 {
             writeln!(stdout)?;
             return Ok(());
         }
+        let Ok(line) = String::from_utf8(bytes) else {
+            eprintln!("[that line is not UTF-8 text: ignored]");
+            continue;
+        };
         let line = line.trim_end_matches(['\n', '\r']);
         if line.is_empty() {
             continue;
         }
         messages.push(Message::new("user", line));
-        let prompt = template.render(&messages, true)?;
-        // Templates write the BOS themselves; special tokens in them must be parsed.
-        let tokens = tok.encode(&prompt, false, true);
-        let keep = cached
-            .iter()
-            .zip(&tokens)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(tokens.len() - 1);
-        state.pos = keep;
-        cached.truncate(keep);
-        let mut logits =
-            model.prefill(&mut state, &tokens[keep..], batch, Logits::Last, &threads)?;
-        cached.extend_from_slice(&tokens[keep..]);
-
-        let mut stream = StreamDecoder::new(&tok);
-        let mut reply_ids = Vec::new();
-        for _ in 0..args.n_predict {
-            let next = sampler.sample(&logits);
-            sampler.accept(next);
-            if tok.is_eog(next) || state.pos >= state.n_ctx() {
-                break;
+        // The conversation as the model sees it, with room to answer: the oldest turns go
+        // first when it does not fit; a message that alone does not fit is refused.
+        let tokens = loop {
+            let prompt = template.render(&messages, true)?;
+            // Templates write the BOS themselves; special tokens in them must be parsed.
+            let tokens = tok.encode(&prompt, false, true);
+            if tokens.len() < n_ctx {
+                break Some(tokens);
             }
-            write!(stdout, "{}", stream.push(next))?;
+            let first = system.len();
+            if messages.len() - first <= 1 {
+                eprintln!(
+                    "[this message makes a prompt of {} tokens, and the context holds {n_ctx} \
+                     (-c): not sent]",
+                    tokens.len()
+                );
+                messages.pop();
+                break None;
+            }
+            // Drop the oldest exchange (a user turn and the reply to it).
+            let n = if messages.len() - first >= 3 { 2 } else { 1 };
+            messages.drain(first..first + n);
+            eprintln!("[the context ({n_ctx} tokens, -c) is full: the oldest turn is dropped]");
+        };
+        let Some(tokens) = tokens else { continue };
+        // Each turn draws from its own stream: the seed, moved on by the turn's number.
+        let mut sampling = sampling.clone();
+        sampling.seed = sampling.seed.wrapping_add(turn);
+        let req = Request {
+            prompt: &tokens,
+            max_tokens: n_predict,
+            stop: &[],
+            sampling,
+        };
+        let mut g = gen.start(&req, &threads)?;
+        while let Some(text) = g.next_piece()? {
+            write!(stdout, "{text}")?;
             stdout.flush()?;
-            reply_ids.push(next);
-            model.forward(&mut state, &[next], Logits::Last, &mut logits, &threads)?;
-            cached.push(next);
         }
-        writeln!(stdout, "{}", stream.finish())?;
-        messages.push(Message::new("assistant", &tok.decode(&reply_ids)));
+        let outcome = g.finish();
+        writeln!(stdout)?;
+        if outcome.stop == StopReason::ContextFull {
+            eprintln!(
+                "[the context ({n_ctx} tokens, -c) is full: the reply was cut off; the next \
+                 turn drops the oldest turns to make room]"
+            );
+        }
+        messages.push(Message::new("assistant", &tok.decode(&outcome.tokens)));
     }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! What the model-running commands share: finding and loading the model, thread and batch
 //! options, reading prompts.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -67,10 +68,28 @@ impl ModelArgs {
     pub fn ctx(&self, n_ctx_train: usize) -> Result<usize> {
         match self.ctx {
             Some(0) => bail!("-c 0: the context must hold at least one token"),
+            Some(c) if c > MAX_CTX => {
+                bail!("-c {c}: the context can hold at most {MAX_CTX} tokens")
+            }
             Some(c) => Ok(c),
             None => Ok(n_ctx_train.clamp(1, 4096)),
         }
     }
+}
+
+/// The largest context `-c` takes: far beyond any model's training context, and small enough
+/// that sizes computed from it cannot overflow (the memory itself is checked when allocated).
+pub const MAX_CTX: usize = 1 << 24;
+
+/// The prompt must fit the context, checked before any work, with both numbers in the error.
+pub fn check_fits(n_prompt: usize, n_ctx: usize) -> Result<()> {
+    if n_prompt > n_ctx {
+        bail!(
+            "the prompt is {n_prompt} tokens, more than the context of {n_ctx} \
+             (use a larger context, -c, or a shorter prompt)"
+        );
+    }
+    Ok(())
 }
 
 pub fn open(path: &Path) -> Result<GgufFile> {
@@ -95,4 +114,24 @@ pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
         (Some(_), Some(_)) => bail!("give the prompt as -p TEXT or -f FILE, not both"),
         (None, None) => bail!("no prompt: give -p TEXT or -f FILE"),
     }
+}
+
+/// `s` with control characters (escape sequences, carriage returns, ...) written as escapes,
+/// for text from a file that is printed to a terminal. Newlines and tabs are kept.
+pub fn printable(s: &str) -> Cow<'_, str> {
+    let bad = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !s.chars().any(bad) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if bad(c) {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }

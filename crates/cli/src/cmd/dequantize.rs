@@ -26,7 +26,10 @@ pub fn run(input: &Path, output: &Path) -> Result<()> {
         let bytes: Vec<u8> = floats.iter().flat_map(|x| x.to_le_bytes()).collect();
         w.add_tensor(t.info.name.clone(), GgmlType::F32, &t.info.shape, bytes)?;
     }
-    w.write_file(output)?;
+    let mut out = super::output::OutputFile::create(output)?;
+    w.write(&mut out)
+        .with_context(|| output.display().to_string())?;
+    out.commit()?;
     eprintln!(
         "wrote {} ({} tensors as F32)",
         output.display(),

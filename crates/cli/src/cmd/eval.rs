@@ -1,6 +1,6 @@
 //! `synapse eval`: run a prompt and write the logits of every position, for comparing engines.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -8,6 +8,7 @@ use clap::Args;
 use synapse_engine::Logits;
 
 use super::common::{self, ModelArgs};
+use super::output::OutputFile;
 
 #[derive(Args, Debug)]
 pub struct EvalArgs {
@@ -24,7 +25,8 @@ pub struct EvalArgs {
     /// Do not add the BOS token even if the model asks for one.
     #[arg(long)]
     pub no_bos: bool,
-    /// Where to write the logits: n_tokens x n_vocab little-endian f32.
+    /// Where to write the logits: n_tokens x n_vocab little-endian f32 (`-`: standard output,
+    /// and the token ids to standard error). Written whole or not at all.
     #[arg(long)]
     pub logits: PathBuf,
 }
@@ -41,9 +43,13 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
             text.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
                 .filter(|s| !s.is_empty())
-                .map(|s| {
-                    s.parse::<u32>()
-                        .with_context(|| format!("{}: `{s}` is not a token id", p.display()))
+                .map(|s| match s.parse::<u32>() {
+                    Ok(id) if (id as usize) < n_vocab => Ok(id),
+                    Ok(id) => bail!(
+                        "{}: token id {id} is out of range (vocabulary of {n_vocab})",
+                        p.display()
+                    ),
+                    Err(_) => bail!("{}: `{s}` is not a token id", p.display()),
                 })
                 .collect::<Result<_>>()?
         }
@@ -56,12 +62,18 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if tokens.is_empty() {
         bail!("nothing to evaluate: no tokens");
     }
-    let n_ctx = args.model.ctx.unwrap_or(tokens.len());
+    let n_ctx = match args.model.ctx {
+        Some(_) => args.model.ctx(0)?,
+        None => tokens.len(),
+    };
+    common::check_fits(tokens.len(), n_ctx)?;
+    // Every input is checked: only now is the output opened (the target is replaced only
+    // once every row is written).
+    let batch = batch.min(tokens.len());
     let mut state = model.new_state(n_ctx, batch)?;
-    let out =
-        std::fs::File::create(&args.logits).with_context(|| args.logits.display().to_string())?;
-    let mut out = BufWriter::new(out);
+    let mut out = OutputFile::create(&args.logits)?;
     let mut logits = vec![0.0f32; batch * n_vocab];
+    let mut bytes = Vec::with_capacity(batch * n_vocab * 4);
     for chunk in tokens.chunks(batch) {
         let rows = chunk.len() * n_vocab;
         model.forward(
@@ -71,14 +83,18 @@ pub fn run(args: &EvalArgs) -> Result<()> {
             &mut logits[..rows],
             &threads,
         )?;
-        for v in &logits[..rows] {
-            out.write_all(&v.to_le_bytes())?;
-        }
+        bytes.clear();
+        bytes.extend(logits[..rows].iter().flat_map(|v| v.to_le_bytes()));
+        out.write_all(&bytes)
+            .with_context(|| args.logits.display().to_string())?;
     }
-    out.flush()?;
-    println!(
-        "{}",
-        serde_json::json!({ "tokens": tokens, "n_vocab": n_vocab })
-    );
+    let to_stdout = out.is_stdout();
+    out.commit()?;
+    let summary = serde_json::json!({ "tokens": tokens, "n_vocab": n_vocab });
+    if to_stdout {
+        eprintln!("{summary}");
+    } else {
+        writeln!(std::io::stdout(), "{summary}")?;
+    }
     Ok(())
 }

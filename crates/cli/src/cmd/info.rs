@@ -8,6 +8,8 @@ use anyhow::Result;
 use serde_json::{json, Value as Json};
 use synapse_gguf::{Array, GgufFile, Value};
 
+use super::common::printable;
+
 pub fn run(path: &Path, as_json: bool, full_arrays: bool) -> Result<()> {
     let file = super::common::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
@@ -43,9 +45,12 @@ fn print_text(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
     writeln!(
         out,
         "file:        {}",
-        file.path()
-            .map(|p| p.display().to_string())
-            .unwrap_or_default()
+        printable(
+            &file
+                .path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
     )?;
     writeln!(
         out,
@@ -59,10 +64,10 @@ fn print_text(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
         h.version, h.alignment, h.data_start
     )?;
     if let Ok(arch) = md.str("general.architecture") {
-        writeln!(out, "architecture: {arch}")?;
+        writeln!(out, "architecture: {}", printable(arch))?;
     }
     if let Ok(name) = md.str("general.name") {
-        writeln!(out, "name:        {name}")?;
+        writeln!(out, "name:        {}", printable(name))?;
     }
 
     writeln!(out, "\nmetadata ({} keys):", md.len())?;
@@ -70,9 +75,10 @@ fn print_text(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
     for (k, v) in md.iter() {
         writeln!(
             out,
-            "  {k:<width$}  {:<6}  {}",
+            "  {:<width$}  {:<6}  {}",
+            printable(k),
             v.value_type().name(),
-            short(v)
+            printable(&short(v))
         )?;
     }
 
@@ -99,7 +105,7 @@ fn print_text(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
         writeln!(
             out,
             "  {:<name_w$}  {:<7}  {:<22}  {:>12}  {:>12}",
-            t.name,
+            printable(&t.name),
             t.ggml_type.name(),
             shape,
             t.size,

@@ -5,6 +5,7 @@ pub mod common;
 pub mod dequantize;
 pub mod eval;
 pub mod info;
+pub mod output;
 pub mod run;
 pub mod synth;
 pub mod tokenize;

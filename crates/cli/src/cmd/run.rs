@@ -2,13 +2,11 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use synapse_engine::sampler::{Sampler, SamplerConfig};
-use synapse_engine::tokenizer::StreamDecoder;
-use synapse_engine::Logits;
+use synapse_engine::generate::{Generator, Request};
+use synapse_engine::sampler::SamplerConfig;
 
 use super::common::{self, ModelArgs};
 
@@ -22,24 +20,32 @@ pub struct RunArgs {
     /// Read the prompt from a file.
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
-    /// Tokens to generate at most (generation also stops at an end-of-generation token).
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
-    pub n_predict: usize,
+    /// Tokens to generate at most; -1: until an end-of-generation token or a full context.
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 128,
+        allow_negative_numbers = true
+    )]
+    pub n_predict: i64,
     /// Do not add the BOS token even if the model asks for one.
     #[arg(long)]
     pub no_bos: bool,
+    /// Stop before this text (repeatable); it is not printed.
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
+    /// Temperature; 0 (or less) is greedy.
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temp: f32,
-    /// Keep the K most likely tokens (0: all).
-    #[arg(long, default_value_t = 40)]
-    pub top_k: usize,
+    /// Keep the K most likely tokens (0 or less: all).
+    #[arg(long, default_value_t = 40, allow_negative_numbers = true)]
+    pub top_k: i64,
     /// Nucleus sampling threshold (1: off).
     #[arg(long, default_value_t = 0.95)]
     pub top_p: f32,
@@ -49,39 +55,72 @@ pub struct SamplingArgs {
     /// Penalty on recently seen tokens (1: off).
     #[arg(long, default_value_t = 1.0)]
     pub repeat_penalty: f32,
-    /// How many recent tokens the penalty considers.
-    #[arg(long, default_value_t = 64)]
-    pub repeat_last_n: usize,
-    /// RNG seed [default: random, printed to stderr].
-    #[arg(short = 's', long)]
-    pub seed: Option<u64>,
+    /// How many recent tokens the penalty considers (0: off, -1: the whole context).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    pub repeat_last_n: i64,
+    /// RNG seed [default, or -1: random, printed to stderr].
+    #[arg(short = 's', long, allow_negative_numbers = true)]
+    pub seed: Option<i64>,
+}
+
+/// `-n`: a count of tokens, or -1 for no limit but the context.
+pub fn n_predict(n: i64) -> Result<usize> {
+    match n {
+        -1 => Ok(usize::MAX),
+        n if n >= 0 => Ok(n as usize),
+        n => bail!("-n {n}: give a number of tokens, or -1 for until the end of the text"),
+    }
 }
 
 impl SamplingArgs {
-    pub fn config(&self) -> Result<SamplerConfig> {
-        if !(0.0..=1.0).contains(&self.top_p) || !(0.0..=1.0).contains(&self.min_p) {
-            bail!("--top-p and --min-p must be between 0 and 1");
+    /// The sampler's settings, every value checked: finite, in its documented range.
+    pub fn config(&self, n_ctx: usize) -> Result<SamplerConfig> {
+        if !self.temp.is_finite() {
+            bail!(
+                "--temp {}: the temperature must be a finite number",
+                self.temp
+            );
         }
-        if !self.temp.is_finite() || self.repeat_penalty <= 0.0 {
-            bail!("--temp must be finite and --repeat-penalty positive");
+        if !(0.0..=1.0).contains(&self.top_p) {
+            bail!("--top-p {}: must be between 0 and 1", self.top_p);
         }
-        let seed = self.seed.unwrap_or_else(|| {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            let s = t.as_nanos() as u64 ^ (std::process::id() as u64) << 32;
-            if self.temp > 0.0 {
-                eprintln!("seed: {s}");
+        if !(0.0..=1.0).contains(&self.min_p) {
+            bail!("--min-p {}: must be between 0 and 1", self.min_p);
+        }
+        if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
+            bail!(
+                "--repeat-penalty {}: must be a positive finite number (1: off)",
+                self.repeat_penalty
+            );
+        }
+        let repeat_last_n = match self.repeat_last_n {
+            -1 => n_ctx,
+            n if n >= 0 => (n as u64).min(n_ctx as u64) as usize,
+            n => bail!(
+                "--repeat-last-n {n}: give a number of tokens, 0 for off or -1 for the context"
+            ),
+        };
+        let seed = match self.seed {
+            Some(s) if s >= 0 => s as u64,
+            Some(-1) | None => {
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let s = t.as_nanos() as u64 ^ (std::process::id() as u64) << 32;
+                if self.temp > 0.0 {
+                    eprintln!("seed: {s}");
+                }
+                s
             }
-            s
-        });
+            Some(s) => bail!("--seed {s}: give a non-negative seed, or -1 for a random one"),
+        };
         Ok(SamplerConfig {
             temp: self.temp,
-            top_k: self.top_k,
+            top_k: self.top_k.max(0).try_into().unwrap_or(usize::MAX),
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
-            repeat_last_n: self.repeat_last_n,
+            repeat_last_n,
             seed,
         })
     }
@@ -91,58 +130,45 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let path = args.model.path()?;
     let threads = args.model.threads()?;
     let batch = args.model.batch()?;
+    let n_predict = n_predict(args.n_predict)?;
     let text = common::prompt_text(&args.prompt, &args.file)?;
-    let sampler_cfg = args.sampling.config()?;
     let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
-    let info = model.info();
-    let n_ctx = args.model.ctx(info.n_ctx_train)?;
+    let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
+    let sampling = args.sampling.config(n_ctx)?;
 
     let prompt = tok.encode(&text, tok.add_bos_token() && !args.no_bos, true);
     if prompt.is_empty() {
         bail!("the prompt is empty (no text and no BOS token)");
     }
-    let mut state = model.new_state(n_ctx, batch)?;
-    let mut sampler = Sampler::new(sampler_cfg, info.n_vocab);
-    prompt.iter().for_each(|&t| sampler.accept(t));
-
-    let t0 = Instant::now();
-    let mut logits = model.prefill(&mut state, &prompt, batch, Logits::Last, &threads)?;
-    let t_prefill = t0.elapsed();
-
+    common::check_fits(prompt.len(), n_ctx)?;
+    // Scratch for the batches this prompt needs, not for the largest -b allows.
+    let batch = batch.min(prompt.len());
+    let mut gen = Generator::new(model.as_ref(), &tok, n_ctx, batch)?;
+    let req = Request {
+        prompt: &prompt,
+        max_tokens: n_predict,
+        stop: &args.stop,
+        sampling,
+    };
     let mut out = std::io::stdout().lock();
-    let mut stream = StreamDecoder::new(&tok);
-    let t1 = Instant::now();
-    let mut generated = 0usize;
-    let mut stop = "length";
-    for _ in 0..args.n_predict {
-        let next = sampler.sample(&logits);
-        if tok.is_eog(next) {
-            stop = "end of generation";
-            break;
-        }
-        out.write_all(stream.push(next).as_bytes())?;
+    let mut g = gen.start(&req, &threads)?;
+    while let Some(text) = g.next_piece()? {
+        out.write_all(text.as_bytes())?;
         out.flush()?;
-        sampler.accept(next);
-        generated += 1;
-        if state.pos >= state.n_ctx() {
-            stop = "context full";
-            break;
-        }
-        model.forward(&mut state, &[next], Logits::Last, &mut logits, &threads)?;
     }
-    out.write_all(stream.finish().as_bytes())?;
+    let outcome = g.finish();
     writeln!(out)?;
-    let t_decode = t1.elapsed();
-    // The last sampled token is not fed back, so `generated` tokens took `generated - 1` steps.
-    let steps = generated.saturating_sub(1).max(1);
+    let t = &outcome.timings;
     eprintln!(
-        "prefill: {} tokens in {:.3} s, {:.1} tok/s | decode: {generated} tokens, {:.1} tok/s | stop: {stop} | threads {}, batch {batch}",
-        prompt.len(),
-        t_prefill.as_secs_f64(),
-        prompt.len() as f64 / t_prefill.as_secs_f64(),
-        steps as f64 / t_decode.as_secs_f64(),
+        "prefill: {} tokens in {:.3} s, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | stop: {} | threads {}, batch {batch}",
+        t.prompt_tokens,
+        t.prefill.as_secs_f64(),
+        t.prompt_tokens as f64 / t.prefill.as_secs_f64(),
+        t.generated,
+        t.decode_steps.max(1) as f64 / t.decode.as_secs_f64(),
+        outcome.stop,
         threads.n(),
     );
     Ok(())

@@ -1,5 +1,6 @@
 //! `synapse tokenize`: the token ids of a text, as a JSON array.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Result;
@@ -40,6 +41,6 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         tok.add_bos_token() && !args.no_bos,
         !args.no_parse_special,
     );
-    println!("{}", serde_json::to_string(&ids)?);
+    writeln!(std::io::stdout(), "{}", serde_json::to_string(&ids)?)?;
     Ok(())
 }
