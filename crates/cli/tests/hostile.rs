@@ -185,6 +185,12 @@ fn special_outputs_are_written_in_place() {
         .unwrap()
         .file_type()
         .is_char_device());
+    // An output in a directory that does not exist names it.
+    let err = error(&synapse(&["dequantize", input, "/nonexistent/dir/x.gguf"]));
+    assert!(
+        err.contains("/nonexistent/dir is not a directory that exists") && !err.contains(".part"),
+        "{err}"
+    );
     // A directory as the output is refused by name.
     let err = error(&synapse(&[
         "dequantize",

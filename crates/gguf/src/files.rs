@@ -63,6 +63,10 @@ pub fn temp_beside(target: &Path) -> std::io::Result<tempfile::NamedTempFile> {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    if !dir.is_dir() {
+        let e = format!("{} is not a directory that exists", dir.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, e));
+    }
     let mut b = tempfile::Builder::new();
     b.prefix(".synapse-").suffix(".part");
     #[cfg(unix)]
