@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Two builds of synapse, run alternately on one file: on a shared host the speed a run meets
 # changes within minutes, so a change is measured as the ratio within each adjacent pair of
-# runs, and the median of those ratios (docs/PERF.md). Prints each pair and the median.
+# runs, and the median of those ratios (docs/perf-log.md). Prints each pair and the median.
 #
 #   bench/alternate.sh OLD NEW FILE [THREADS] [PAIRS] [tg|pp]
 #

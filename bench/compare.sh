@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Regenerate docs/PERF.md (and docs/perf-roofline.svg): synapse against llama.cpp on the same
+# Write docs/perf-compare.md (and docs/perf-roofline.svg): synapse against llama.cpp on the same
 # files and thread counts, engines alternating, with this machine's read bandwidth as the ceiling.
 #
 #   bench/compare.sh            # the full run (about 30-40 minutes on a quiet 2-core machine)
 #   bench/compare.sh --quick    # end-to-end check of the script: small files, one round, minutes
 #   ROUNDS=1 bench/compare.sh   # fewer alternations (default 3; REPS, default 2, is -r of each run)
 #
-# What it does, in order (every command it runs is recorded and printed in PERF.md):
+# What it does, in order (every command it runs is recorded and printed in the report):
 #   1. builds llama.cpp (scripts/build-llama.sh) if llama-bench is missing, and synapse (release);
 #   2. synthesizes random-weight files with `synapse synth` (cached in bench/out/models): the
 #      Llama-3.2-1B-shaped Q4_K_M, and one file per weight format (Llama-3.2-1B's matrices, 4 of
@@ -17,8 +17,8 @@
 #   4b. runs SmolLM2 and Gemma 3 with 2048 tokens already in the context (-d 2048), both engines;
 #   5. runs the kernel benchmarks (`synapse bench-kernels`: gemv-bench and kbench);
 #   6. checks `synapse bench` against an outside clock (/usr/bin/time over `synapse run`);
-#   7. writes docs/PERF.md and docs/perf-roofline.svg with bench/perf_report.py (matplotlib,
-#      pip-installed if missing). The hand-written section at the end of PERF.md is kept.
+#   7. writes docs/perf-compare.md and docs/perf-roofline.svg with bench/perf_report.py (matplotlib,
+#      pip-installed if missing). Its tables are what docs/PERF.md quotes.
 #
 # Numbers are only comparable within one run: run it on an otherwise idle machine.
 set -euo pipefail
@@ -38,7 +38,7 @@ cmds=$raw/commands.txt
 bin=third_party/llama.cpp/build/bin
 syn=target/release/synapse
 
-# Run a command, recording it (with the environment it needs) for PERF.md.
+# Run a command, recording it (with the environment it needs) for the report.
 run() {
     echo "$*" >>"$cmds"
     "$@"
@@ -178,7 +178,7 @@ echo "/usr/bin/time -f %M $bin/llama-completion -m $f1b -p <63 letters> -n 64 -c
 say "outside-clock check"
 bench/outside-clock.sh "$models/llama-3.2-1b-L$layers_1b-Q4_K_M.gguf" "$raw" "$outside_reps" "$((n * 2))"
 
-say "writing docs/PERF.md"
+say "writing docs/perf-compare.md"
 python3 bench/perf_report.py --raw "$raw" --quick "$quick" --p "$p" --n "$n" \
-    --out docs/PERF.md --svg docs/perf-roofline.svg
-say "done: docs/PERF.md, docs/perf-roofline.svg"
+    --out docs/perf-compare.md --svg docs/perf-roofline.svg
+say "done: docs/perf-compare.md, docs/perf-roofline.svg"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Decode against the read bandwidth of the same moment: on a shared host the probe's best
 # reading and a decode run taken minutes (or seconds) apart can differ by a quarter or more
-# (docs/PERF.md; two threads' probe read 33 and 63 GB/s within the same hour), so this runs
+# (docs/perf-log.md; two threads' probe read 33 and 63 GB/s within the same hour), so this runs
 # `synapse bench --probe-each-token`: a pass of the probe over a quarter of its 1 GiB buffer
 # (with the same threads) before every decoded token and after the last, and each token's weight
 # bandwidth over the mean of the two passes around it. Prints a markdown table of medians over

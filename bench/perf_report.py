@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write docs/PERF.md and the roofline plot from the raw results of bench/compare.sh.
+"""Write docs/perf-compare.md and the roofline plot from the raw results of bench/compare.sh.
 
-Everything above the marker line in PERF.md is regenerated; everything below it (hand-written
+Everything above the marker line in the report is regenerated; everything below it (hand-written
 analysis) is kept as it is.
 """
 

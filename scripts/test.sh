@@ -17,7 +17,7 @@ for isa in reference avx2 avxvnni; do
     SYNAPSE_ISA=$isa cargo test -p synapse-quant --locked
 done
 # Say which x86 tiers this CPU cannot run, so that their kernels' absence from this run is
-# seen (qemu-user's TCG emulates neither AVX-VNNI nor AVX-512: docs/PERF.md). A CPU with
+# seen (qemu-user's TCG emulates neither AVX-VNNI nor AVX-512: docs/perf-log.md). A CPU with
 # AVX-512 VNNI and no AVX-VNNI runs the avxvnni tier's kernels in the EVEX encoding of their
 # 256-bit `vpdpbusd` (x86/mod.rs, `Vnni256`): the same source, only the encoding untested.
 flags=""

@@ -65,7 +65,7 @@ fn kernel() -> (&'static str, ReadFn) {
 
 /// Whether the x86-64 probe reads one stream a thread, in address order, instead of four
 /// (`SYNAPSE_MEMBW_STREAMS=1`, read once): what a kernel that reads its weights once, in order,
-/// meets. Decode's kernels each read one; on the Zen 5 VM of docs/PERF.md (section "One stream
+/// meets. Decode's kernels each read one; on the Zen 5 VM of docs/perf-log.md (section "One stream
 /// against four") decode read 94-97% of this probe and 87-92% of the four-stream one in the
 /// same minutes. Any other value is reported and ignored.
 #[cfg(target_arch = "x86_64")]

@@ -5,7 +5,7 @@
 //! (whether they share issue ports), the forms of `vec_dot`'s scaled sums, and whole steps of
 //! the 6-bit kernel in the packed layouts it could take. The kernels' choices that rest on
 //! them (which form of the scaling a CPU's batches take, Q6_K's packed layout) are in
-//! docs/PERF.md.
+//! docs/perf-log.md.
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {

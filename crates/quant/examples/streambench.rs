@@ -13,7 +13,7 @@
 //!   once, `C` bytes of each part in turn (a kernel reading two or four runs of rows side by
 //!   side), without software prefetch or with first-level prefetch `D` ahead in each part.
 //!
-//! The decode kernels' distances are chosen from such numbers (docs/PERF.md); this measures
+//! The decode kernels' distances are chosen from such numbers (docs/perf-log.md); this measures
 //! the ceiling they work under. x86-64 with AVX-512 VNNI only.
 
 #[cfg(target_arch = "x86_64")]

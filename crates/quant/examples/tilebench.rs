@@ -4,7 +4,7 @@
 //! then the packed matrix, where the CPU has one). Each is timed `TILEBENCH_REPS` times (20
 //! unless set; more for a profile), the best reported. `TILEBENCH_ONLY=row`, `packed` or `tiles`
 //! runs that part alone (`none`: only the set-up), for counting a part's instructions apart, as
-//! under qemu-user on aarch64 (see docs/PERF.md). `TILEBENCH_COLD=MIB` times the packed matrix
+//! under qemu-user on aarch64 (see docs/perf-log.md). `TILEBENCH_COLD=MIB` times the packed matrix
 //! cold instead, as prefill meets it: copies of it packed until they fill `MIB` MiB, each rep on
 //! the next copy. `TILEBENCH_IN_TILES=1` calls the packed matrix tile by tile, `tile_rows()` rows
 //! a call, as the engine's prefill does. `TILEBENCH_AB=N` sets `synapse_quant::ab`'s variant.

@@ -36,7 +36,7 @@ pub(super) trait Split {
     /// The running sums of one (row, token).
     type Acc: Sums;
     /// Tokens a tile takes at once: whichever of four and eight executed fewer instructions per
-    /// multiply-add under qemu-user (docs/PERF.md): eight for the K-quants, Q4_0, Q5_0 and the
+    /// multiply-add under qemu-user (docs/perf-log.md): eight for the K-quants, Q4_0, Q5_0 and the
     /// repacked orders, four where a (row, token)'s running sums take more registers.
     const TOKENS: usize = 4;
     /// # Safety

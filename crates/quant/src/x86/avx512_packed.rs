@@ -279,7 +279,7 @@ unsafe fn dpwssd(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
 /// 0.98-1.04x at two). Written out, the Q6_K, Q5_K and IQ4_XS passes ran faster hot (Q6_K 53
 /// -> 60, 75 GMAC/s with their prefetch loop's tests hoisted) but streamed less of the memory
 /// over cold copies (Q6_K 87-90% -> 75-78%, Q5_K 82-88% -> 52-70%), or decoded slower at two
-/// threads (IQ4_XS 0.95x), on the Zen 4 (docs/PERF.md, 2026-12-03 03:30 UTC): they keep the
+/// threads (IQ4_XS 0.95x), on the Zen 4 (docs/perf-log.md, 2026-12-03 03:30 UTC): they keep the
 /// loop. Several tokens' accumulators do not fit the registers anyway, and eight copies of
 /// their bodies would crowd the instruction cache.
 macro_rules! lanes8 {
@@ -615,7 +615,7 @@ fn q4_k_unpack(g: &[Q4KPacked], vb: &mut Vec<[__m512i; 64]>) {
 /// process): 4096 x 14336 (Llama 3.1 8B's `ffn_down`) 80.6 / 73.7% -> 89.0 / 87.1%, 1024 x
 /// 16384 76.7% -> 86.6% (and with requests for the first five lines of the block alone, an
 /// earlier form: 69.4 / 87.6 / 75.7% -> 81.8 / 94.5 / 85.1%, and 72.6 / 87.6 / 81.6% -> 89.6 /
-/// 90.9 / 87.2%; docs/PERF.md); in the engine, that
+/// 90.9 / 87.2%; docs/perf-log.md); in the engine, that
 /// file's shapes in Q4_K (`synth llama-3.1-8b --layers 4 --type Q4_K_M --pure`, `--profile`,
 /// three runs of each build) its `ffn_down` read at 0.965-0.975 of its `ffn_gate_up`'s rate
 /// without, 1.033-1.057 with. At 8192 columns neither way led (91.2 / 88.3 / 90.4% -> 93.6 /
@@ -1836,7 +1836,7 @@ type Q3KUnpacked = [__m512i; 64];
 /// the token's lane sums ([`Q3KActs::LaneSums`]). The same integers: `Σ y q s = 128 Σ y -
 /// Σ (w + 128) y` with `w = -q s`. (The tokens as the unsigned side, plus 128, and the offset
 /// from the rows' sums, as before, took a `vpbroadcastd` a product: the broadcast folds only
-/// into the signed operand. Tilebench `Q3_K 512 2048 64`: see docs/PERF.md, 2026-12-03.)
+/// into the signed operand. Tilebench `Q3_K 512 2048 64`: see docs/perf-log.md, 2026-12-03.)
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q3_k_unpack(g: &[Q3KPairs], vb: &mut Vec<Q3KUnpacked>) {
@@ -3086,7 +3086,7 @@ packed_format!(
 // Q3_K's batch calls cover 256 x 2048 weights: each call prepares every token's block (values
 // interleaved, lane sums), which took much of the lane sums' gain back in calls of 64 rows
 // (tilebench `TILEBENCH_IN_TILES=1 Q3_K 8192 2048 64`: 138-141 -> 152-154 GMAC/s; about 1.07x of
-// the Q3_K_M file's 1.2x pp64, docs/PERF.md).
+// the Q3_K_M file's 1.2x pp64, docs/perf-log.md).
 packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k, 256 * 2048);
 packed_format!(Q5_K: Q5KPacked, BlockQ8K, GgmlType::Q5_K, GgmlType::Q8_K => q5_k);
 packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K => q2_k);
