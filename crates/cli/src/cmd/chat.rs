@@ -11,8 +11,7 @@ use clap::Args;
 use synapse_engine::chat::{ChatTemplate, Message};
 use synapse_engine::generate::{Generator, Request, StopReason};
 
-use super::common::{self, ModelArgs};
-use super::run::{n_predict, SamplingArgs};
+use super::common::{self, n_predict, ModelArgs, SamplingArgs};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
