@@ -474,17 +474,6 @@ impl Rope {
     }
 }
 
-/// Index of the largest value (the first, on ties).
-pub fn argmax(x: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1166,21 +1166,6 @@ pub(crate) fn exp_agrees(exp: impl Fn(&mut [f32; 16]), first: u32, last: u32, st
     true
 }
 
-/// In-place softmax; the normalising sum is taken in f64, as ggml does.
-#[inline]
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
