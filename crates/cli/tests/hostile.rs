@@ -295,6 +295,9 @@ fn arguments_are_checked_in_one_place() {
         let err = error(&with(&extra));
         assert!(err.contains(says), "{extra:?}: {err}");
     }
+    // A prompt file that never ends is refused at a bound, not read until memory runs out.
+    let err = error(&synapse(&["tokenize", "-m", &m, "-f", "/dev/zero"]));
+    assert!(err.contains("/dev/zero: longer than 256 MiB"), "{err}");
     // A batch far above the prompt reserves scratch for the prompt only (this reserved
     // 12.9 GB for two tokens).
     ok(&synapse(&[
@@ -322,7 +325,7 @@ fn info_escapes_control_characters() {
         synapse_gguf::Value::String(evil.into()),
     );
     w.set("general.name", synapse_gguf::Value::String(evil.into()));
-    w.set(&format!("key{evil}"), synapse_gguf::Value::U32(1));
+    w.set(format!("key{evil}"), synapse_gguf::Value::U32(1));
     w.add_tensor(
         format!("t{evil}"),
         synapse_gguf::GgmlType::F32,

@@ -199,7 +199,7 @@ pub fn tokenizer(file: &GgufFile, path: &Path) -> Result<Tokenizer> {
 pub fn prompt_text(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
     match (prompt, file) {
         (Some(p), None) => Ok(p.clone()),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| f.display().to_string()),
+        (None, Some(f)) => read_text(f),
         (Some(_), Some(_)) => bail!("give the prompt as -p TEXT or -f FILE, not both"),
         (None, None) => bail!("no prompt: give -p TEXT or -f FILE"),
     }
@@ -223,4 +223,30 @@ pub fn printable(s: &str) -> Cow<'_, str> {
             })
             .collect(),
     )
+}
+
+/// The most text `-f` and `--ids` read: far more than any context holds, and a bound on the
+/// memory a file such as `/dev/zero` could take.
+pub const MAX_TEXT_BYTES: u64 = 256 << 20;
+
+/// A text file (a prompt, a list of ids), refused past [`MAX_TEXT_BYTES`] or if not UTF-8.
+pub fn read_text(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let at = || path.display().to_string();
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .with_context(at)?
+        .take(MAX_TEXT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(at)?;
+    if bytes.len() as u64 > MAX_TEXT_BYTES {
+        bail!("{}: longer than {} MiB", at(), MAX_TEXT_BYTES >> 20);
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not UTF-8 text (byte {} is not valid)",
+            at(),
+            e.utf8_error().valid_up_to()
+        )
+    })
 }

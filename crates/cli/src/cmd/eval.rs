@@ -40,7 +40,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let n_vocab = model.info().n_vocab;
     let tokens: Vec<u32> = match &args.ids {
         Some(p) => {
-            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            let text = common::read_text(p)?;
             text.split(|c: char| c.is_whitespace() || c == ',' || c == '[' || c == ']')
                 .filter(|s| !s.is_empty())
                 .map(|s| match s.parse::<u32>() {
