@@ -2,53 +2,10 @@
 //! their errors.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn smollm2() -> PathBuf {
-    let p = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        p.display()
-    );
-    p
-}
-
-fn forward_data(name: &str) -> PathBuf {
-    root().join("crates/engine/tests/data/forward").join(name)
-}
-
-fn synapse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_synapse"))
-        .args(args)
-        .output()
-        .expect("run synapse")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "synapse failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout.clone()).unwrap()
-}
-
-fn error(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "expected a clean failure: {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
+mod common;
+use common::*;
 
 #[test]
 fn tokenize_prints_llama_cpp_ids() {

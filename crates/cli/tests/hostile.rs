@@ -4,54 +4,11 @@
 //! cores. Each test here failed (a panic, a destroyed file, garbage) before its fix.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn smollm2() -> String {
-    let p = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        p.display()
-    );
-    p.to_str().unwrap().to_string()
-}
-
-fn forward_data(name: &str) -> String {
-    let p = root().join("crates/engine/tests/data/forward").join(name);
-    p.to_str().unwrap().to_string()
-}
-
-fn synapse(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_synapse"))
-        .args(args)
-        .output()
-        .expect("run synapse")
-}
-
-fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "synapse failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn error(out: &Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "expected a clean failure: {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
-    err
-}
+mod common;
+use common::*;
 
 /// Files in `dir` other than `keep`: a refused or failed command leaves no temporary file.
 fn strays(dir: &Path, keep: &[&str]) -> Vec<String> {
@@ -79,7 +36,7 @@ fn is_fifo(path: &Path) -> bool {
 /// panic, no error message, and the exit of a process a closed pipe ended (or success).
 #[test]
 fn closed_pipes_end_commands_quietly() {
-    let m = smollm2();
+    let m = s(smollm2());
     let long = "hello ".repeat(4000);
     let ids = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(ids.path(), "1 2 3 4 5 6 7 8").unwrap();
@@ -204,7 +161,7 @@ fn special_outputs_are_written_in_place() {
 /// longer than the context, a token id out of range), and leaves no temporary file.
 #[test]
 fn a_refused_eval_keeps_the_existing_output() {
-    let m = smollm2();
+    let m = s(smollm2());
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("logits.f32");
     std::fs::write(&out, b"precious").unwrap();
@@ -248,7 +205,7 @@ fn a_refused_eval_keeps_the_existing_output() {
 /// a negative count or an absurd size is refused by name before any work, or bounded.
 #[test]
 fn arguments_are_checked_in_one_place() {
-    let m = smollm2();
+    let m = s(smollm2());
     let base = ["run", "-m", m.as_str(), "-p", "The capital of France is"];
     let with = |extra: &[&str]| {
         let mut a: Vec<&str> = base.to_vec();
@@ -359,7 +316,7 @@ fn chat(args: &[&str], input: &[u8]) -> Output {
 /// fills cuts the reply with a notice, and the next turns drop the oldest ones to fit.
 #[test]
 fn chat_survives_bad_lines_and_a_full_context() {
-    let m = smollm2();
+    let m = s(smollm2());
     let out = chat(
         &["-m", &m, "--temp", "0", "-n", "4"],
         b"\xff\xfe bad\nWhat is the capital of France?\n",
@@ -408,11 +365,11 @@ fn eval_gives_the_same_bits_at_any_thread_count() {
     std::fs::write(&ids, "1 40 200 31 7 90 12 5 77 255 46 15 16 17").unwrap();
     let ids = ids.to_str().unwrap();
     for model in [
-        smollm2(),
-        forward_data("tiny-Q4_K.gguf"),
-        forward_data("tiny-qwen2-Q8_0.gguf"),
-        forward_data("tiny-qwen3-Q4_K.gguf"),
-        forward_data("tiny-qwen35-Q4_K.gguf"),
+        s(smollm2()),
+        s(forward_data("tiny-Q4_K.gguf")),
+        s(forward_data("tiny-qwen2-Q8_0.gguf")),
+        s(forward_data("tiny-qwen3-Q4_K.gguf")),
+        s(forward_data("tiny-qwen35-Q4_K.gguf")),
         root()
             .join("models/gemma-3-270m-q4_k_m.gguf")
             .to_str()
