@@ -44,10 +44,18 @@ enum Halves {
 
 impl Halves {
     fn zeroed(len: usize) -> Halves {
-        match Pages::zeroed(len * size_of::<f16>()) {
-            Ok(p) => Halves::Pages(p),
-            Err(_) => Halves::Vec(vec![f16::ZERO; len]),
+        Self::try_zeroed(len).expect("a KV cache's first room (reserved with its state)")
+    }
+
+    /// `len` zeros, or `None` where the system will not give the memory.
+    fn try_zeroed(len: usize) -> Option<Halves> {
+        if let Ok(p) = Pages::zeroed(len.checked_mul(size_of::<f16>())?) {
+            return Some(Halves::Pages(p));
         }
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).ok()?;
+        v.resize(len, f16::ZERO);
+        Some(Halves::Vec(v))
     }
 }
 
@@ -143,23 +151,32 @@ impl KvCache {
         ((layer * self.n_head_kv + g) * self.cap + pos) * self.head_dim
     }
 
-    /// Room for position `pos`: the arrays at least doubled, every KV head's rows copied to
-    /// their new place (the same bits; only where they lie changes).
-    fn grow_to(&mut self, pos: usize) {
-        let cap = (2 * self.cap).max(pos + 1).min(self.n_ctx);
+    /// Room for positions `..end` (at most the context), made before a pass stores them: the
+    /// arrays at least doubled, every KV head's rows copied to their new place (the same bits;
+    /// only where they lie changes). `Err` with the bytes asked for where the system will not
+    /// give them; the cache is then as it was.
+    pub fn make_room(&mut self, end: usize) -> Result<(), usize> {
+        if end <= self.cap {
+            return Ok(());
+        }
+        let cap = (2 * self.cap).max(end).min(self.n_ctx);
         let (old, hd) = (self.cap, self.head_dim);
         let len = self.n_layer * self.n_head_kv * cap * hd;
-        for half in [&mut self.k, &mut self.v] {
-            let mut new = Halves::zeroed(len);
+        let too_much = || 2 * len * size_of::<f16>();
+        let mut grown = [Halves::try_zeroed(len), Halves::try_zeroed(len)];
+        for (half, new) in [&self.k, &self.v].into_iter().zip(&mut grown) {
+            let new = new.as_mut().ok_or_else(too_much)?;
             for (to, from) in new
                 .chunks_exact_mut(cap * hd)
                 .zip(half.chunks_exact(old * hd))
             {
                 to[..old * hd].copy_from_slice(from);
             }
-            *half = new;
         }
+        let [k, v] = grown;
+        (self.k, self.v) = (k.ok_or_else(too_much)?, v.ok_or_else(too_much)?);
         self.cap = cap;
+        Ok(())
     }
 
     /// Store one position's keys and values (`n_head_kv * head_dim` each, rounded to F16).
@@ -169,9 +186,7 @@ impl KvCache {
             "position {pos} past the context of {}",
             self.n_ctx
         );
-        if pos >= self.cap {
-            self.grow_to(pos);
-        }
+        assert!(pos < self.cap, "position {pos}: no room made for it");
         let hd = self.head_dim;
         for g in 0..self.n_head_kv {
             let i = self.at(layer, g, pos);
@@ -235,6 +250,7 @@ mod tests {
             (((l * 8 + p) * 4 + g) * 4 + e) as f32 * if v { -1.0 } else { 1.0 }
         };
         for p in 0..n_ctx {
+            kv.make_room(p + 1).unwrap();
             for l in 0..n_layer {
                 let row = |v| -> Vec<f32> {
                     (0..n_head_kv * hd)

@@ -479,3 +479,29 @@ fn the_last_logits_of_no_tokens_is_an_error() {
             .unwrap();
     }
 }
+
+/// Before: the KV cache grew as positions came with an allocation that aborted when refused,
+/// so a huge context that a state allowed (`-c 16000000`) aborted once filled that far. Its
+/// room is now asked for before a pass, and a refusal is an error naming the cache; the
+/// state is left as it was.
+#[test]
+fn a_kv_cache_the_system_will_not_hold_is_an_error() {
+    let f = tiny_llama();
+    let model = load(&f).unwrap();
+    let threads = Threads::new(1);
+    let n_ctx = 1 << 40;
+    let mut st = model.new_state(n_ctx, 8).unwrap();
+    st.pos = n_ctx - 2;
+    let mut out = vec![0.0; model.info().n_vocab];
+    let e = model
+        .forward(&mut st, &[1], Logits::Last, &mut out, &threads)
+        .unwrap_err();
+    assert!(matches!(e, ModelError::StateSize { .. }), "{e}");
+    assert!(e.to_string().contains("KV cache"), "{e}");
+    assert_eq!(st.pos, n_ctx - 2);
+    // The same state still runs from the start.
+    st.reset();
+    model
+        .forward(&mut st, &[1], Logits::Last, &mut out, &threads)
+        .unwrap();
+}

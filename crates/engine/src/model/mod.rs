@@ -146,6 +146,18 @@ pub trait Model: Send + Sync {
         threads: &Threads,
     ) -> Result<Vec<f32>, ModelError> {
         let n_vocab = self.info().n_vocab;
+        // Before the logits are sized by the prompt: one past the context is refused anyway.
+        if state
+            .pos
+            .checked_add(tokens.len())
+            .is_none_or(|end| end > state.n_ctx())
+        {
+            return Err(ModelError::ContextFull {
+                pos: state.pos,
+                n: tokens.len(),
+                n_ctx: state.n_ctx(),
+            });
+        }
         let mut out = vec![0.0; logits.rows(tokens.len()) * n_vocab];
         let n_batch = n_batch.clamp(1, state.n_batch);
         let chunks: Vec<&[u32]> = tokens.chunks(n_batch).collect();
@@ -508,6 +520,18 @@ pub(crate) fn forward<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     crate::check_forward(m.info(), st, tokens, logits, out)?;
+    // The cache's room for this pass, asked for before any work: a size the system refuses
+    // is an error here, not an abort in the middle of a layer.
+    let end = st.pos + tokens.len();
+    st.kv
+        .make_room(end)
+        .map_err(|bytes| ModelError::StateSize {
+            n_ctx: st.n_ctx(),
+            n_batch: st.n_batch,
+            why: format!(
+                "the system would not give the KV cache's {bytes} bytes for {end} positions"
+            ),
+        })?;
     crate::profile::begin();
     let r = dispatch(m, st, tokens, logits, out, threads);
     crate::profile::mark("other");
