@@ -44,16 +44,6 @@ pub enum StopReason {
     StopString,
 }
 
-impl StopReason {
-    /// A word for it, as llama.cpp's and OpenAI's APIs say it (`stop` or `length`).
-    pub fn finish_reason(self) -> &'static str {
-        match self {
-            StopReason::EndOfGeneration(_) | StopReason::StopString => "stop",
-            StopReason::Length | StopReason::ContextFull => "length",
-        }
-    }
-}
-
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -115,10 +105,6 @@ impl<'m> Generator<'m> {
             n_batch,
             held: Vec::new(),
         })
-    }
-
-    pub fn n_ctx(&self) -> usize {
-        self.state.n_ctx()
     }
 
     /// The tokens the state holds: the last prompt and what was fed after it.
@@ -255,11 +241,6 @@ impl Generation<'_, '_> {
             }
         }
         Ok(self.finish())
-    }
-
-    /// The generated tokens so far.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
     }
 
     /// The outcome (a generation not run to its stop counts as stopped by length).

@@ -162,10 +162,10 @@ impl KvCache {
         let cap = (2 * self.cap).max(end).min(self.n_ctx);
         let (old, hd) = (self.cap, self.head_dim);
         let len = self.n_layer * self.n_head_kv * cap * hd;
-        let too_much = || 2 * len * size_of::<f16>();
-        let mut grown = [Halves::try_zeroed(len), Halves::try_zeroed(len)];
-        for (half, new) in [&self.k, &self.v].into_iter().zip(&mut grown) {
-            let new = new.as_mut().ok_or_else(too_much)?;
+        let (Some(mut k), Some(mut v)) = (Halves::try_zeroed(len), Halves::try_zeroed(len)) else {
+            return Err(2 * len * size_of::<f16>());
+        };
+        for (new, half) in [(&mut k, &self.k), (&mut v, &self.v)] {
             for (to, from) in new
                 .chunks_exact_mut(cap * hd)
                 .zip(half.chunks_exact(old * hd))
@@ -173,8 +173,7 @@ impl KvCache {
                 to[..old * hd].copy_from_slice(from);
             }
         }
-        let [k, v] = grown;
-        (self.k, self.v) = (k.ok_or_else(too_much)?, v.ok_or_else(too_much)?);
+        (self.k, self.v) = (k, v);
         self.cap = cap;
         Ok(())
     }

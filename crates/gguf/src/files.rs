@@ -81,6 +81,14 @@ pub fn temp_beside(target: &Path) -> std::io::Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
+/// Put a complete temporary file from [`temp_beside`] in place of `target`: synced first, so
+/// that what the rename exposes is on disk.
+pub fn replace_with(tmp: tempfile::NamedTempFile, target: &Path) -> std::io::Result<()> {
+    tmp.as_file().sync_all()?;
+    tmp.persist(target).map_err(|e| e.error)?;
+    Ok(())
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};

@@ -166,9 +166,7 @@ impl<'a> GgufWriter<'a> {
         let mut out = io::BufWriter::with_capacity(1 << 20, tmp);
         self.write(&mut out)?;
         let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
-        tmp.as_file().sync_all().map_err(io)?;
-        tmp.persist(path).map_err(|e| io(e.error))?;
-        Ok(())
+        crate::files::replace_with(tmp, path).map_err(io)
     }
 }
 

@@ -67,13 +67,18 @@ impl ModelArgs {
 
     /// The context size: as asked, else the model's training context capped at 4096.
     pub fn ctx(&self, n_ctx_train: usize) -> Result<usize> {
+        self.ctx_or(n_ctx_train.clamp(1, 4096))
+    }
+
+    /// The context size: as asked (checked), else `default`.
+    pub fn ctx_or(&self, default: usize) -> Result<usize> {
         match self.ctx {
             Some(0) => bail!("-c 0: the context must hold at least one token"),
             Some(c) if c > MAX_CTX => {
                 bail!("-c {c}: the context can hold at most {MAX_CTX} tokens")
             }
             Some(c) => Ok(c),
-            None => Ok(n_ctx_train.clamp(1, 4096)),
+            None => Ok(default),
         }
     }
 }

@@ -62,10 +62,8 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     if tokens.is_empty() {
         bail!("nothing to evaluate: no tokens");
     }
-    let n_ctx = match args.model.ctx {
-        Some(_) => args.model.ctx(0)?,
-        None => tokens.len(),
-    };
+    // By default, a context of exactly the tokens evaluated.
+    let n_ctx = args.model.ctx_or(tokens.len())?;
     common::check_fits(tokens.len(), n_ctx)?;
     // Every input is checked: only now is the output opened (the target is replaced only
     // once every row is written).

@@ -11,7 +11,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use synapse_gguf::files::{special_kind, temp_beside};
+use synapse_gguf::files::{replace_with, special_kind, temp_beside};
 use tempfile::NamedTempFile;
 
 pub struct OutputFile {
@@ -33,23 +33,24 @@ impl OutputFile {
         let sink = if path.as_os_str() == "-" {
             Sink::Stdout(BufWriter::new(io::stdout()))
         } else {
-            match std::fs::metadata(path) {
-                Ok(meta) if meta.is_dir() => bail!("{}: is a directory", at()),
-                Ok(meta) if special_kind(&meta).is_some() => {
+            let meta = match std::fs::metadata(path) {
+                Ok(meta) => Some(meta),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(e).with_context(at),
+            };
+            match meta {
+                Some(meta) if meta.is_dir() => bail!("{}: is a directory", at()),
+                Some(meta) if special_kind(&meta).is_some() => {
                     let f = std::fs::OpenOptions::new()
                         .write(true)
                         .open(path)
                         .with_context(at)?;
                     Sink::InPlace(BufWriter::with_capacity(1 << 20, f))
                 }
-                Ok(_) => Sink::Temp(BufWriter::with_capacity(
+                _ => Sink::Temp(BufWriter::with_capacity(
                     1 << 20,
                     temp_beside(path).with_context(at)?,
                 )),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Sink::Temp(
-                    BufWriter::with_capacity(1 << 20, temp_beside(path).with_context(at)?),
-                ),
-                Err(e) => return Err(e).with_context(at),
             }
         };
         Ok(OutputFile {
@@ -72,10 +73,7 @@ impl OutputFile {
                     .into_inner()
                     .map_err(|e| e.into_error())
                     .with_context(at)?;
-                tmp.as_file().sync_all().with_context(at)?;
-                tmp.persist(&self.path)
-                    .map_err(|e| e.error)
-                    .with_context(at)?;
+                replace_with(tmp, &self.path).with_context(at)?;
             }
             Sink::InPlace(mut w) => w.flush().with_context(at)?,
             Sink::Stdout(mut w) => w.flush()?,
