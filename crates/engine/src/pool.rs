@@ -18,17 +18,19 @@ use std::time::{Duration, Instant};
 /// How long an idle worker spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// How long a waiting thread spins without yielding its core. After that it yields between
-/// checks, so that with more threads than cores (`-t 64` on a 16-core machine) a spinning
-/// thread hands its core to the worker that still has work, instead of burning its time slice.
+/// With more threads than cores (`-t 64` on a 16-core machine), how long a waiting thread
+/// spins before it yields between checks, so that it hands its core to a thread that still
+/// has work instead of burning its time slice. With a core each, waits only spin: a yield
+/// there made two-thread decode slower and less even.
 const SPIN_ALONE: Duration = Duration::from_micros(50);
 
-/// One step of a wait that began at `since`: a pause while spinning alone, a yield after.
-fn wait_step(since: Instant) {
-    if since.elapsed() < SPIN_ALONE {
-        std::hint::spin_loop();
-    } else {
+/// One step of a wait that began at `since`: a pause, or a yield once an oversubscribed
+/// pool's thread has spun alone long enough.
+fn wait_step(since: Instant, oversubscribed: bool) {
+    if oversubscribed && since.elapsed() >= SPIN_ALONE {
         std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 
@@ -38,6 +40,8 @@ type Job = dyn Fn(usize) + Sync;
 /// (pair) each, so that no write takes a line another core spins on unless it is news to it.
 #[repr(C)]
 struct Shared {
+    /// More threads than this process has CPUs: waits yield (see [`wait_step`]).
+    oversubscribed: bool,
     /// Written by `run` to start a job, read by the spinning workers.
     start: Lines<Start>,
     /// Per worker, the last generation it finished: `run` waits for every one to reach the
@@ -85,7 +89,9 @@ pub struct ThreadPool {
 impl ThreadPool {
     /// A pool of `n` threads in all: the caller and `n - 1` workers.
     pub fn new(n: usize) -> ThreadPool {
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
         let shared = Arc::new(Shared {
+            oversubscribed: n > cpus,
             start: Lines(Start {
                 job: AtomicPtr::new(std::ptr::null_mut()),
                 generation: AtomicU64::new(0),
@@ -151,7 +157,7 @@ impl ThreadPool {
             .iter()
             .any(|d| d.load(Ordering::Acquire) != generation)
         {
-            wait_step(since);
+            wait_step(since, s.oversubscribed);
         }
         if let Err(payload) = mine {
             s.panicked.store(false, Ordering::Release);
@@ -178,7 +184,7 @@ fn worker(s: &Shared, index: usize) {
                 break;
             }
             if start.elapsed() < SPIN {
-                wait_step(start);
+                wait_step(start, s.oversubscribed);
                 continue;
             }
             let guard = s.sleep.lock().unwrap_or_else(|e| e.into_inner());
