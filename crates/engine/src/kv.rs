@@ -178,6 +178,27 @@ impl KvCache {
         Ok(())
     }
 
+    /// Take `other`'s keys and values of positions `..n` (a prefix two sequences share): the
+    /// same bits the positions' tokens would store. `Err` as [`KvCache::make_room`]'s.
+    pub fn copy_prefix(&mut self, other: &KvCache, n: usize) -> Result<(), usize> {
+        assert!(
+            (self.n_layer, self.n_head_kv, self.head_dim)
+                == (other.n_layer, other.n_head_kv, other.head_dim)
+                && n <= other.cap.min(self.n_ctx),
+            "a KV prefix between caches of other shapes"
+        );
+        self.make_room(n)?;
+        let hd = self.head_dim;
+        for layer in 0..self.n_layer {
+            for g in 0..self.n_head_kv {
+                let (to, from) = (self.at(layer, g, 0), other.at(layer, g, 0));
+                self.k[to..to + n * hd].copy_from_slice(&other.k[from..from + n * hd]);
+                self.v[to..to + n * hd].copy_from_slice(&other.v[from..from + n * hd]);
+            }
+        }
+        Ok(())
+    }
+
     /// Store one position's keys and values (`n_head_kv * head_dim` each, rounded to F16).
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         assert!(

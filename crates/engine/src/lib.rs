@@ -19,7 +19,7 @@ pub mod sampler;
 pub mod tokenizer;
 
 pub use matmul::Threads;
-pub use model::{load, supported_architectures, Logits, Model, ModelInfo, State};
+pub use model::{load, supported_architectures, Batch, Logits, Model, ModelInfo, Seq, State};
 
 /// Dumps named intermediates (`attn_norm-3`, `l_out-3`, ...) per position as raw f32 files into
 /// the directory `SYNAPSE_DUMP_DIR` names, with llama.cpp's graph names, so that a layer's

@@ -522,11 +522,7 @@ impl<'a> DecoderLayer<'a> {
         let a = c.a;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         let (first, m) = (n - keep, keep);
-        rms_norm_rows(&s.x[..n * d], &self.attn_norm, c.eps, &mut s.h, d);
-        crate::profile::mark("norm");
-        c.tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
-        self.attn
-            .qkv(s, (n, first), a, c.eps, c.threads, c.tap, l, pos0);
+        self.norm_qkv(c, l, s, pos0, n, first);
         rope_and_store(c.rope, s, kv, l, pos0, (n, first), a);
         let p = pos0 + first;
         c.tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
@@ -538,6 +534,52 @@ impl<'a> DecoderLayer<'a> {
         }
         attend_causal(a, s, kv, l, p, m, None, c.threads);
         c.tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
+        self.output_and_ffn(c, l, s, p, m);
+    }
+
+    /// Layer `l` over the `n` rows of `s.x` of a batched pass: one run of rows per sequence,
+    /// each with its own cache and positions ([`Run`]). The products take every row at once;
+    /// RoPE, the KV store and attention go run by run.
+    #[inline(always)]
+    pub fn forward_runs(
+        &self,
+        c: &LayerCtx,
+        l: usize,
+        s: &mut Scratch,
+        runs: &mut [Run<'_>],
+        n: usize,
+    ) {
+        self.norm_qkv(c, l, s, 0, n, 0);
+        rope_and_store_runs(c.rope, s, runs, l, c.a);
+        attend_runs(c.a, s, runs, l, c.threads);
+        self.output_and_ffn(c, l, s, 0, n);
+    }
+
+    /// The normed rows in `s.h`, and their queries, keys and values ([`Attention::qkv`]).
+    #[inline(always)]
+    fn norm_qkv(
+        &self,
+        c: &LayerCtx,
+        l: usize,
+        s: &mut Scratch,
+        pos0: usize,
+        n: usize,
+        first: usize,
+    ) {
+        let d = self.attn_norm.len();
+        rms_norm_rows(&s.x[..n * d], &self.attn_norm, c.eps, &mut s.h, d);
+        crate::profile::mark("norm");
+        c.tap.rows("attn_norm", l, pos0, &s.h[..n * d], n);
+        self.attn
+            .qkv(s, (n, first), c.a, c.eps, c.threads, c.tap, l, pos0);
+    }
+
+    /// The rest of the layer for the `m` rows of `s.x` whose attention is in `s.att` (positions
+    /// `p..` for the taps): the output projection and its residual, the feed-forward block and
+    /// its residual.
+    #[inline(always)]
+    fn output_and_ffn(&self, c: &LayerCtx, l: usize, s: &mut Scratch, p: usize, m: usize) {
+        let d = self.attn_norm.len();
         self.attn.output(s, m, c.threads);
         c.tap.rows("attn_out", l, p, &s.o[..m * d], m);
         add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
@@ -552,6 +594,59 @@ impl<'a> DecoderLayer<'a> {
         crate::profile::mark("residual");
         c.tap.rows("l_out", l, p, &s.x[..m * d], m);
     }
+}
+
+/// One sequence's rows in a batched pass: its cache, and the positions its `n` rows take from
+/// `pos0`. A pass's runs lie one after another in the scratch rows.
+pub(crate) struct Run<'k> {
+    pub kv: &'k mut KvCache,
+    pub pos0: usize,
+    pub n: usize,
+}
+
+/// [`rope_and_store`] for the runs of a batched pass (every row's queries wanted): each run's
+/// rows rotated at its own positions and stored in its own cache.
+#[inline(always)]
+pub(crate) fn rope_and_store_runs(
+    rope: &Rope,
+    s: &mut Scratch,
+    runs: &mut [Run<'_>],
+    kv_layer: usize,
+    a: &AttnShape,
+) {
+    let (hd, q_dim, kv_dim) = (a.head_dim, a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
+    let width = s.rope.width();
+    let spans: Vec<(usize, usize)> = runs.iter().map(|r| (r.pos0, r.n)).collect();
+    let mut rows = s.rope.runs(rope, &spans).chunks_exact(width).enumerate();
+    for r in runs.iter_mut() {
+        for (i, (t, cs)) in rows.by_ref().take(r.n).enumerate() {
+            rope.apply(&mut s.q[t * q_dim..(t + 1) * q_dim], hd, cs);
+            let k = &mut s.k[t * kv_dim..(t + 1) * kv_dim];
+            rope.apply(k, hd, cs);
+            r.kv.store(kv_layer, r.pos0 + i, k, &s.v[t * kv_dim..(t + 1) * kv_dim]);
+        }
+    }
+    crate::profile::mark("rope and KV store");
+}
+
+/// Causal attention of each run's queries over its own cache layer `kv_layer`, into its rows
+/// of `s.att`.
+#[inline(always)]
+pub(crate) fn attend_runs(
+    a: &AttnShape,
+    s: &mut Scratch,
+    runs: &[Run<'_>],
+    kv_layer: usize,
+    threads: &Threads,
+) {
+    let q_dim = a.n_head * a.head_dim;
+    let mut t = 0;
+    for r in runs {
+        let (q, att) = (&s.q[t * q_dim..(t + r.n) * q_dim], &mut s.att[t * q_dim..]);
+        attend_batch(a, q, r.kv, kv_layer, r.pos0, None, att, threads);
+        t += r.n;
+    }
+    crate::profile::mark("attention");
 }
 
 /// Move the last `keep` of the `n` rows of `x` (`d` values each) to its start: the rows a

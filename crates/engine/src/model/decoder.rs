@@ -14,10 +14,10 @@ use synapse_gguf::GgufFile;
 
 use super::blocks::{
     add_bias_rows, embed, layer_matrices, matrix, optional_vector, output_logits, output_matrix,
-    Activation, DecoderLayer, LayerCtx,
+    Activation, DecoderLayer, LayerCtx, Run,
 };
 use super::hparams::Common;
-use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, State};
+use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::Rope;
@@ -146,6 +146,84 @@ impl ForwardBody for Decoder<'_> {
             self.tap.rows("result_norm", 0, pos, &s.h[..rows * d], rows);
             self.tap
                 .rows("result_output", 0, pos, &out[..rows * n_vocab], rows);
+        }
+        Ok(())
+    }
+
+    fn batch_dims(&self, n_tokens: usize) -> Option<ScratchDims> {
+        let a = &self.attn;
+        Some(ScratchDims {
+            n_batch: n_tokens,
+            n_embd: self.info.n_embd,
+            q_dim: a.n_head * a.head_dim,
+            kv_dim: a.n_head_kv * a.head_dim,
+            n_ff: self.n_ff,
+            head_dim: a.head_dim,
+        })
+    }
+
+    #[inline(always)]
+    fn forward_runs_body(
+        &self,
+        seqs: &mut [Seq<'_>],
+        s: &mut Scratch,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        let d = self.info.n_embd;
+        let mut n = 0;
+        for q in seqs.iter() {
+            embed(&self.tok_embd, q.tokens, &mut s.x[n * d..])?;
+            n += q.tokens.len();
+        }
+        // The taps name rows by one sequence's positions: a batched pass has several.
+        let off = crate::Tap::default();
+        let c = LayerCtx {
+            a: &self.attn,
+            rope: &self.rope,
+            eps: self.eps,
+            act: Activation::Silu,
+            threads,
+            tap: &off,
+        };
+        let mut runs: Vec<Run<'_>> = seqs
+            .iter_mut()
+            .map(|q| Run {
+                kv: &mut q.state.kv,
+                pos0: q.state.pos,
+                n: q.tokens.len(),
+            })
+            .collect();
+        for (l, layer) in self.layers.iter().enumerate() {
+            layer.forward_runs(&c, l, s, &mut runs, n);
+        }
+        drop(runs);
+        // The rows whose logits are asked for, moved to the front in order (each row to a
+        // place at or before its own).
+        let (mut rows, mut t) = (0, 0);
+        for q in seqs.iter_mut() {
+            let m = q.tokens.len();
+            let want = q.logits.rows(m);
+            let from = t + m - want;
+            s.x.copy_within(from * d..(from + want) * d, rows * d);
+            rows += want;
+            t += m;
+            q.state.pos += m;
+        }
+        if rows > 0 {
+            output_logits(
+                &self.output_norm,
+                self.eps,
+                &self.output,
+                s,
+                rows,
+                rows,
+                out,
+                threads,
+            );
+            if let Some(b) = &self.output_bias {
+                add_bias_rows(out, b, rows);
+            }
         }
         Ok(())
     }

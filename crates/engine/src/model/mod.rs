@@ -12,6 +12,9 @@ use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ops::Rope;
 use crate::ModelError;
 
+pub use batch::{Batch, Seq};
+
+mod batch;
 mod blocks;
 mod decoder;
 pub mod gemma3;
@@ -129,6 +132,21 @@ pub trait Model: Send + Sync {
         threads: &Threads,
     ) -> Result<(), ModelError>;
 
+    /// The scratch of batched passes ([`Model::forward_batch`]) of up to `n_tokens` tokens in
+    /// all, allocated once.
+    fn new_batch(&self, n_tokens: usize) -> Result<Batch, ModelError>;
+
+    /// One pass over several sequences: each [`Seq`]'s tokens fed to its own state, the logits
+    /// each asks for written into `out` one sequence after another. Each sequence gets the
+    /// bits it gets run alone ([`Model::forward`]), whatever else the batch holds.
+    fn forward_batch(
+        &self,
+        batch: &mut Batch,
+        seqs: &mut [Seq<'_>],
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError>;
+
     /// The memory a decode step reads its weights from, in the order it reads it: each
     /// matrix's packed copy or file bytes (see [`crate::matmul::Matrix::resident`]). The read
     /// probe's passes over it measure the bandwidth of the very pages decode streams
@@ -240,6 +258,27 @@ impl State {
             return false;
         }
         self.pos = pos;
+        true
+    }
+
+    /// Hold the first `n` tokens `other` holds instead of what this state held (their keys and
+    /// values copied: a prefix cached in one sequence's state given to another). `false`, and
+    /// nothing changed, where that cannot be: states of two models or shapes, `n` past what
+    /// `other` holds or this context, a recurrent state (its one state is of all its tokens),
+    /// or no memory for the cache.
+    pub fn copy_prefix(&mut self, other: &State, n: usize) -> bool {
+        if self.model != other.model
+            || n > other.pos
+            || n > self.n_ctx()
+            || self.rs.is_recurrent()
+            || other.rs.is_recurrent()
+        {
+            return false;
+        }
+        if self.kv.copy_prefix(&other.kv, n).is_err() {
+            return false;
+        }
+        self.pos = n;
         true
     }
 
@@ -408,9 +447,9 @@ impl Scratch {
 /// and the angles (a `powf`, then a cosine and a sine a pair) depend on nothing else. Worked
 /// out again only when the RoPE or the positions change: once a pass, not once a layer.
 pub(crate) struct RopeAngles {
-    /// The RoPE, first position and count the table holds.
-    key: Option<(Rope, usize, usize)>,
-    /// Position `pos0 + t`'s pairs at `t * width..`.
+    /// The RoPE and the runs of positions (first, count) the table holds.
+    key: Option<(Rope, Vec<(usize, usize)>)>,
+    /// The pairs of the table's `t`-th position at `t * width..`.
     cs: Vec<(f32, f32)>,
     width: usize,
 }
@@ -428,6 +467,12 @@ impl RopeAngles {
     /// Position `pos0 + t`'s angles under `rope` for `t < n`: the `n` tables of
     /// `self.width()` pairs (the first `n_rot / 2` of them set).
     pub fn positions(&mut self, rope: &Rope, pos0: usize, n: usize) -> &[(f32, f32)] {
+        self.runs(rope, &[(pos0, n)])
+    }
+
+    /// The angles of several runs of positions (`(first, count)`, one per sequence of a
+    /// batched pass), one table after another.
+    pub fn runs(&mut self, rope: &Rope, runs: &[(usize, usize)]) -> &[(f32, f32)] {
         let w = self.width;
         assert!(
             rope.n_rot / 2 <= w,
@@ -435,15 +480,20 @@ impl RopeAngles {
             rope.n_rot,
             2 * w
         );
-        let held = matches!(&self.key, Some((r, p, m)) if r == rope && *p == pos0 && *m == n);
+        let n: usize = runs.iter().map(|r| r.1).sum();
+        let held = matches!(&self.key, Some((r, k)) if r == rope && k == runs);
         if !held {
             if self.cs.len() < n * w {
                 self.cs.resize(n * w, (0.0, 0.0));
             }
-            for (t, cs) in self.cs.chunks_exact_mut(w).take(n).enumerate() {
-                rope.angles(pos0 + t, cs);
+            let positions = runs.iter().flat_map(|&(p, m)| p..p + m);
+            for (pos, cs) in positions.zip(self.cs.chunks_exact_mut(w)) {
+                rope.angles(pos, cs);
             }
-            self.key = Some((rope.clone(), pos0, n));
+            let mut key = self.key.take().map(|(_, k)| k).unwrap_or_default();
+            key.clear();
+            key.extend_from_slice(runs);
+            self.key = Some((rope.clone(), key));
         }
         &self.cs[..n * w]
     }
@@ -476,6 +526,25 @@ pub(crate) trait ForwardBody {
         out: &mut [f32],
         threads: &Threads,
     ) -> Result<(), ModelError>;
+
+    /// The scratch of a joint pass over several sequences of `n_tokens` tokens in all, for an
+    /// architecture whose pass runs them together ([`ForwardBody::forward_runs_body`]); `None`:
+    /// a batch's sequences run one after another.
+    fn batch_dims(&self, _n_tokens: usize) -> Option<ScratchDims> {
+        None
+    }
+
+    /// The joint pass, after [`batch::forward_batch`]'s checks, in the batch's scratch; only
+    /// called where [`ForwardBody::batch_dims`] is `Some`.
+    fn forward_runs_body(
+        &self,
+        _seqs: &mut [Seq<'_>],
+        _s: &mut Scratch,
+        _out: &mut [f32],
+        _threads: &Threads,
+    ) -> Result<(), ModelError> {
+        unreachable!("a joint pass of an architecture without batch_dims")
+    }
 }
 
 /// Every architecture is a [`Model`] through its `ForwardBody`: the checks and the x86-64-v3
@@ -498,6 +567,20 @@ impl<M: ForwardBody + Send + Sync> Model for M {
         threads: &Threads,
     ) -> Result<(), ModelError> {
         forward(self, st, tokens, logits, out, threads)
+    }
+
+    fn new_batch(&self, n_tokens: usize) -> Result<Batch, ModelError> {
+        batch::new_batch(self, n_tokens)
+    }
+
+    fn forward_batch(
+        &self,
+        b: &mut Batch,
+        seqs: &mut [Seq<'_>],
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        batch::forward_batch(self, b, seqs, out, threads)
     }
 
     fn weight_memory(&self) -> Vec<&[u8]> {

@@ -1,0 +1,199 @@
+//! Batched passes: the tokens of several sequences in one forward pass, each sequence with its
+//! own state (cache and positions). This is what a server's step runs: the next token of every
+//! sequence decoding and a chunk of each prompt being read, the weights read once for all.
+//!
+//! Every row's arithmetic is its own in every product and norm (G1), and attention reads only
+//! its own sequence's cache, so each sequence's logits are the bits it gets run alone: a
+//! batched pass changes speed, never a result. Architectures whose pass is not written for
+//! runs of several sequences (Gemma 3's windows, Qwen 3.5's recurrent layers) run the
+//! sequences of a batch one after another, with the same results.
+
+use super::{ForwardBody, Logits, Scratch, State, StateBytes};
+use crate::matmul::Threads;
+use crate::ModelError;
+
+/// One sequence's part of a batched pass: feed `tokens` at `state.pos..` and write the logits
+/// `logits` asks for.
+pub struct Seq<'s> {
+    pub state: &'s mut State,
+    pub tokens: &'s [u32],
+    pub logits: Logits,
+}
+
+/// The scratch of batched passes of up to [`Batch::n_tokens`] tokens in all, allocated once.
+pub struct Batch {
+    n_tokens: usize,
+    /// `None` where the architecture runs a batch's sequences one after another, each in its
+    /// own state's scratch.
+    s: Option<Scratch>,
+}
+
+impl Batch {
+    /// Tokens a pass may hold, all sequences together.
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+
+    /// Whether the sequences of a pass run together (their products over all their rows at
+    /// once); `false`: one after another, each in batches its state's scratch holds, so states
+    /// need scratch for the chunks they are given.
+    pub fn is_joint(&self) -> bool {
+        self.s.is_some()
+    }
+}
+
+/// [`crate::Model::new_batch`].
+pub(crate) fn new_batch<M: ForwardBody>(m: &M, n_tokens: usize) -> Result<Batch, ModelError> {
+    let s = match m.batch_dims(n_tokens) {
+        Some(d) => {
+            let mut bytes = StateBytes::new(n_tokens, n_tokens)?;
+            d.count(&mut bytes)?;
+            bytes.reserve()?;
+            Some(Scratch::new(&d))
+        }
+        None => None,
+    };
+    Ok(Batch { n_tokens, s })
+}
+
+/// [`crate::Model::forward_batch`]: check every sequence, then run them together or one after
+/// another.
+pub(crate) fn forward_batch<M: ForwardBody>(
+    m: &M,
+    batch: &mut Batch,
+    seqs: &mut [Seq<'_>],
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    let info = m.info();
+    let total: usize = seqs.iter().map(|q| q.tokens.len()).sum();
+    if total > batch.n_tokens {
+        return Err(ModelError::BatchTooLarge {
+            n: total,
+            n_batch: batch.n_tokens,
+        });
+    }
+    let rows: usize = seqs.iter().map(|q| q.logits.rows(q.tokens.len())).sum();
+    let need = rows * info.n_vocab;
+    if out.len() < need {
+        return Err(ModelError::LogitsBuffer {
+            have: out.len(),
+            need,
+        });
+    }
+    for q in seqs.iter() {
+        // As a single pass checks it, but for the batch size, which is the batch's.
+        let (st, n) = (&*q.state, q.tokens.len());
+        if st.model != info.id {
+            return Err(ModelError::ForeignState);
+        }
+        if n == 0 && q.logits == Logits::Last {
+            return Err(ModelError::NoTokens);
+        }
+        if st.pos.checked_add(n).is_none_or(|end| end > st.n_ctx()) {
+            return Err(ModelError::ContextFull {
+                pos: st.pos,
+                n,
+                n_ctx: st.n_ctx(),
+            });
+        }
+        if let Some(&id) = q.tokens.iter().find(|&&id| id as usize >= info.n_vocab) {
+            return Err(ModelError::BadToken {
+                id,
+                n_vocab: info.n_vocab,
+            });
+        }
+    }
+    let Some(s) = &mut batch.s else {
+        return one_by_one(m, seqs, out, threads);
+    };
+    for q in seqs.iter_mut() {
+        let st = &mut *q.state;
+        let end = st.pos + q.tokens.len();
+        st.kv
+            .make_room(end)
+            .map_err(|bytes| ModelError::StateSize {
+                n_ctx: st.n_ctx(),
+                n_batch: st.n_batch,
+                why: format!(
+                    "the system would not give the KV cache's {bytes} bytes for {end} positions"
+                ),
+            })?;
+    }
+    crate::profile::begin();
+    let r = dispatch(m, seqs, s, &mut out[..need], threads);
+    crate::profile::mark("other");
+    r
+}
+
+/// The sequences one after another, each in chunks of its state's batch size (logits only
+/// where asked: each chunk's for `All`, the last chunk's for `Last`).
+fn one_by_one<M: ForwardBody>(
+    m: &M,
+    seqs: &mut [Seq<'_>],
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    let n_vocab = m.info().n_vocab;
+    let mut written = 0;
+    for q in seqs.iter_mut() {
+        let chunks: Vec<&[u32]> = q.tokens.chunks(q.state.n_batch.max(1)).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let want = match q.logits {
+                Logits::All => Logits::All,
+                Logits::Last if i + 1 == chunks.len() => Logits::Last,
+                _ => Logits::None,
+            };
+            let rows = want.rows(chunk.len());
+            let o = &mut out[written..written + rows * n_vocab];
+            super::forward(m, q.state, chunk, want, o, threads)?;
+            written += rows * n_vocab;
+        }
+    }
+    Ok(())
+}
+
+/// The joint pass compiled for the best of the CPU's feature levels (as [`super::forward`]'s).
+fn dispatch<M: ForwardBody>(
+    m: &M,
+    seqs: &mut [Seq<'_>],
+    s: &mut Scratch,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_avx512f() {
+        // SAFETY: the CPU has AVX-512 F besides AVX2, FMA and F16C (just checked).
+        return unsafe { runs_v4(m, seqs, s, out, threads) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::has_x86_64_v3() {
+        // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+        return unsafe { runs_v3(m, seqs, s, out, threads) };
+    }
+    m.forward_runs_body(seqs, s, out, threads)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
+unsafe fn runs_v4<M: ForwardBody>(
+    m: &M,
+    seqs: &mut [Seq<'_>],
+    s: &mut Scratch,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    m.forward_runs_body(seqs, s, out, threads)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn runs_v3<M: ForwardBody>(
+    m: &M,
+    seqs: &mut [Seq<'_>],
+    s: &mut Scratch,
+    out: &mut [f32],
+    threads: &Threads,
+) -> Result<(), ModelError> {
+    m.forward_runs_body(seqs, s, out, threads)
+}
