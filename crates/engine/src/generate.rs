@@ -145,9 +145,8 @@ impl<'m> Generator<'m> {
             threads,
         )?;
         self.held.extend_from_slice(&prompt[keep..]);
-        let mut sampler = Sampler::new(req.sampling.clone(), self.model.info().n_vocab);
-        prompt.iter().for_each(|&t| sampler.accept(t));
         let tok = self.tok;
+        let n_vocab = self.model.info().n_vocab;
         Ok(Generation {
             timings: Timings {
                 prompt_tokens: prompt.len(),
@@ -155,16 +154,10 @@ impl<'m> Generator<'m> {
                 prefill: t0.elapsed(),
                 ..Timings::default()
             },
+            dec: Decoding::new(tok, n_vocab, req),
             gen: self,
             threads,
-            sampler,
             logits,
-            stream: StreamDecoder::new(tok),
-            stop_strings: req.stop,
-            max_tokens: req.max_tokens,
-            pending: String::new(),
-            tokens: Vec::new(),
-            stopped: None,
             decode_start: None,
         })
     }
@@ -175,16 +168,9 @@ impl<'m> Generator<'m> {
 pub struct Generation<'g, 'm> {
     gen: &'g mut Generator<'m>,
     threads: &'g Threads,
-    sampler: Sampler,
+    dec: Decoding<'m>,
     /// The logits after the last token fed.
     logits: Vec<f32>,
-    stream: StreamDecoder<'m>,
-    stop_strings: &'g [String],
-    max_tokens: usize,
-    /// Text decoded but not yet handed out: a suffix that may begin a stop string.
-    pending: String,
-    tokens: Vec<u32>,
-    stopped: Option<StopReason>,
     decode_start: Option<Instant>,
     timings: Timings,
 }
@@ -193,44 +179,26 @@ impl Generation<'_, '_> {
     /// The next piece of text (possibly empty, while a character's bytes or a possible stop
     /// string are held back), or `None` once the generation has stopped.
     pub fn next_piece(&mut self) -> Result<Option<String>, ModelError> {
-        if self.stopped.is_some() {
+        if self.dec.stopped().is_some() {
             return Ok(None);
         }
         self.decode_start.get_or_insert_with(Instant::now);
-        if self.tokens.len() >= self.max_tokens {
-            return Ok(Some(self.stop(StopReason::Length, true)));
-        }
-        let next = self.sampler.sample(&self.logits);
-        self.sampler.accept(next);
-        if self.gen.tok.is_eog(next) {
-            return Ok(Some(self.stop(StopReason::EndOfGeneration(next), true)));
-        }
-        self.tokens.push(next);
-        self.pending.push_str(&self.stream.push(next));
-        if let Some(at) = self.first_stop() {
-            self.pending.truncate(at);
-            return Ok(Some(self.stop(StopReason::StopString, false)));
-        }
-        if self.tokens.len() >= self.max_tokens {
-            return Ok(Some(self.stop(StopReason::Length, true)));
-        }
-        if self.gen.state.pos >= self.gen.state.n_ctx() {
-            return Ok(Some(self.stop(StopReason::ContextFull, true)));
-        }
         let g = &mut *self.gen;
-        g.model.forward(
-            &mut g.state,
-            &[next],
-            Logits::Last,
-            &mut self.logits,
-            self.threads,
-        )?;
-        g.held.push(next);
-        self.timings.decode_steps += 1;
-        let hold = held_back(&self.pending, self.stop_strings);
-        Ok(Some(
-            self.pending.drain(..self.pending.len() - hold).collect(),
-        ))
+        let step = self.dec.step(&self.logits, g.state.pos < g.state.n_ctx());
+        if let Some(next) = step.feed {
+            g.model.forward(
+                &mut g.state,
+                &[next],
+                Logits::Last,
+                &mut self.logits,
+                self.threads,
+            )?;
+            g.held.push(next);
+            self.timings.decode_steps += 1;
+        } else if let Some(t0) = self.decode_start {
+            self.timings.decode = t0.elapsed();
+        }
+        Ok(Some(step.text))
     }
 
     /// Run to the end, handing each piece of text to `on_text`.
@@ -246,26 +214,121 @@ impl Generation<'_, '_> {
     /// The outcome (a generation not run to its stop counts as stopped by length).
     pub fn finish(self) -> Outcome {
         let mut timings = self.timings;
-        timings.generated = self.tokens.len();
+        timings.generated = self.dec.tokens.len();
         Outcome {
-            tokens: self.tokens,
-            stop: self.stopped.unwrap_or(StopReason::Length),
+            stop: self.dec.stopped().unwrap_or(StopReason::Length),
+            tokens: self.dec.tokens,
             timings,
         }
     }
+}
 
-    /// Record the stop and return the text still held (with the decoder's last bytes where
-    /// the text ends with the tokens, not at a stop string).
-    fn stop(&mut self, why: StopReason, flush: bool) -> String {
-        self.stopped = Some(why);
-        if let Some(t0) = self.decode_start {
-            self.timings.decode = t0.elapsed();
+/// What a sequence does with the logits after its last token: sample the next one, decide
+/// whether to stop, and turn tokens into text. The one place of those decisions, for a
+/// [`Generation`] and for a server's sequences alike, which feed the tokens themselves.
+pub struct Decoding<'t> {
+    tok: &'t Tokenizer,
+    sampler: Sampler,
+    stream: StreamDecoder<'t>,
+    stop_strings: Vec<String>,
+    max_tokens: usize,
+    /// Text decoded but not yet handed out: a suffix that may begin a stop string.
+    pending: String,
+    tokens: Vec<u32>,
+    stopped: Option<StopReason>,
+}
+
+/// One [`Decoding::step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The token drawn, if one was (an end-of-generation token included).
+    pub token: Option<u32>,
+    /// The token to feed next; `None` when the sequence has stopped.
+    pub feed: Option<u32>,
+    /// Text to hand out (possibly empty).
+    pub text: String,
+}
+
+impl<'t> Decoding<'t> {
+    /// The decisions of `req` after its prompt (which the penalties count).
+    pub fn new(tok: &'t Tokenizer, n_vocab: usize, req: &Request<'_>) -> Decoding<'t> {
+        let mut sampler = Sampler::new(req.sampling.clone(), n_vocab);
+        req.prompt.iter().for_each(|&t| sampler.accept(t));
+        Decoding {
+            tok,
+            sampler,
+            stream: StreamDecoder::new(tok),
+            stop_strings: req.stop.to_vec(),
+            max_tokens: req.max_tokens,
+            pending: String::new(),
+            tokens: Vec::new(),
+            stopped: None,
         }
+    }
+
+    /// Why it stopped, once it has.
+    pub fn stopped(&self) -> Option<StopReason> {
+        self.stopped
+    }
+
+    /// The tokens drawn so far (not an end-of-generation token).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Draw the next token from `logits` (those after the last token fed) and decide: go on
+    /// (feed it), or stop at an end-of-generation token, a stop string, the token limit, or a
+    /// full context (`room`: the state has a position left for the token).
+    pub fn step(&mut self, logits: &[f32], room: bool) -> Step {
+        if self.stopped.is_some() {
+            return Step {
+                token: None,
+                feed: None,
+                text: String::new(),
+            };
+        }
+        if self.tokens.len() >= self.max_tokens {
+            return self.stop(None, StopReason::Length, true);
+        }
+        let next = self.sampler.sample(logits);
+        self.sampler.accept(next);
+        if self.tok.is_eog(next) {
+            return self.stop(Some(next), StopReason::EndOfGeneration(next), true);
+        }
+        self.tokens.push(next);
+        self.pending.push_str(&self.stream.push(next));
+        if let Some(at) = self.first_stop() {
+            self.pending.truncate(at);
+            return self.stop(Some(next), StopReason::StopString, false);
+        }
+        if self.tokens.len() >= self.max_tokens {
+            return self.stop(Some(next), StopReason::Length, true);
+        }
+        if !room {
+            return self.stop(Some(next), StopReason::ContextFull, true);
+        }
+        let hold = held_back(&self.pending, &self.stop_strings);
+        let text = self.pending.drain(..self.pending.len() - hold).collect();
+        Step {
+            token: Some(next),
+            feed: Some(next),
+            text,
+        }
+    }
+
+    /// Record the stop and hand out the text still held (with the decoder's last bytes where
+    /// the text ends with the tokens, not at a stop string).
+    fn stop(&mut self, token: Option<u32>, why: StopReason, flush: bool) -> Step {
+        self.stopped = Some(why);
         let mut text = std::mem::take(&mut self.pending);
         if flush {
             text.push_str(&self.stream.finish());
         }
-        text
+        Step {
+            token,
+            feed: None,
+            text,
+        }
     }
 
     /// Where the first stop string begins in the pending text, if one is there whole.

@@ -18,8 +18,15 @@ pub struct SamplerConfig {
     pub min_p: f32,
     /// Divide positive logits (multiply negative ones) of recently seen tokens; 1 is off.
     pub repeat_penalty: f32,
-    /// How many recent tokens the penalty looks at.
+    /// How many recent tokens the penalties look at.
     pub repeat_last_n: usize,
+    /// Subtracted from the logit of each token seen in that window (OpenAI's
+    /// `presence_penalty`); 0 is off.
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it is seen in that window; 0 is off.
+    pub frequency_penalty: f32,
+    /// Added to these tokens' logits before anything else (`-inf`: never drawn).
+    pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
 }
 
@@ -33,6 +40,9 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
             seed: 0,
         }
     }
@@ -68,7 +78,7 @@ impl Sampler {
         }
     }
 
-    /// Record a token of the sequence (prompt or generated) for the repetition penalty.
+    /// Record a token of the sequence (prompt or generated) for the penalties.
     pub fn accept(&mut self, token: u32) {
         if self.cfg.repeat_last_n == 0 {
             return;
@@ -84,18 +94,26 @@ impl Sampler {
         self.cand.clear();
         self.cand
             .extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        if self.cfg.repeat_penalty != 1.0 {
+        for &(t, b) in &self.cfg.logit_bias {
+            if let Some(c) = self.cand.get_mut(t as usize) {
+                c.1 += b;
+            }
+        }
+        let c = &self.cfg;
+        if c.repeat_penalty != 1.0 || c.presence_penalty != 0.0 || c.frequency_penalty != 0.0 {
             for (i, &t) in self.recent.iter().enumerate() {
-                // Penalise each distinct token once.
+                // Each distinct token once, with the times it was seen.
                 if self.recent.iter().take(i).any(|&u| u == t) {
                     continue;
                 }
-                if let Some(c) = self.cand.get_mut(t as usize) {
-                    c.1 = if c.1 > 0.0 {
-                        c.1 / self.cfg.repeat_penalty
+                let seen = self.recent.iter().skip(i).filter(|&&u| u == t).count() as f32;
+                if let Some(l) = self.cand.get_mut(t as usize).map(|c| &mut c.1) {
+                    *l = if *l > 0.0 {
+                        *l / c.repeat_penalty
                     } else {
-                        c.1 * self.cfg.repeat_penalty
+                        *l * c.repeat_penalty
                     };
+                    *l -= seen * c.frequency_penalty + c.presence_penalty;
                 }
             }
         }
@@ -220,6 +238,33 @@ mod tests {
             "{a:?}"
         );
         assert_ne!(a, draw(&SamplerConfig { seed: 8, ..cfg }));
+    }
+
+    #[test]
+    fn presence_frequency_and_bias_move_the_argmax() {
+        let greedy = |cfg: SamplerConfig, seen: &[u32]| {
+            let mut s = Sampler::new(cfg, 6);
+            seen.iter().for_each(|&t| s.accept(t));
+            s.sample(&logits())
+        };
+        let g = SamplerConfig::greedy;
+        // Token 1 (3.0) seen twice: frequency 0.3 takes 0.6 (2.4 < 2.5), presence 0.4 once.
+        let freq = |f| SamplerConfig {
+            frequency_penalty: f,
+            ..g()
+        };
+        assert_eq!(greedy(freq(0.3), &[1, 1]), 4);
+        assert_eq!(greedy(freq(0.3), &[1]), 1);
+        let pres = SamplerConfig {
+            presence_penalty: 0.6,
+            ..g()
+        };
+        assert_eq!(greedy(pres, &[1, 1, 1]), 4);
+        let bias = SamplerConfig {
+            logit_bias: vec![(1, f32::NEG_INFINITY), (99, 5.0)],
+            ..g()
+        };
+        assert_eq!(greedy(bias, &[]), 4);
     }
 
     #[test]

@@ -118,6 +118,12 @@ pub struct SamplingArgs {
     /// How many recent tokens the penalty considers (0: off, -1: the whole context).
     #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     pub repeat_last_n: i64,
+    /// Subtracted from the logit of each token seen in the last-n window (0: off)
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was seen in that window (0: off)
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
     /// RNG seed [default, or -1: random, printed to stderr].
     #[arg(short = 's', long, allow_negative_numbers = true)]
     pub seed: Option<i64>,
@@ -153,6 +159,14 @@ impl SamplingArgs {
                 self.repeat_penalty
             );
         }
+        for (name, v) in [
+            ("--presence-penalty", self.presence_penalty),
+            ("--frequency-penalty", self.frequency_penalty),
+        ] {
+            if !(-2.0..=2.0).contains(&v) {
+                bail!("{name} {v}: must be between -2 and 2 (0: off)");
+            }
+        }
         let repeat_last_n = match self.repeat_last_n {
             -1 => n_ctx,
             n if n >= 0 => (n as u64).min(n_ctx as u64) as usize,
@@ -181,6 +195,9 @@ impl SamplingArgs {
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             repeat_last_n,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            logit_bias: Vec::new(),
             seed,
         })
     }
