@@ -34,6 +34,9 @@ enum Command {
     },
     /// Generate text from a prompt (streamed to stdout; speeds on stderr).
     Run(cmd::run::RunArgs),
+    /// Serve the model over HTTP: OpenAI's chat and completions API with continuous batching,
+    /// a chat page at /, and the same bits for a request whatever else is served.
+    Serve(cmd::serve::ServeArgs),
     /// Talk to the model through its chat template.
     Chat(cmd::chat::ChatArgs),
     /// Print the token ids of a text as a JSON array.
@@ -58,7 +61,9 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     quiet_on_closed_pipe();
-    match run(Cli::parse()) {
+    // llama-server's `-np N` (clap's short flags are one letter).
+    let args = std::env::args_os().map(|a| if a == "-np" { "--parallel".into() } else { a });
+    match run(Cli::parse_from(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A closed pipe (`synapse info x.gguf | head`) is the reader saying it has enough.
         Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
@@ -99,6 +104,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Dequantize { input, output } => cmd::dequantize::run(&input, &output),
         Command::Run(args) => cmd::run::run(&args),
         Command::Chat(args) => cmd::chat::run(&args),
+        Command::Serve(args) => cmd::serve::run(&args),
         Command::Tokenize(args) => cmd::tokenize::run(&args),
         Command::Eval(args) => cmd::eval::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),

@@ -7,5 +7,6 @@ pub mod eval;
 pub mod info;
 pub mod output;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;
