@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls exactly this). On a fresh machine it needs
-# only what the machine image has (Rust, Python with pip): it fetches the real models itself.
+# only what the machine image has (Rust, Python with pip): it fetches the real models and
+# installs the server tests' clients itself.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/fetch-models.sh
+# The server's clients: the openai package and selenium in .venv, Chromium (tests/server).
+scripts/test-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # The API docs build without a broken or ambiguous link.

@@ -58,16 +58,29 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// A body as JSON of type `T`, or a 400 that says what is wrong where.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| {
-        let what = if e.is_syntax() || e.is_eof() {
-            "the body is not valid JSON"
+/// A body as JSON, or a 400 that says where it is not.
+pub fn json(body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad(format!("the body is not valid JSON: {e}")))
+}
+
+/// The fields of type `T` in a body's JSON, or a 400 that names the field whose value has the
+/// wrong type (unknown fields are ignored).
+pub fn fields<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let at = e.path().to_string();
+        let inner = e.into_inner();
+        if at == "." {
+            ApiError::bad(format!("the request body: {inner}"))
         } else {
-            "the request body"
-        };
-        ApiError::bad(format!("{what}: {e}"))
+            ApiError::bad(format!("`{at}`: {inner}"))
+        }
     })
+}
+
+/// [`json`], then [`fields`].
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    fields(&json(body)?)
 }
 
 /// `stop`: one string or a list.
@@ -84,7 +97,7 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
-/// The fields chat and completions share.
+/// The fields chat and completions share, read from the same body as theirs.
 #[derive(Debug, Default, Deserialize)]
 pub struct Common {
     pub max_tokens: Option<u64>,
@@ -132,8 +145,6 @@ pub struct ChatMessage {
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
-    #[serde(flatten)]
-    pub common: Common,
     #[serde(default)]
     pub logprobs: bool,
     pub top_logprobs: Option<u32>,
@@ -150,8 +161,6 @@ pub enum Prompt {
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
     pub prompt: Prompt,
-    #[serde(flatten)]
-    pub common: Common,
     /// The number of most likely alternatives to return with each token's logprob (0-5 in
     /// OpenAI's API; up to 20 here).
     pub logprobs: Option<u32>,
@@ -162,6 +171,7 @@ pub const MAX_N: u32 = 16;
 pub const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// What the checked common fields ask of each choice.
+#[derive(Debug)]
 pub struct Asked {
     pub max_tokens: usize,
     pub stop: Vec<String>,
@@ -295,12 +305,10 @@ mod tests {
 
     #[test]
     fn fields_are_checked_and_unknown_ones_ignored() {
-        let r: ChatRequest = parse(
-            br#"{"messages":[{"role":"user","content":"hi"}],"temperature":0,
-                "seed":7,"stop":"x","n":2,"whatever":{"a":1},"logit_bias":{"5":-100}}"#,
-        )
-        .unwrap();
-        let a = r.common.check(10, &[9]).unwrap();
+        let body = br#"{"messages":[{"role":"user","content":"hi"}],"temperature":0,
+                "seed":7,"stop":"x","n":2,"whatever":{"a":1},"logit_bias":{"5":-100}}"#;
+        let _: ChatRequest = parse(body).unwrap();
+        let a = parse::<Common>(body).unwrap().check(10, &[9]).unwrap();
         assert_eq!(a.sampling.temp, 0.0);
         assert_eq!(a.sampling.seed, 7);
         assert_eq!(a.stop, ["x"]);
@@ -310,21 +318,36 @@ mod tests {
 
         let e = parse::<ChatRequest>(br#"{"messages":"hi"}"#).unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
-        assert!(parse::<ChatRequest>(br#"{"messages":[], "temperature":"hot"}"#).is_err());
+        assert!(e.message.contains("`messages`"), "{}", e.message);
+        let e = parse::<Common>(br#"{"messages":[], "temperature":"hot"}"#).unwrap_err();
+        assert!(e.message.contains("`temperature`"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"messages":[{"role":"user","content":5}]}"#).unwrap_err();
+        assert!(e.message.contains("`messages[0].content`"), "{}", e.message);
         assert!(parse::<ChatRequest>(b"{not json")
             .unwrap_err()
             .message
             .contains("JSON"));
         let bad = |body: &[u8]| {
-            let r: CompletionRequest = parse(body).unwrap();
-            r.common.check(10, &[]).unwrap_err().message
+            parse::<Common>(body)
+                .unwrap()
+                .check(10, &[])
+                .unwrap_err()
+                .message
         };
         assert!(bad(br#"{"prompt":"a","temperature":-1}"#).contains("temperature"));
         assert!(bad(br#"{"prompt":"a","n":0}"#).contains("`n`"));
         assert!(bad(br#"{"prompt":"a","logit_bias":{"10":1}}"#).contains("below 10"));
         assert!(bad(br#"{"prompt":"a","top_p":1.5}"#).contains("top_p"));
-        let ids: CompletionRequest = parse(br#"{"prompt":[1,2,3],"max_tokens":4}"#).unwrap();
+        let body = br#"{"prompt":[1,2,3],"max_tokens":4}"#;
+        let ids: CompletionRequest = parse(body).unwrap();
         assert!(matches!(ids.prompt, Prompt::Ids(ref v) if v == &[1, 2, 3]));
-        assert_eq!(ids.common.check(10, &[]).unwrap().max_tokens, 4);
+        assert_eq!(
+            parse::<Common>(body)
+                .unwrap()
+                .check(10, &[])
+                .unwrap()
+                .max_tokens,
+            4
+        );
     }
 }

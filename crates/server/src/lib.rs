@@ -49,7 +49,8 @@ pub struct Config {
 /// What the handlers need once the model is loaded.
 pub(crate) struct Ready {
     pub tok: Arc<Tokenizer>,
-    pub template: Option<ChatTemplate>,
+    /// The chat template, or why the model has none that works.
+    pub template: Result<ChatTemplate, String>,
     pub queue: Queue,
     pub n_ctx: usize,
     pub n_vocab: usize,
@@ -130,7 +131,8 @@ fn engine(app: &App) -> anyhow::Result<()> {
     };
     // A model without a usable template still serves completions; chat says why not.
     let template =
-        ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos())).ok();
+        ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos()))
+            .map_err(|e| e.to_string());
     let info = model.info();
     let n_ctx = cfg.n_ctx.unwrap_or(info.n_ctx_train.clamp(1, 4096));
     let sched = SchedulerConfig {

@@ -207,10 +207,12 @@ async fn chat(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let r = ready(&app)?;
-    let req: ChatRequest = api::parse(&body(b, app.cfg.max_body)?)?;
-    let template = r.template.as_ref().ok_or_else(|| {
-        ApiError::bad("this model has no usable chat template: use /v1/completions")
-    })?;
+    let v = api::json(&body(b, app.cfg.max_body)?)?;
+    let (req, common): (ChatRequest, api::Common) = (api::fields(&v)?, api::fields(&v)?);
+    let template = r
+        .template
+        .as_ref()
+        .map_err(|e| ApiError::bad(format!("{e}: use /v1/completions")))?;
     let messages = req
         .messages
         .iter()
@@ -225,7 +227,7 @@ async fn chat(
     // Templates write the BOS themselves; the special tokens in them must be parsed.
     let prompt = r.tok.encode(&text, false, true);
     let top = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
-    generate(&app, r, Kind::Chat, prompt, &req.common, top).await
+    generate(&app, r, Kind::Chat, prompt, &common, top).await
 }
 
 async fn completions(
@@ -233,7 +235,8 @@ async fn completions(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let r = ready(&app)?;
-    let req: CompletionRequest = api::parse(&body(b, app.cfg.max_body)?)?;
+    let v = api::json(&body(b, app.cfg.max_body)?)?;
+    let (req, common): (CompletionRequest, api::Common) = (api::fields(&v)?, api::fields(&v)?);
     let prompt = match req.prompt {
         Prompt::Text(t) => r.tok.encode(&t, r.tok.add_bos_token(), true),
         Prompt::Ids(ids) => {
@@ -241,7 +244,7 @@ async fn completions(
             ids
         }
     };
-    generate(&app, r, Kind::Text, prompt, &req.common, req.logprobs).await
+    generate(&app, r, Kind::Text, prompt, &common, req.logprobs).await
 }
 
 /// Queue the request's choices and answer with their events: a stream, or one body.

@@ -1,0 +1,125 @@
+//! `synapse serve` against real clients over the loopback: the `openai` package (every
+//! endpoint, streamed and not, errors), and the determinism suite on servers of different
+//! slots, threads and step sizes, whose results must be the same bits (tests/server/*.py).
+
+mod common;
+use common::server::{run_python, Server};
+use common::*;
+
+#[test]
+fn the_openai_client_gets_every_endpoint_and_error_right() {
+    let s = Server::start(&[
+        "-np",
+        "4",
+        "-c",
+        "512",
+        "--api-key",
+        "sekrit",
+        "--max-body",
+        "65536",
+    ]);
+    run_python(
+        "test_openai.py",
+        &["--base-url", &s.base, "--api-key", "sekrit"],
+    );
+}
+
+#[test]
+fn a_full_queue_is_a_503_with_retry_after() {
+    let s = Server::start(&["-np", "1", "--max-queue", "1", "-c", "256"]);
+    run_python("test_openai.py", &["--base-url", &s.base, "--queue-full"]);
+}
+
+#[test]
+fn a_served_greedy_completion_is_the_text_of_synapse_run() {
+    let prompt = "Write a list of five fruits, one per line:\n";
+    let model = smollm2();
+    let out = ok(&synapse(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        prompt,
+        "-n",
+        "24",
+        "--temp",
+        "0",
+    ]));
+    // `run` ends its output with a newline of its own.
+    let text = out.strip_suffix('\n').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let want = dir.path().join("want.json");
+    let json = serde_json::json!({"prompt": prompt, "max_tokens": 24, "text": text});
+    std::fs::write(&want, json.to_string()).unwrap();
+    let s = Server::start(&["-np", "2"]);
+    run_python(
+        "test_openai.py",
+        &[
+            "--base-url",
+            &s.base,
+            "--greedy-equals",
+            want.to_str().unwrap(),
+        ],
+    );
+}
+
+/// The suite on each server configuration, then every configuration's results compared: one
+/// slot on one thread, eight slots on two, three slots on five threads with steps of 7 tokens
+/// (prompts read over many steps beside the decoding sequences).
+#[test]
+fn results_do_not_depend_on_load_cache_slots_threads_or_step_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs: [&[&str]; 3] = [
+        &["-np", "1", "-t", "1"],
+        &["-np", "8", "-t", "2"],
+        &["-np", "3", "-t", "5", "-b", "7"],
+    ];
+    let mut all = Vec::new();
+    for (i, args) in configs.iter().enumerate() {
+        let out = dir.path().join(format!("{i}.json"));
+        let s = Server::start(args);
+        run_python(
+            "test_determinism.py",
+            &["--base-url", &s.base, "--out", out.to_str().unwrap()],
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        all.push((args.join(" "), v));
+    }
+    for (args, v) in &all[1..] {
+        for (key, want) in all[0].1.as_object().unwrap() {
+            assert!(
+                &v[key] == want,
+                "{key}: `serve {args}` differs from `serve {}`",
+                all[0].0
+            );
+        }
+    }
+}
+
+/// Gemma 3 runs a step's sequences one after another (no joint pass): the same suite (its
+/// file has no chat template: completions only), with fewer requests at once: each runs alone.
+#[test]
+fn gemma3_served_results_do_not_depend_on_load_or_cache() {
+    let model = root().join("models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        model.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        model.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gemma.json");
+    let s = Server::start(&["-m", model.to_str().unwrap(), "-np", "4", "-c", "1024"]);
+    run_python(
+        "test_determinism.py",
+        &[
+            "--base-url",
+            &s.base,
+            "--out",
+            out.to_str().unwrap(),
+            "--no-chat",
+            "--crowd",
+            "4",
+        ],
+    );
+}
