@@ -35,7 +35,9 @@ impl Server {
             }
         };
         // Keep reading its log, so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(|l| eprintln!("[serve] {}", l.unwrap_or_default())));
+        std::thread::spawn(move || {
+            lines.for_each(|l| eprintln!("[serve] {}", l.unwrap_or_default()))
+        });
         let server = Server { child, base };
         server.wait_ready(Duration::from_secs(120));
         server
@@ -54,7 +56,11 @@ impl Server {
             if out.status.success() {
                 return;
             }
-            assert!(t0.elapsed() < limit, "{}: not ready in {limit:?}", self.base);
+            assert!(
+                t0.elapsed() < limit,
+                "{}: not ready in {limit:?}",
+                self.base
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
