@@ -77,11 +77,13 @@ fn check(file: &str, joint: bool) {
     let mut batch = model.new_batch(24).unwrap();
     assert_eq!(batch.is_joint(), joint);
     // Prompts in chunks beside each other, then beside single tokens (decode steps), then
-    // single tokens alone: every sequence's 5, 11 and 17 tokens.
-    let plans: [&[[usize; 3]]; 3] = [
+    // single tokens alone, then single tokens together: every sequence's 5, 11 and 17 tokens.
+    let plans: [&[[usize; 3]]; 4] = [
         &[[5, 4, 9], [0, 7, 8]],
         &[[1, 3, 2], [1, 8, 1], [1, 0, 14], [2, 0, 0]],
         &[[1, 11, 1], [1, 0, 1], [1, 0, 15], [1, 0, 0], [1, 0, 0]],
+        // Every sequence one token a pass (attention for all of them in one call).
+        &[[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 6, 12]],
     ];
     for (p, plan) in plans.iter().enumerate() {
         for threads in [1, 2, 3, 13] {

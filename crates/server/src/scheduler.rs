@@ -240,16 +240,18 @@ pub fn run(
         if plan.is_empty() {
             continue;
         }
-        // The pass takes the sequences in slot order (any order gives the same bits).
-        plan.sort_by_key(|p| p.0);
+        // Decode tokens first, side by side (their attention is one call), then prompt
+        // chunks, each in slot order; any order gives the same bits.
+        plan.sort_by_key(|&(slot, n, want)| (n > 1 || want == Logits::None, slot));
         let rows = plan.iter().filter(|p| p.2 == Logits::Last).count();
         logits.resize(rows * n_vocab, 0.0);
         let t0 = Instant::now();
         let result = {
+            // Each planned slot's state, in the plan's order (a slot is planned once).
+            let mut states: Vec<Option<&mut Slot>> = slots.iter_mut().map(Some).collect();
             let mut seqs = Vec::with_capacity(plan.len());
-            let mut it = slots.iter_mut().enumerate();
             for &(i, n, want) in &plan {
-                let (_, s) = it.find(|(j, _)| *j == i).expect("plan is in slot order");
+                let s = states[i].take().expect("a slot is planned once");
                 let a = s.active.as_ref().expect("planned slots are active");
                 let tokens: &[u32] = match a.next.as_ref() {
                     Some(t) => std::slice::from_ref(t),

@@ -154,6 +154,7 @@ pub fn attend_batch(
         layer,
         pos0,
         window,
+        rows: None,
         #[cfg(target_arch = "x86_64")]
         fast,
         #[cfg(target_arch = "x86_64")]
@@ -177,26 +178,57 @@ pub fn attend_batch(
                 key: s.kv_head(h),
             }
         },
-        |pieces| {
-            SCRATCH.with_borrow_mut(|scratch| {
-                let scratch = scratch
-                    .get_or_insert_with(|| Box::new(std::array::from_fn(|_| HeadScratch::new())));
-                #[cfg(target_arch = "x86_64")]
-                if crate::has_avx512f() {
-                    // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
-                    return unsafe { heads.some_v4(pieces, scratch) };
-                }
-                #[cfg(target_arch = "x86_64")]
-                if crate::has_x86_64_v3() {
-                    // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
-                    return unsafe { heads.some_v3(pieces, scratch) };
-                }
-                heads.some::<Scalar>(pieces, scratch);
-            })
-        },
+        |pieces| heads.run(pieces),
     );
     #[cfg(target_arch = "x86_64")]
     STAGE.set(stage);
+}
+
+/// [`attend`] for `n` single tokens of different sequences (the decode steps of a batched
+/// pass): row `t` of `q` and `out` is the token at position `rows[t].1` of the sequence whose
+/// cache is `rows[t].0`, over its positions `0..=pos` of layer `layer`. One hand-off to the
+/// threads for all of them; each head is computed as [`attend_batch`] computes it alone.
+pub fn attend_rows(
+    s: &AttnShape,
+    q: &[f32],
+    rows: &[(&crate::kv::KvCache, usize)],
+    layer: usize,
+    out: &mut [f32],
+    threads: &crate::Threads,
+) {
+    let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
+    let n = rows.len();
+    let Some(&(kv, _)) = rows.first() else { return };
+    let heads = Heads {
+        s,
+        q,
+        kv,
+        layer,
+        pos0: 0,
+        window: None,
+        rows: Some(rows),
+        #[cfg(target_arch = "x86_64")]
+        fast: Fast::for_width(hd),
+        #[cfg(target_arch = "x86_64")]
+        staged: None,
+    };
+    // Token by token, the heads of a token together: a call's heads share one sequence's KV
+    // head (the key), whose rows they then read once.
+    crate::matmul::parallel_piece_runs_mut(
+        threads,
+        &mut out[..n * q_dim],
+        hd,
+        INTERLEAVE,
+        |k| {
+            let (t, h) = (k / s.n_head, k % s.n_head);
+            crate::matmul::Piece {
+                index: k,
+                cost: rows[t].1 + 1,
+                key: t * s.n_head_kv + s.kv_head(h),
+            }
+        },
+        |pieces| heads.run(pieces),
+    );
 }
 
 /// The first cached position a token at `pos` attends to: 0, or `pos + 1 - window` for a
@@ -273,6 +305,9 @@ struct Heads<'a> {
     layer: usize,
     pos0: usize,
     window: Option<usize>,
+    /// For tokens of different sequences ([`attend_rows`]): each token's cache and position,
+    /// instead of `kv` and `pos0 + t`.
+    rows: Option<&'a [(&'a crate::kv::KvCache, usize)]>,
     /// Which fast path takes these heads.
     #[cfg(target_arch = "x86_64")]
     fast: Fast,
@@ -282,6 +317,25 @@ struct Heads<'a> {
 }
 
 impl Heads<'_> {
+    /// A thread's call: `pieces` with its scratch, on the best path the CPU has.
+    fn run(&self, pieces: &mut [(usize, &mut [f32])]) {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let scratch = scratch
+                .get_or_insert_with(|| Box::new(std::array::from_fn(|_| HeadScratch::new())));
+            #[cfg(target_arch = "x86_64")]
+            if crate::has_avx512f() {
+                // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
+                return unsafe { self.some_v4(pieces, scratch) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            if crate::has_x86_64_v3() {
+                // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
+                return unsafe { self.some_v3(pieces, scratch) };
+            }
+            self.some::<Scalar>(pieces, scratch);
+        })
+    }
+
     /// Pieces `u` (head `u % n_head` of token `u / n_head`), side by side.
     #[inline(always)]
     fn some<O: HeadOps>(
@@ -318,13 +372,16 @@ impl Heads<'_> {
         let s = self.s;
         let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
         let (t, h) = (u / s.n_head, u % s.n_head);
-        let pos = self.pos0 + t;
+        let (kv, pos) = match self.rows {
+            Some(rows) => rows[t],
+            None => (self.kv, self.pos0 + t),
+        };
         let first = first_seen(self.window, pos);
         let kv_head = s.kv_head(h);
         HeadJob {
             q: &self.q[t * q_dim + h * hd..][..hd],
-            keys: &self.kv.keys(self.layer, kv_head, pos + 1)[first * hd..],
-            values: &self.kv.values(self.layer, kv_head, pos + 1)[first * hd..],
+            keys: &kv.keys(self.layer, kv_head, pos + 1)[first * hd..],
+            values: &kv.values(self.layer, kv_head, pos + 1)[first * hd..],
             n_pos: pos + 1 - first,
             out,
             kv_head,

@@ -9,7 +9,7 @@ use synapse_gguf::GgufFile;
 
 use super::hparams::Dims;
 use super::{mm, mm_many, vector, Acts, Scratch};
-use crate::attention::{attend_batch, AttnShape};
+use crate::attention::{attend_batch, attend_rows, AttnShape};
 use crate::kv::KvCache;
 use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
 use crate::ops::{add_inplace, geglu, rms_norm_rows, swiglu, Rope};
@@ -630,7 +630,8 @@ pub(crate) fn rope_and_store_runs(
 }
 
 /// Causal attention of each run's queries over its own cache layer `kv_layer`, into its rows
-/// of `s.att`.
+/// of `s.att`: consecutive runs of one token (decode steps) in one call ([`attend_rows`]),
+/// longer runs (prompt chunks) one call each.
 #[inline(always)]
 pub(crate) fn attend_runs(
     a: &AttnShape,
@@ -640,11 +641,27 @@ pub(crate) fn attend_runs(
     threads: &Threads,
 ) {
     let q_dim = a.n_head * a.head_dim;
-    let mut t = 0;
-    for r in runs {
+    let (mut t, mut i) = (0, 0);
+    let mut rows = Vec::new();
+    while i < runs.len() {
+        let r = &runs[i];
+        if r.n == 1 {
+            rows.clear();
+            rows.extend(
+                runs[i..]
+                    .iter()
+                    .take_while(|r| r.n == 1)
+                    .map(|r| (&*r.kv, r.pos0)),
+            );
+            let m = rows.len();
+            let (q, att) = (&s.q[t * q_dim..(t + m) * q_dim], &mut s.att[t * q_dim..]);
+            attend_rows(a, q, &rows, kv_layer, att, threads);
+            (t, i) = (t + m, i + m);
+            continue;
+        }
         let (q, att) = (&s.q[t * q_dim..(t + r.n) * q_dim], &mut s.att[t * q_dim..]);
         attend_batch(a, q, r.kv, kv_layer, r.pos0, None, att, threads);
-        t += r.n;
+        (t, i) = (t + r.n, i + 1);
     }
     crate::profile::mark("attention");
 }
