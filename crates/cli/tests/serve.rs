@@ -97,8 +97,8 @@ fn results_do_not_depend_on_load_cache_slots_threads_or_step_size() {
     }
 }
 
-/// Gemma 3 runs a step's sequences one after another (no joint pass): the same suite (its
-/// file has no chat template: completions only), with fewer requests at once: each runs alone.
+/// Gemma 3 (sliding-window layers, its own joint pass): the same suite (its
+/// file has no chat template: completions only), with fewer requests at once.
 #[test]
 fn gemma3_served_results_do_not_depend_on_load_or_cache() {
     let model = root().join("models/gemma-3-270m-q4_k_m.gguf");

@@ -83,7 +83,14 @@ fn check(file: &str, joint: bool) {
         &[[1, 3, 2], [1, 8, 1], [1, 0, 14], [2, 0, 0]],
         &[[1, 11, 1], [1, 0, 1], [1, 0, 15], [1, 0, 0], [1, 0, 0]],
         // Every sequence one token a pass (attention for all of them in one call).
-        &[[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 1, 1], [0, 6, 12]],
+        &[
+            [1, 1, 1],
+            [1, 1, 1],
+            [1, 1, 1],
+            [1, 1, 1],
+            [1, 1, 1],
+            [0, 6, 12],
+        ],
     ];
     for (p, plan) in plans.iter().enumerate() {
         for threads in [1, 2, 3, 13] {
@@ -104,8 +111,59 @@ fn smollm2_joint_passes_give_each_sequence_its_own_bits() {
 }
 
 #[test]
-fn gemma3_batches_give_each_sequence_its_own_bits() {
-    check("gemma-3-270m-q4_k_m.gguf", false);
+fn gemma3_joint_passes_give_each_sequence_its_own_bits() {
+    check("gemma-3-270m-q4_k_m.gguf", true);
+}
+
+/// Past Gemma 3's sliding window (512 positions): the local layers' runs see only their last
+/// 512 positions, in chunks and one token at a time beside another sequence.
+#[test]
+fn gemma3_joint_passes_keep_the_sliding_window() {
+    let file = GgufFile::open(model_path("gemma-3-270m-q4_k_m.gguf")).unwrap();
+    let model = load(&file).unwrap();
+    let n_vocab = model.info().n_vocab;
+    let long: Vec<u32> = (0..530)
+        .map(|i| ((i * 7919 + 3) % n_vocab) as u32)
+        .collect();
+    let short: Vec<u32> = (0..7)
+        .map(|i| ((i * 104_729 + 5) % n_vocab) as u32)
+        .collect();
+    let threads = Threads::new(2);
+    let mut alone = model.new_state(600, 64).unwrap();
+    let want = model
+        .prefill(&mut alone, &long, 64, Logits::All, &threads)
+        .unwrap();
+    let mut batch = model.new_batch(600).unwrap();
+    let (mut a, mut b) = (
+        model.new_state(600, 1).unwrap(),
+        model.new_state(600, 1).unwrap(),
+    );
+    let mut got = Vec::new();
+    let mut fed = 0;
+    // 515 tokens in one pass, then one token a pass beside the short sequence's tokens.
+    for n in [515].into_iter().chain(std::iter::repeat_n(1, 15)) {
+        let mut out = vec![0.0; (n + 1) * n_vocab];
+        let i = (fed % short.len()).min(short.len() - 1);
+        b.reset();
+        let mut seqs = [
+            Seq {
+                state: &mut a,
+                tokens: &long[fed..fed + n],
+                logits: Logits::All,
+            },
+            Seq {
+                state: &mut b,
+                tokens: &short[i..i + 1],
+                logits: Logits::Last,
+            },
+        ];
+        model
+            .forward_batch(&mut batch, &mut seqs, &mut out, &threads)
+            .unwrap();
+        got.extend_from_slice(&out[..n * n_vocab]);
+        fed += n;
+    }
+    assert!(got == want, "the long sequence differs from its run alone");
 }
 
 #[test]

@@ -186,13 +186,15 @@ pub fn attend_batch(
 
 /// [`attend`] for `n` single tokens of different sequences (the decode steps of a batched
 /// pass): row `t` of `q` and `out` is the token at position `rows[t].1` of the sequence whose
-/// cache is `rows[t].0`, over its positions `0..=pos` of layer `layer`. One hand-off to the
+/// cache is `rows[t].0`, over its positions `first..=pos` of layer `layer` (`first` as in
+/// [`attend_batch`]). One hand-off to the
 /// threads for all of them; each head is computed as [`attend_batch`] computes it alone.
 pub fn attend_rows(
     s: &AttnShape,
     q: &[f32],
     rows: &[(&crate::kv::KvCache, usize)],
     layer: usize,
+    window: Option<usize>,
     out: &mut [f32],
     threads: &crate::Threads,
 ) {
@@ -205,7 +207,7 @@ pub fn attend_rows(
         kv,
         layer,
         pos0: 0,
-        window: None,
+        window,
         rows: Some(rows),
         #[cfg(target_arch = "x86_64")]
         fast: Fast::for_width(hd),
@@ -221,9 +223,10 @@ pub fn attend_rows(
         INTERLEAVE,
         |k| {
             let (t, h) = (k / s.n_head, k % s.n_head);
+            let pos = rows[t].1;
             crate::matmul::Piece {
                 index: k,
-                cost: rows[t].1 + 1,
+                cost: pos + 1 - first_seen(window, pos),
                 key: t * s.n_head_kv + s.kv_head(h),
             }
         },

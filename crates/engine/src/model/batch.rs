@@ -4,11 +4,12 @@
 //!
 //! Every row's arithmetic is its own in every product and norm (G1), and attention reads only
 //! its own sequence's cache, so each sequence's logits are the bits it gets run alone: a
-//! batched pass changes speed, never a result. Architectures whose pass is not written for
-//! runs of several sequences (Gemma 3's windows, Qwen 3.5's recurrent layers) run the
-//! sequences of a batch one after another, with the same results.
+//! batched pass changes speed, never a result. The llama family and Gemma 3 run a batch's
+//! sequences together; Qwen 3.5, whose recurrent layers are not written for runs of several
+//! sequences yet, runs them one after another, with the same results.
 
-use super::{ForwardBody, Logits, Scratch, State, StateBytes};
+use super::blocks::{embed, Run};
+use super::{ForwardBody, Logits, Matrix, Scratch, State, StateBytes};
 use crate::matmul::Threads;
 use crate::ModelError;
 
@@ -196,4 +197,48 @@ unsafe fn runs_v3<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     m.forward_runs_body(seqs, s, out, threads)
+}
+
+/// The start of a joint pass: every sequence's tokens embedded into the rows of `s.x`, one
+/// sequence after another, and the runs the layers take (each sequence's cache and positions).
+/// Returns the runs and the rows in all.
+#[inline(always)]
+pub(crate) fn embed_runs<'k>(
+    tok_embd: &Matrix,
+    seqs: &'k mut [Seq<'_>],
+    s: &mut Scratch,
+) -> Result<(Vec<Run<'k>>, usize), ModelError> {
+    let d = tok_embd.cols;
+    let mut n = 0;
+    for q in seqs.iter() {
+        embed(tok_embd, q.tokens, &mut s.x[n * d..])?;
+        n += q.tokens.len();
+    }
+    let runs = seqs
+        .iter_mut()
+        .map(|q| Run {
+            kv: &mut q.state.kv,
+            pos0: q.state.pos,
+            n: q.tokens.len(),
+        })
+        .collect();
+    Ok((runs, n))
+}
+
+/// The end of a joint pass's layers: each sequence's position moved past its tokens, and the
+/// rows of `s.x` whose logits are asked for moved to its front, in order (each row to a place
+/// at or before its own). Returns how many.
+#[inline(always)]
+pub(crate) fn logit_rows(seqs: &mut [Seq<'_>], s: &mut Scratch, d: usize) -> usize {
+    let (mut rows, mut t) = (0, 0);
+    for q in seqs.iter_mut() {
+        let m = q.tokens.len();
+        let want = q.logits.rows(m);
+        let from = t + m - want;
+        s.x.copy_within(from * d..(from + want) * d, rows * d);
+        rows += want;
+        t += m;
+        q.state.pos += m;
+    }
+    rows
 }

@@ -551,7 +551,7 @@ impl<'a> DecoderLayer<'a> {
     ) {
         self.norm_qkv(c, l, s, 0, n, 0);
         rope_and_store_runs(c.rope, s, runs, l, c.a);
-        attend_runs(c.a, s, runs, l, c.threads);
+        attend_runs(c.a, s, runs, l, None, c.threads);
         self.output_and_ffn(c, l, s, 0, n);
     }
 
@@ -629,8 +629,8 @@ pub(crate) fn rope_and_store_runs(
     crate::profile::mark("rope and KV store");
 }
 
-/// Causal attention of each run's queries over its own cache layer `kv_layer`, into its rows
-/// of `s.att`: consecutive runs of one token (decode steps) in one call ([`attend_rows`]),
+/// Causal attention of each run's queries over its own cache layer `kv_layer` (or only the last
+/// `window` positions of it), into its rows of `s.att`: consecutive runs of one token (decode steps) in one call ([`attend_rows`]),
 /// longer runs (prompt chunks) one call each.
 #[inline(always)]
 pub(crate) fn attend_runs(
@@ -638,6 +638,7 @@ pub(crate) fn attend_runs(
     s: &mut Scratch,
     runs: &[Run<'_>],
     kv_layer: usize,
+    window: Option<usize>,
     threads: &Threads,
 ) {
     let q_dim = a.n_head * a.head_dim;
@@ -655,12 +656,12 @@ pub(crate) fn attend_runs(
             );
             let m = rows.len();
             let (q, att) = (&s.q[t * q_dim..(t + m) * q_dim], &mut s.att[t * q_dim..]);
-            attend_rows(a, q, &rows, kv_layer, att, threads);
+            attend_rows(a, q, &rows, kv_layer, window, att, threads);
             (t, i) = (t + m, i + m);
             continue;
         }
         let (q, att) = (&s.q[t * q_dim..(t + r.n) * q_dim], &mut s.att[t * q_dim..]);
-        attend_batch(a, q, r.kv, kv_layer, r.pos0, None, att, threads);
+        attend_batch(a, q, r.kv, kv_layer, r.pos0, window, att, threads);
         (t, i) = (t + r.n, i + 1);
     }
     crate::profile::mark("attention");

@@ -12,9 +12,10 @@
 
 use synapse_gguf::GgufFile;
 
+use super::batch::{embed_runs, logit_rows};
 use super::blocks::{
     add_bias_rows, embed, layer_matrices, matrix, optional_vector, output_logits, output_matrix,
-    Activation, DecoderLayer, LayerCtx, Run,
+    Activation, DecoderLayer, LayerCtx,
 };
 use super::hparams::Common;
 use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
@@ -171,11 +172,7 @@ impl ForwardBody for Decoder<'_> {
         threads: &Threads,
     ) -> Result<(), ModelError> {
         let d = self.info.n_embd;
-        let mut n = 0;
-        for q in seqs.iter() {
-            embed(&self.tok_embd, q.tokens, &mut s.x[n * d..])?;
-            n += q.tokens.len();
-        }
+        let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
         // The taps name rows by one sequence's positions: a batched pass has several.
         let off = crate::Tap::default();
         let c = LayerCtx {
@@ -186,30 +183,11 @@ impl ForwardBody for Decoder<'_> {
             threads,
             tap: &off,
         };
-        let mut runs: Vec<Run<'_>> = seqs
-            .iter_mut()
-            .map(|q| Run {
-                kv: &mut q.state.kv,
-                pos0: q.state.pos,
-                n: q.tokens.len(),
-            })
-            .collect();
         for (l, layer) in self.layers.iter().enumerate() {
             layer.forward_runs(&c, l, s, &mut runs, n);
         }
         drop(runs);
-        // The rows whose logits are asked for, moved to the front in order (each row to a
-        // place at or before its own).
-        let (mut rows, mut t) = (0, 0);
-        for q in seqs.iter_mut() {
-            let m = q.tokens.len();
-            let want = q.logits.rows(m);
-            let from = t + m - want;
-            s.x.copy_within(from * d..(from + want) * d, rows * d);
-            rows += want;
-            t += m;
-            q.state.pos += m;
-        }
+        let rows = logit_rows(seqs, s, d);
         if rows > 0 {
             output_logits(
                 &self.output_norm,

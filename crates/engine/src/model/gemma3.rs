@@ -21,12 +21,13 @@
 
 use synapse_gguf::GgufFile;
 
+use super::batch::{embed_runs, logit_rows};
 use super::blocks::{
-    attend_causal, embed, keep_last_rows, layer_matrices, matrix, norm_rows, output_logits,
-    output_matrix, rope_and_store, Activation, Attention, Ffn,
+    attend_causal, attend_runs, embed, keep_last_rows, layer_matrices, matrix, norm_rows,
+    output_logits, output_matrix, rope_and_store, rope_and_store_runs, Activation, Attention, Ffn,
 };
 use super::hparams::Gemma3Params;
-use super::{vector, Logits, ModelInfo, State};
+use super::{vector, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, scale_inplace, softcap_inplace, Rope, RopeStyle};
@@ -41,6 +42,41 @@ struct Layer<'a> {
     ffn_post_norm: Vec<f32>,
     /// A local layer: attends to the last `window` positions only, with the local RoPE base.
     local: bool,
+}
+
+impl Layer<'_> {
+    /// The layer after attention, for the `m` rows in `s.att` (positions `p..` for the taps,
+    /// layer `l`): the output projection, its post-norm and residual, then the feed-forward
+    /// block, its post-norm and residual.
+    #[inline(always)]
+    fn finish(
+        &self,
+        s: &mut Scratch,
+        (l, p, m): (usize, usize, usize),
+        (d, eps): (usize, f32),
+        threads: &Threads,
+        tap: &crate::Tap,
+    ) {
+        self.attn.output(s, m, threads);
+        tap.rows("attn_out", l, p, &s.o[..m * d], m);
+        norm_rows(&mut s.o, d, m, &self.attn_post_norm, eps);
+        crate::profile::mark("norm");
+        tap.rows("attn_post_norm", l, p, &s.o[..m * d], m);
+        add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
+        crate::profile::mark("residual");
+        tap.rows("sa_out", l, p, &s.x[..m * d], m);
+
+        rms_norm_rows(&s.x[..m * d], &self.ffn_norm, eps, &mut s.h, d);
+        crate::profile::mark("norm");
+        tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
+        self.ffn.forward(Activation::Gelu, s, m, threads, tap, l, p);
+        norm_rows(&mut s.o, d, m, &self.ffn_post_norm, eps);
+        crate::profile::mark("norm");
+        tap.rows("ffn_post_norm", l, p, &s.o[..m * d], m);
+        add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
+        crate::profile::mark("residual");
+        tap.rows("l_out", l, p, &s.x[..m * d], m);
+    }
 }
 
 pub struct Gemma3<'a> {
@@ -205,28 +241,7 @@ impl super::ForwardBody for Gemma3<'_> {
             }
             attend_causal(a, s, &st.kv, l, p, m, window, threads);
             tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
-            layer.attn.output(s, m, threads);
-            tap.rows("attn_out", l, p, &s.o[..m * d], m);
-            norm_rows(&mut s.o, d, m, &layer.attn_post_norm, eps);
-            crate::profile::mark("norm");
-            tap.rows("attn_post_norm", l, p, &s.o[..m * d], m);
-            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
-            crate::profile::mark("residual");
-            tap.rows("sa_out", l, p, &s.x[..m * d], m);
-
-            // Feed-forward block.
-            rms_norm_rows(&s.x[..m * d], &layer.ffn_norm, eps, &mut s.h, d);
-            crate::profile::mark("norm");
-            tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
-            layer
-                .ffn
-                .forward(Activation::Gelu, s, m, threads, tap, l, p);
-            norm_rows(&mut s.o, d, m, &layer.ffn_post_norm, eps);
-            crate::profile::mark("norm");
-            tap.rows("ffn_post_norm", l, p, &s.o[..m * d], m);
-            add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
-            crate::profile::mark("residual");
-            tap.rows("l_out", l, p, &s.x[..m * d], m);
+            layer.finish(s, (l, p, m), (d, eps), threads, tap);
         }
         st.pos += n;
 
@@ -248,6 +263,67 @@ impl super::ForwardBody for Gemma3<'_> {
             let pos = st.pos - rows;
             tap.rows("result_norm", 0, pos, &s.h[..rows * d], rows);
             tap.rows("result_output", 0, pos, &out[..rows * n_vocab], rows);
+        }
+        Ok(())
+    }
+
+    fn batch_dims(&self, n_tokens: usize) -> Option<ScratchDims> {
+        let a = &self.attn;
+        Some(ScratchDims {
+            n_batch: n_tokens,
+            n_embd: self.info.n_embd,
+            q_dim: a.n_head * a.head_dim,
+            kv_dim: a.n_head_kv * a.head_dim,
+            n_ff: self.n_ff,
+            head_dim: a.head_dim,
+        })
+    }
+
+    #[inline(always)]
+    fn forward_runs_body(
+        &self,
+        seqs: &mut [Seq<'_>],
+        s: &mut Scratch,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        let (d, eps) = (self.info.n_embd, self.eps);
+        let a = &self.attn;
+        let q_dim = a.n_head * a.head_dim;
+        let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
+        scale_inplace(&mut s.x[..n * d], self.embd_scale);
+        // The taps name rows by one sequence's positions: a batched pass has several.
+        let off = crate::Tap::default();
+        for (l, layer) in self.layers.iter().enumerate() {
+            rms_norm_rows(&s.x[..n * d], &layer.attn_norm, eps, &mut s.h, d);
+            crate::profile::mark("norm");
+            layer.attn.qkv(s, (n, 0), a, eps, threads, &off, l, 0);
+            let (rope, window) = if layer.local {
+                (&self.rope_local, Some(self.window))
+            } else {
+                (&self.rope_global, None)
+            };
+            rope_and_store_runs(rope, s, &mut runs, l, a);
+            scale_inplace(&mut s.q[..n * q_dim], self.q_scale);
+            attend_runs(a, s, &runs, l, window, threads);
+            layer.finish(s, (l, 0, n), (d, eps), threads, &off);
+        }
+        drop(runs);
+        let rows = logit_rows(seqs, s, d);
+        if rows > 0 {
+            output_logits(
+                &self.output_norm,
+                eps,
+                &self.output,
+                s,
+                rows,
+                rows,
+                out,
+                threads,
+            );
+            if let Some(cap) = self.softcap {
+                softcap_inplace(&mut out[..rows * self.info.n_vocab], cap);
+            }
         }
         Ok(())
     }
