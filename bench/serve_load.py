@@ -46,7 +46,8 @@ def server_metrics(base):
     """The server's unlabelled counters, gauges and sums from /metrics, by name."""
     with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
         lines = r.read().decode().splitlines()
-    pairs = (line.split() for line in lines if line and not line.startswith("#") and "{" not in line)
+    # Histogram buckets (labelled) and comments left out.
+    pairs = (line.split() for line in lines if line[:1] not in ("", "#") and "{" not in line)
     return {name: float(value) for name, value in pairs}
 
 
@@ -103,7 +104,7 @@ async def client_loop(client, c, refs, deadline, max_tokens, tally):
             text, tokens, ttft = await complete(client, i, max_tokens)
         except Exception as e:  # every failure counts, whatever its kind
             tally.errors.append(f"client {c}, prompt {i}: {type(e).__name__}: {e}")
-            # A server that has gone would otherwise be asked again at once, for the rest of the run.
+            # A server that has gone would otherwise be asked again at once, all the run long.
             await asyncio.sleep(1)
             continue
         tally.done += 1
@@ -183,15 +184,18 @@ async def main():
         print(f"  prompt {i} differs at char {at}: reference {want!r}, got {got!r}")
     print(f"output tokens/s: {tally.tokens / elapsed:.1f} ({tally.tokens} tokens)")
     if tally.ttft:
-        print(f"time to first token: p50 {pct(tally.ttft, 50):.3f} s, p99 {pct(tally.ttft, 99):.3f} s")
+        p50, p99 = pct(tally.ttft, 50), pct(tally.ttft, 99)
+        print(f"time to first token: p50 {p50:.3f} s, p99 {p99:.3f} s")
     steps = d["synapse_batch_sequences_count"]
     if steps:
+        seqs = d["synapse_batch_sequences_sum"] / steps
+        tokens = d["synapse_batch_tokens_sum"] / steps
+        ms = 1000 * d["synapse_step_seconds_sum"] / steps
+        hits = d["synapse_prefix_cache_hits_total"]
+        cached, prompt = d["synapse_prompt_tokens_cached_total"], d["synapse_prompt_tokens_total"]
         print(
-            f"server: {steps:.0f} steps, a step {d['synapse_batch_sequences_sum'] / steps:.2f} sequences, "
-            f"{d['synapse_batch_tokens_sum'] / steps:.1f} tokens, "
-            f"{1000 * d['synapse_step_seconds_sum'] / steps:.1f} ms; prefix cache: "
-            f"{d['synapse_prefix_cache_hits_total']:.0f} hits, "
-            f"{d['synapse_prompt_tokens_cached_total']:.0f} of {d['synapse_prompt_tokens_total']:.0f} prompt tokens"
+            f"server: {steps:.0f} steps, a step {seqs:.2f} sequences, {tokens:.1f} tokens, "
+            f"{ms:.1f} ms; prefix cache: {hits:.0f} hits, {cached:.0f}/{prompt:.0f} prompt tokens"
         )
     if samples:
         # Warm-up: the first quarter of the load, at most 10 s (the slots' buffers are sized).

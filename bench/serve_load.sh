@@ -26,7 +26,8 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
 ready=""
 for _ in $(seq 600); do
     base=$(sed -n 's/^synapse serve: listening on //p' "$log")
-    if [[ -n $base ]] && .venv/bin/python -c "import urllib.request; urllib.request.urlopen('$base/health', timeout=5)" 2>/dev/null; then
+    if [[ -n $base ]] && .venv/bin/python -c \
+        "import urllib.request; urllib.request.urlopen('$base/health', timeout=5)" 2>/dev/null; then
         ready=1
         break
     fi
