@@ -24,6 +24,11 @@ const SPIN: Duration = Duration::from_micros(200);
 /// there made two-thread decode slower and less even.
 const SPIN_ALONE: Duration = Duration::from_micros(50);
 
+/// How long the caller waits on the workers before it yields, whatever the thread count: a
+/// job's shares are even, so a worker this far behind has lost its core to another process
+/// (or to a server's own threads), and spinning on would burn the time slice it needs.
+const BEHIND: Duration = Duration::from_micros(100);
+
 /// One step of a wait that began at `since`: a pause, or a yield once an oversubscribed
 /// pool's thread has spun alone long enough.
 fn wait_step(since: Instant, oversubscribed: bool) {
@@ -157,7 +162,13 @@ impl ThreadPool {
             .iter()
             .any(|d| d.load(Ordering::Acquire) != generation)
         {
-            wait_step(since, s.oversubscribed);
+            // A worker this far behind has lost its core (to another process, or to the
+            // server's own threads): yield, or the wait burns the time slice it needs.
+            if since.elapsed() >= BEHIND {
+                std::thread::yield_now();
+            } else {
+                wait_step(since, s.oversubscribed);
+            }
         }
         if let Err(payload) = mine {
             s.panicked.store(false, Ordering::Release);
