@@ -119,7 +119,8 @@ def chat(c):
               .choices[0].message.content for _ in range(2)]
     check(seeded[0] == seeded[1], "chat: a seed reproduces the draw")
     r = c.chat.completions.create(model="m", messages=CHAT, max_tokens=16, temperature=0.9)
-    check(isinstance(r.model_extra.get("seed"), int), "chat: a fresh seed is returned")
+    seed = r.model_extra.get("seed")
+    check(isinstance(seed, int) and 0 <= seed < 2**53, "chat: a fresh seed is returned, exact in JSON numbers")
 
 
 def errors(c, base, key):
@@ -146,6 +147,8 @@ def errors(c, base, key):
         check(code == 401, "401: wrong API key")
         s, _, _ = http(base, "/v1/models")
         check(s == 401, "401: no API key")
+        s, _, _ = http(base, "/metrics")
+        check(s == 401, "401: metrics without the key")
     s, body, _ = http(base, "/health")
     check(s == 200 and body["status"] == "ok", "health: ok")
 
@@ -153,7 +156,7 @@ def errors(c, base, key):
 async def disconnect(base, key):
     """A client that goes away: its sequence stops (the cancel counter moves)."""
     def cancelled():
-        text = http(base, "/metrics")[1]
+        text = http(base, "/metrics", key=key)[1]
         line = [x for x in text.splitlines() if x.startswith("synapse_requests_cancelled_total")]
         return float(line[0].split()[-1])
     before = cancelled()
@@ -180,7 +183,7 @@ def others(c, base, key):
     check(s == 200 and s2 == 200 and d["content"] == "Hello world", "tokenize and detokenize round-trip")
     s, _, _ = http(base, "/detokenize", {"tokens": [10**9]}, key)
     check(s == 400, "detokenize: an id past the vocabulary is a 400")
-    text = http(base, "/metrics")[1]
+    text = http(base, "/metrics", key=key)[1]
     for name in ["synapse_requests_finished_total", "synapse_prompt_tokens_cached_total",
                  "synapse_time_to_first_token_seconds_bucket", "synapse_time_per_output_token_seconds_count",
                  "synapse_batch_sequences_bucket", "synapse_queue_depth"]:

@@ -61,8 +61,16 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     quiet_on_closed_pipe();
-    // llama-server's `-np N` (clap's short flags are one letter).
-    let args = std::env::args_os().map(|a| if a == "-np" { "--parallel".into() } else { a });
+    // llama-server's `-np N` for `serve`, whose arguments hold no free text (clap's short
+    // flags are one letter).
+    let serve = std::env::args_os().nth(1).is_some_and(|a| a == "serve");
+    let args = std::env::args_os().map(|a| {
+        if serve && a == "-np" {
+            "--parallel".into()
+        } else {
+            a
+        }
+    });
     match run(Cli::parse_from(args)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // A closed pipe (`synapse info x.gguf | head`) is the reader saying it has enough.

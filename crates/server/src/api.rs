@@ -263,7 +263,8 @@ impl Common {
                 presence_penalty: presence,
                 frequency_penalty: frequency,
                 logit_bias,
-                seed: self.seed.unwrap_or_else(rand::random),
+                // Below 2^53: a fresh seed reads back exactly in JavaScript's numbers.
+                seed: self.seed.unwrap_or_else(|| rand::random::<u64>() >> 11),
             },
             n,
             stream: self.stream,

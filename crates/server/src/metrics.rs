@@ -8,8 +8,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::scheduler::Finish;
-
 pub struct Metrics {
     registry: Registry,
     pub requests: Counter,
@@ -72,7 +70,7 @@ impl Metrics {
         );
         r.register(
             "prompt_tokens",
-            "Prompt tokens of admitted sequences",
+            "Prompt tokens of sequences given a slot",
             m.prompt_tokens.clone(),
         );
         r.register(
@@ -87,7 +85,7 @@ impl Metrics {
         );
         r.register(
             "generated_tokens",
-            "Tokens generated",
+            "Tokens generated (cancelled sequences' included)",
             m.generated_tokens.clone(),
         );
         r.register(
@@ -129,7 +127,9 @@ impl Metrics {
         self.step_seconds.observe(took.as_secs_f64());
     }
 
-    pub fn admitted(&self, cached: usize) {
+    /// A sequence given a slot, with `cached` of its `prompt` tokens from the prefix cache.
+    pub fn admitted(&self, prompt: usize, cached: usize) {
+        self.prompt_tokens.inc_by(prompt as u64);
         self.cached_tokens.inc_by(cached as u64);
         if cached > 0 {
             self.cache_hits.inc();
@@ -144,10 +144,8 @@ impl Metrics {
         self.tpot.observe(d.as_secs_f64());
     }
 
-    pub fn finished(&self, f: &Finish) {
+    pub fn finished(&self) {
         self.requests.inc();
-        self.prompt_tokens.inc_by(f.prompt_tokens as u64);
-        self.generated_tokens.inc_by(f.completion_tokens as u64);
     }
 
     /// The text exposition.

@@ -10,7 +10,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -38,11 +38,11 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/v1/models", get(models))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/health", get(health))
-        .route("/metrics", get(metrics))
         .merge(api)
         .layer(DefaultBodyLimit::max(app.cfg.max_body))
         .with_state(app)
@@ -538,17 +538,21 @@ fn stream_response(
             return None;
         }
         let mut out: Vec<SseEvent> = Vec::new();
-        if !st.started && st.shape.kind == Kind::Chat {
-            // The role first, as OpenAI's streams begin.
-            let choices = (0..n)
-                .map(|i| {
-                    json!({"index": i, "delta": {"role": "assistant", "content": ""},
-                                "logprobs": null, "finish_reason": null})
-                })
-                .collect();
-            out.push(data(st.shape.envelope(true, choices)));
+        if !st.started {
+            st.started = true;
+            if st.shape.kind == Kind::Chat {
+                // The role first, at once, as OpenAI's streams begin (a queued request's
+                // client then knows it is accepted).
+                let choices = (0..n)
+                    .map(|i| {
+                        json!({"index": i, "delta": {"role": "assistant", "content": ""},
+                               "logprobs": null, "finish_reason": null})
+                    })
+                    .collect();
+                out.push(data(st.shape.envelope(true, choices)));
+                return Some((stream::iter(out.into_iter().map(Ok)), st));
+            }
         }
-        st.started = true;
         match st.events.next().await {
             Some((i, Event::Token(t))) => {
                 let lp = t.logprob.as_ref().map(|l| match st.shape.kind {
@@ -593,5 +597,7 @@ fn stream_response(
         Some((stream::iter(out.into_iter().map(Ok)), st))
     })
     .flatten();
-    Sse::new(s)
+    // Comments while a request waits in the queue, so that proxies and clients with read
+    // timeouts do not give up on a silent stream.
+    Sse::new(s).keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(10)))
 }

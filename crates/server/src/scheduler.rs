@@ -115,8 +115,10 @@ impl Queue {
             self.waiting.fetch_sub(n, Ordering::SeqCst);
             return Err(Refused::Full);
         }
-        for job in jobs {
+        for (i, job) in jobs.into_iter().enumerate() {
             if self.tx.send(job).is_err() {
+                // The scheduler is gone: the jobs not sent never wait.
+                self.waiting.fetch_sub(n - i, Ordering::SeqCst);
                 return Err(Refused::Stopped);
             }
         }
@@ -306,6 +308,9 @@ pub fn run(
                 Some(t) => metrics.next_token(now - t),
             }
             a.last_token_at = Some(now);
+            if step.token.is_some_and(|t| !tok.is_eog(t)) {
+                metrics.generated_tokens.inc();
+            }
             if step.token.is_some() || !step.text.is_empty() {
                 let out = TokenOut {
                     text: step.text,
@@ -321,7 +326,7 @@ pub fn run(
                     cached_tokens: a.cached_tokens,
                     completion_tokens: a.dec.tokens().len(),
                 };
-                metrics.finished(&done);
+                metrics.finished();
                 let _ = a.job.events.send(Event::Done(done));
                 s.active = None;
             }
@@ -379,7 +384,7 @@ fn admit<'t>(
     }
     s.cached.truncate(s.state.pos);
     let cached_tokens = s.state.pos;
-    metrics.admitted(cached_tokens);
+    metrics.admitted(prompt.len(), cached_tokens);
     s.last_used = clock;
     let dec = Decoding::new(
         tok,
