@@ -30,7 +30,13 @@ if [[ ${#models[@]} == 0 ]]; then
 fi
 
 pid=""
-stop() { [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
+stop() {
+    if [[ -n $pid ]]; then
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true # a killed server exits non-zero
+    fi
+    pid=""
+}
 trap stop EXIT
 wait_up() { # port
     for _ in $(seq 600); do

@@ -137,6 +137,8 @@ async def main():
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--pid", type=int, help="the server's process id, to sample its memory")
+    ap.add_argument("--max-rss-growth-mib", type=float,
+                    help="fail if the server's memory grows more than this after warm-up")
     args = ap.parse_args()
 
     client = openai.AsyncOpenAI(
@@ -209,6 +211,9 @@ async def main():
             f"growth {(end - after) / 1024:+.1f} MiB over {samples[-1][0] - warm:.0f} s"
         )
     ok = tally.done > 0 and not tally.errors and not tally.mismatches
+    if samples and args.max_rss_growth_mib is not None and (end - after) / 1024 > args.max_rss_growth_mib:
+        print(f"the server's memory grew more than {args.max_rss_growth_mib:g} MiB after warm-up")
+        ok = False
     print("serve_load: " + ("ok" if ok else "FAILED"))
     return 0 if ok else 1
 

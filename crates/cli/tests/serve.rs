@@ -1,6 +1,7 @@
 //! `synapse serve` against real clients over the loopback: the `openai` package (every
-//! endpoint, streamed and not, errors), and the determinism suite on servers of different
-//! slots, threads and step sizes, whose results must be the same bits (tests/server/*.py).
+//! endpoint, streamed and not, errors), the determinism suite on servers of different slots,
+//! threads and step sizes, whose results must be the same bits (tests/server/*.py), and a
+//! bounded load test (bench/serve_load.py).
 
 mod common;
 use common::server::{run_python, Server};
@@ -122,4 +123,30 @@ fn gemma3_served_results_do_not_depend_on_load_or_cache() {
             "4",
         ],
     );
+}
+
+/// The bounded load test (bench/serve_load.py): 64 streaming clients for 40 s on 8 slots, every
+/// answer equal to its prompt's answer alone, no error, and the server's memory flat after
+/// warm-up (within 16 MiB).
+#[test]
+fn sixty_four_streaming_clients_get_their_own_answers_in_flat_memory() {
+    let s = Server::start(&["-np", "8"]);
+    let pid = s.pid().to_string();
+    let script = root().join("bench/serve_load.py");
+    let out = std::process::Command::new(common::server::python())
+        .arg(&script)
+        .args(["--base-url", &s.base, "--clients", "64", "--seconds", "40"])
+        .args([
+            "--max-tokens",
+            "48",
+            "--pid",
+            &pid,
+            "--max-rss-growth-mib",
+            "16",
+        ])
+        .output()
+        .expect("run serve_load.py");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "serve_load.py failed");
 }
