@@ -109,17 +109,7 @@ pub(crate) fn forward_batch<M: ForwardBody>(
         return one_by_one(m, seqs, out, threads);
     };
     for q in seqs.iter_mut() {
-        let st = &mut *q.state;
-        let end = st.pos + q.tokens.len();
-        st.kv
-            .make_room(end)
-            .map_err(|bytes| ModelError::StateSize {
-                n_ctx: st.n_ctx(),
-                n_batch: st.n_batch,
-                why: format!(
-                    "the system would not give the KV cache's {bytes} bytes for {end} positions"
-                ),
-            })?;
+        q.state.make_room(q.state.pos + q.tokens.len())?;
     }
     crate::profile::begin();
     let r = dispatch(m, seqs, s, &mut out[..need], threads);

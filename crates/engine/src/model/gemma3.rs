@@ -268,15 +268,9 @@ impl super::ForwardBody for Gemma3<'_> {
     }
 
     fn batch_dims(&self, n_tokens: usize) -> Option<ScratchDims> {
-        let a = &self.attn;
-        Some(ScratchDims {
-            n_batch: n_tokens,
-            n_embd: self.info.n_embd,
-            q_dim: a.n_head * a.head_dim,
-            kv_dim: a.n_head_kv * a.head_dim,
-            n_ff: self.n_ff,
-            head_dim: a.head_dim,
-        })
+        Some(ScratchDims::for_decoder(
+            &self.info, &self.attn, self.n_ff, n_tokens,
+        ))
     }
 
     #[inline(always)]

@@ -223,14 +223,7 @@ impl State {
         n_ctx: usize,
         n_batch: usize,
     ) -> Result<State, ModelError> {
-        let d = ScratchDims {
-            n_batch: scratch_rows(n_ctx, n_batch),
-            n_embd: info.n_embd,
-            q_dim: a.n_head * a.head_dim,
-            kv_dim: a.n_head_kv * a.head_dim,
-            n_ff,
-            head_dim: a.head_dim,
-        };
+        let d = ScratchDims::for_decoder(info, a, n_ff, scratch_rows(n_ctx, n_batch));
         let mut bytes = StateBytes::new(n_ctx, n_batch)?;
         d.count(&mut bytes)?;
         bytes.kv_cache(info.n_layer, a)?;
@@ -280,6 +273,20 @@ impl State {
         }
         self.pos = n;
         true
+    }
+
+    /// Room in the KV cache for positions `..end`, asked for before a pass stores them: a size
+    /// the system refuses is an error, not an abort in the middle of a layer.
+    pub(crate) fn make_room(&mut self, end: usize) -> Result<(), ModelError> {
+        self.kv
+            .make_room(end)
+            .map_err(|bytes| ModelError::StateSize {
+                n_ctx: self.n_ctx(),
+                n_batch: self.n_batch,
+                why: format!(
+                    "the system would not give the KV cache's {bytes} bytes for {end} positions"
+                ),
+            })
     }
 
     /// Forget the sequence (keep the memory). The KV cache is overwritten as the next one fills
@@ -401,6 +408,18 @@ pub(crate) struct ScratchDims {
 }
 
 impl ScratchDims {
+    /// The scratch of `n_batch` rows of a decoder whose layers share one attention shape.
+    pub fn for_decoder(info: &ModelInfo, a: &AttnShape, n_ff: usize, n_batch: usize) -> Self {
+        ScratchDims {
+            n_batch,
+            n_embd: info.n_embd,
+            q_dim: a.n_head * a.head_dim,
+            kv_dim: a.n_head_kv * a.head_dim,
+            n_ff,
+            head_dim: a.head_dim,
+        }
+    }
+
     /// The widest input a matmul quantizes.
     fn widest(&self) -> usize {
         self.n_embd.max(self.q_dim).max(self.n_ff)
@@ -605,16 +624,7 @@ pub(crate) fn forward<M: ForwardBody>(
     crate::check_forward(m.info(), st, tokens, logits, out)?;
     // The cache's room for this pass, asked for before any work: a size the system refuses
     // is an error here, not an abort in the middle of a layer.
-    let end = st.pos + tokens.len();
-    st.kv
-        .make_room(end)
-        .map_err(|bytes| ModelError::StateSize {
-            n_ctx: st.n_ctx(),
-            n_batch: st.n_batch,
-            why: format!(
-                "the system would not give the KV cache's {bytes} bytes for {end} positions"
-            ),
-        })?;
+    st.make_room(st.pos + tokens.len())?;
     crate::profile::begin();
     let r = dispatch(m, st, tokens, logits, out, threads);
     crate::profile::mark("other");
