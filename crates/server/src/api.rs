@@ -78,7 +78,7 @@ pub fn fields<T: serde::de::DeserializeOwned>(v: &serde_json::Value) -> Result<T
     })
 }
 
-/// [`json`], then [`fields`].
+/// [`json()`], then [`fields`].
 pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     fields(&json(body)?)
 }
