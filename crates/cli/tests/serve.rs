@@ -150,3 +150,25 @@ fn sixty_four_streaming_clients_get_their_own_answers_in_flat_memory() {
     eprint!("{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "serve_load.py failed");
 }
+
+/// Ctrl-C ends the server, with success, within seconds even with a stream running (before,
+/// the signal was taken and the process went on).
+#[test]
+fn ctrl_c_stops_the_server_even_with_a_stream_under_way() {
+    let mut s = Server::start(&["-np", "1"]);
+    let base = s.base.clone();
+    // A long streamed answer, read in the background.
+    let reader = std::thread::spawn(move || {
+        let code = format!(
+            "import httpx\ntry:\n  with httpx.stream('POST', '{base}/v1/completions', json={{'prompt': 'Once', \
+             'max_tokens': 3000, 'stream': True}}, timeout=30) as r:\n    [l for l in r.iter_lines()]\nexcept Exception:\n  pass"
+        );
+        std::process::Command::new(common::server::python())
+            .args(["-c", &code])
+            .status()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let status = s.interrupt(std::time::Duration::from_secs(15));
+    assert!(status.is_some_and(|st| st.success()), "{status:?}");
+    reader.join().unwrap().unwrap();
+}

@@ -46,6 +46,9 @@ pub struct Config {
     pub max_body: usize,
 }
 
+/// How long the HTTP server may take to close its connections after Ctrl-C.
+const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What the handlers need once the model is loaded.
 pub(crate) struct Ready {
     pub tok: Arc<Tokenizer>,
@@ -98,15 +101,32 @@ pub fn run(cfg: Config, on_listen: impl FnOnce(SocketAddr)) -> anyhow::Result<()
                 let _ = engine_done_tx.send(r);
             })?;
         let router = routes::router(app.clone());
-        let server = axum::serve(listener, router).with_graceful_shutdown(async {
+        // Ctrl-C: stop taking connections and wait for the server to close the ones it has, a
+        // few seconds at most (a stream may run for minutes); a second Ctrl-C ends at once.
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
             let _ = tokio::signal::ctrl_c().await;
+            eprintln!("synapse serve: stopping");
+            let _ = stop_tx.send(true);
         });
+        let mut draining = stop.clone();
+        let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = draining.wait_for(|&s| s).await;
+        });
+        let mut deadline = stop;
         tokio::select! {
             r = server => r.context("the HTTP server failed"),
             r = engine_done => match r {
                 Ok(Err(e)) => Err(e),
                 _ => Err(anyhow::anyhow!("the engine thread ended")),
             },
+            _ = async move {
+                let _ = deadline.wait_for(|&s| s).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(GRACE) => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            } => Ok(()),
         }
     })
 }

@@ -69,6 +69,21 @@ impl Server {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Send SIGINT (Ctrl-C) and wait for the process to end, at most `limit`: its status, or
+    /// `None` if it was still running.
+    pub fn interrupt(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: a signal to our own child, whose pid is live until it is waited for.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGINT) };
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().expect("wait for synapse serve") {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
 }
 
 impl Drop for Server {
