@@ -91,6 +91,15 @@ def completions(c):
     by_ids = c.completions.create(model="m", prompt=ids, max_tokens=16, temperature=0)
     check(by_ids.choices[0].text == ch.text, "completion: token ids give the same text")
 
+    # A list of prompts: each its own choices, in order, the prompts' tokens added up.
+    other = "The capital of France is"
+    two = c.completions.create(model="m", prompt=[PROMPT, other], max_tokens=16, temperature=0)
+    alone = c.completions.create(model="m", prompt=other, max_tokens=16, temperature=0)
+    texts = [x.text for x in sorted(two.choices, key=lambda x: x.index)]
+    check(texts == [ch.text, alone.choices[0].text], "completion: a list of prompts, a choice each")
+    check(two.usage.prompt_tokens == r.usage.prompt_tokens + alone.usage.prompt_tokens,
+          "completion: a list's prompt tokens add up")
+
     # n choices with a seed: different draws, each reproducible.
     a = c.completions.create(model="m", prompt=PROMPT, max_tokens=12, temperature=1.0, seed=42, n=3)
     b = c.completions.create(model="m", prompt=PROMPT, max_tokens=12, temperature=1.0, seed=42, n=3)

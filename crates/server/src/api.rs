@@ -158,9 +158,29 @@ pub enum Prompt {
     Ids(Vec<u32>),
 }
 
+/// `prompt`: one, or a list (each its own choices, `n` of them, one prompt after another).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Prompts {
+    One(Prompt),
+    Many(Vec<Prompt>),
+}
+
+impl Prompts {
+    pub fn into_vec(self) -> Vec<Prompt> {
+        match self {
+            Prompts::One(p) => vec![p],
+            Prompts::Many(v) => v,
+        }
+    }
+}
+
+/// Prompts a completion request may hold.
+pub const MAX_PROMPTS: usize = 16;
+
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
-    pub prompt: Prompt,
+    pub prompt: Prompts,
     /// The number of most likely alternatives to return with each token's logprob (0-5 in
     /// OpenAI's API; up to 20 here).
     pub logprobs: Option<u32>,
@@ -341,7 +361,9 @@ mod tests {
         assert!(bad(br#"{"prompt":"a","top_p":1.5}"#).contains("top_p"));
         let body = br#"{"prompt":[1,2,3],"max_tokens":4}"#;
         let ids: CompletionRequest = parse(body).unwrap();
-        assert!(matches!(ids.prompt, Prompt::Ids(ref v) if v == &[1, 2, 3]));
+        assert!(matches!(ids.prompt, Prompts::One(Prompt::Ids(ref v)) if v == &[1, 2, 3]));
+        let many: CompletionRequest = parse(br#"{"prompt":["a",[4,5]]}"#).unwrap();
+        assert!(matches!(&many.prompt, Prompts::Many(v) if v.len() == 2));
         assert_eq!(
             parse::<Common>(body)
                 .unwrap()

@@ -23,7 +23,9 @@ use synapse_engine::tokenizer::Tokenizer;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::api::{self, ApiError, ChatRequest, CompletionRequest, Prompt, MAX_TOP_LOGPROBS};
+use crate::api::{
+    self, ApiError, ChatRequest, CompletionRequest, Prompt, MAX_PROMPTS, MAX_TOP_LOGPROBS,
+};
 use crate::scheduler::{Event, Finish, Job, Logprob, Refused};
 use crate::{App, Ready};
 
@@ -227,7 +229,7 @@ async fn chat(
     // Templates write the BOS themselves; the special tokens in them must be parsed.
     let prompt = r.tok.encode(&text, false, true);
     let top = req.logprobs.then(|| req.top_logprobs.unwrap_or(0));
-    generate(&app, r, Kind::Chat, prompt, &common, top).await
+    generate(&app, r, Kind::Chat, vec![prompt], &common, top).await
 }
 
 async fn completions(
@@ -237,14 +239,21 @@ async fn completions(
     let r = ready(&app)?;
     let v = api::json(&body(b, app.cfg.max_body)?)?;
     let (req, common): (CompletionRequest, api::Common) = (api::fields(&v)?, api::fields(&v)?);
-    let prompt = match req.prompt {
-        Prompt::Text(t) => r.tok.encode(&t, r.tok.add_bos_token(), true),
-        Prompt::Ids(ids) => {
-            check_ids(&ids, r.n_vocab)?;
-            ids
-        }
-    };
-    generate(&app, r, Kind::Text, prompt, &common, req.logprobs).await
+    let prompts = req.prompt.into_vec();
+    if prompts.is_empty() || prompts.len() > MAX_PROMPTS {
+        return Err(ApiError::bad(format!(
+            "{} prompts: between 1 and {MAX_PROMPTS} a request",
+            prompts.len()
+        )));
+    }
+    let prompts = prompts
+        .into_iter()
+        .map(|p| match p {
+            Prompt::Text(t) => Ok(r.tok.encode(&t, r.tok.add_bos_token(), true)),
+            Prompt::Ids(ids) => check_ids(&ids, r.n_vocab).map(|()| ids),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    generate(&app, r, Kind::Text, prompts, &common, req.logprobs).await
 }
 
 /// Queue the request's choices and answer with their events: a stream, or one body.
@@ -252,24 +261,26 @@ async fn generate(
     app: &App,
     r: &Ready,
     kind: Kind,
-    prompt: Vec<u32>,
+    prompts: Vec<Vec<u32>>,
     common: &api::Common,
     top_logprobs: Option<u32>,
 ) -> Result<Response, ApiError> {
-    if prompt.is_empty() {
-        return Err(ApiError::bad("the prompt is empty"));
-    }
-    if prompt.len() >= r.n_ctx {
-        return Err(ApiError::with(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            "context_length_exceeded",
-            format!(
-                "the prompt is {} tokens and the context holds {} (with room for one more)",
-                prompt.len(),
-                r.n_ctx
-            ),
-        ));
+    for prompt in &prompts {
+        if prompt.is_empty() {
+            return Err(ApiError::bad("the prompt is empty"));
+        }
+        if prompt.len() >= r.n_ctx {
+            return Err(ApiError::with(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "context_length_exceeded",
+                format!(
+                    "the prompt is {} tokens and the context holds {} (with room for one more)",
+                    prompt.len(),
+                    r.n_ctx
+                ),
+            ));
+        }
     }
     if let Some(k) = top_logprobs.filter(|&k| k > MAX_TOP_LOGPROBS) {
         return Err(ApiError::bad(format!(
@@ -279,14 +290,16 @@ async fn generate(
     let asked = common.check(r.n_vocab, r.tok.eog_ids())?;
     let arrived = Instant::now();
     let mut receivers = Vec::new();
-    let jobs = (0..asked.n)
-        .map(|i| {
+    // Choice `p * n + i`: prompt `p`'s `i`-th, drawn with seed `seed + i`.
+    let n = asked.n as usize;
+    let jobs = (0..prompts.len() * n)
+        .map(|c| {
             let (tx, rx) = mpsc::unbounded_channel();
             receivers.push(rx);
             let mut sampling = asked.sampling.clone();
-            sampling.seed = sampling.seed.wrapping_add(i as u64);
+            sampling.seed = sampling.seed.wrapping_add((c % n) as u64);
             Job {
-                prompt: prompt.clone(),
+                prompt: prompts[c / n].clone(),
                 max_tokens: asked.max_tokens,
                 stop: asked.stop.clone(),
                 sampling,
@@ -346,10 +359,11 @@ async fn generate(
             .enumerate()
             .map(|(i, rx)| UnboundedReceiverStream::new(rx).map(move |e| (i, e))),
     );
+    let choices = prompts.len() * n;
     if asked.stream {
-        Ok(stream_response(shape, merged, asked.n as usize, asked.include_usage).into_response())
+        Ok(stream_response(shape, merged, choices, n, asked.include_usage).into_response())
     } else {
-        whole_response(shape, merged, asked.n as usize).await
+        whole_response(shape, merged, choices, n).await
     }
 }
 
@@ -452,11 +466,12 @@ fn finish_reason(r: StopReason) -> &'static str {
     }
 }
 
-/// `usage` over the choices' ends: the prompt counted once.
-fn usage(done: &[Option<Finish>]) -> Value {
-    let first = done.iter().flatten().next();
-    let prompt = first.map_or(0, |f| f.prompt_tokens);
-    let cached = first.map_or(0, |f| f.cached_tokens);
+/// `usage` over the choices' ends (`n` a prompt): each prompt counted once, with its first
+/// choice's cached tokens.
+fn usage(done: &[Option<Finish>], n: usize) -> Value {
+    let firsts = done.iter().step_by(n.max(1)).flatten();
+    let prompt: usize = firsts.clone().map(|f| f.prompt_tokens).sum();
+    let cached: usize = firsts.map(|f| f.cached_tokens).sum();
     let completion: usize = done.iter().flatten().map(|f| f.completion_tokens).sum();
     json!({
         "prompt_tokens": prompt, "completion_tokens": completion,
@@ -469,6 +484,7 @@ async fn whole_response(
     shape: Shape,
     mut events: impl futures_util::Stream<Item = (usize, Event)> + Unpin,
     n: usize,
+    per_prompt: usize,
 ) -> Result<Response, ApiError> {
     let mut text = vec![String::new(); n];
     let mut lps: Vec<Vec<Logprob>> = vec![Vec::new(); n];
@@ -504,7 +520,7 @@ async fn whole_response(
         })
         .collect();
     let mut body = shape.envelope(false, choices);
-    body["usage"] = usage(&done);
+    body["usage"] = usage(&done, per_prompt);
     Ok(Json(body).into_response())
 }
 
@@ -514,6 +530,7 @@ fn stream_response(
     shape: Shape,
     events: impl futures_util::Stream<Item = (usize, Event)> + Unpin + Send + 'static,
     n: usize,
+    per_prompt: usize,
     include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     struct St<S> {
@@ -587,7 +604,7 @@ fn stream_response(
             None => {
                 if include_usage {
                     let mut u = st.shape.envelope(true, vec![]);
-                    u["usage"] = usage(&st.done);
+                    u["usage"] = usage(&st.done, per_prompt);
                     out.push(data(u));
                 }
                 out.push(SseEvent::default().data("[DONE]"));
