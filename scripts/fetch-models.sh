@@ -8,6 +8,7 @@
 #   scripts/fetch-models.sh            # both models
 #   scripts/fetch-models.sh smollm2    # only SmolLM2-135M-Instruct (Q4_1)
 #   scripts/fetch-models.sh gemma3     # only Gemma-3-270M (Q4_K_M)
+#   scripts/fetch-models.sh vocabs     # only llama.cpp's tokenizer suite (models/vocab/)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,9 +65,27 @@ fetch_gemma3() {
     echo "wrote $out"
 }
 
+# llama.cpp's tokenizer suite: the vocabulary-only GGUFs of its models/ directory with their
+# test inputs and expected ids (ggml-vocab-*.gguf, .inp, .out), from the llama-cpp-python sdist
+# (about 77 MB to download; only these files are kept).
+fetch_vocabs() {
+    local out="$models/vocab"
+    if [[ -s "$out/ggml-vocab-qwen35.gguf.out" ]]; then echo "have $out"; return; fi
+    echo "fetching llama.cpp's tokenizer suite (the llama-cpp-python sdist)" >&2
+    python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
+        --disable-pip-version-check -d "$tmp" llama-cpp-python
+    mkdir -p "$out.part"
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$out.part" --wildcards --strip-components=4 \
+        '*/vendor/llama.cpp/models/ggml-vocab-*'
+    rm -rf "$out"
+    mv "$out.part" "$out"
+    echo "wrote $out ($(ls "$out" | grep -c '\.gguf$') vocabularies)"
+}
+
 case "${1:-all}" in
     smollm2) fetch_smollm2 ;;
     gemma3) fetch_gemma3 ;;
-    all) fetch_smollm2; fetch_gemma3 ;;
-    *) echo "usage: $0 [smollm2|gemma3|all]" >&2; exit 2 ;;
+    vocabs) fetch_vocabs ;;
+    all) fetch_smollm2; fetch_gemma3; fetch_vocabs ;;
+    *) echo "usage: $0 [smollm2|gemma3|vocabs|all]" >&2; exit 2 ;;
 esac

@@ -418,6 +418,37 @@ fn pre_tokenizer_splits() {
             "abc 1234 ２",
             &["abc", " ", "1", "2", "3", "4", " ", "２"],
         ),
+        // Combining marks (what the regex engine splits; Python's `regex` module): Qwen 3.5's
+        // letter runs take them, Qwen 2's do not.
+        (
+            PreTokenizer::Qwen35,
+            "cafe\u{301} na\u{308}ive",
+            &["cafe\u{301}", " na\u{308}ive"],
+        ),
+        (
+            PreTokenizer::Qwen2,
+            "cafe\u{301} na\u{308}ive",
+            &["cafe", "\u{301}", " na", "\u{308}ive"],
+        ),
+        (
+            PreTokenizer::Qwen35,
+            "\u{915}\u{93f}\u{924}\u{93e}\u{92c} \u{939}\u{93f}\u{902}\u{926}\u{940}",
+            &[
+                "\u{915}\u{93f}\u{924}\u{93e}\u{92c}",
+                " \u{939}\u{93f}\u{902}\u{926}\u{940}",
+            ],
+        ),
+        (
+            PreTokenizer::Qwen35,
+            " \u{301}x !\u{301}",
+            &[" \u{301}x", " !", "\u{301}"],
+        ),
+        (
+            PreTokenizer::Qwen2,
+            " \u{301}x !\u{301}",
+            &[" \u{301}", "x", " !\u{301}"],
+        ),
+        (PreTokenizer::Qwen35, "a\u{20dd}+b", &["a\u{20dd}", "+b"]),
         (
             PreTokenizer::StarCoder,
             "x=12 y",
@@ -454,6 +485,7 @@ fn pre_tokenizer_names_as_in_llama_cpp() {
         ("smollm", PreTokenizer::StarCoder),
         ("starcoder", PreTokenizer::StarCoder),
         ("qwen2", PreTokenizer::Qwen2),
+        ("qwen35", PreTokenizer::Qwen35),
         ("deepseek-r1-qwen", PreTokenizer::Qwen2),
         ("gpt-2", PreTokenizer::Gpt2),
         ("olmo", PreTokenizer::Gpt2),

@@ -24,6 +24,9 @@ pub enum PreTokenizer {
     Llama3,
     /// `qwen2` and kin: Llama 3's with single digits (`\p{N}` for `\p{N}{1,3}`).
     Qwen2,
+    /// `qwen35`: Qwen 2's with combining marks in letter runs and out of punctuation runs:
+    /// `[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+` and ` ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*`.
+    Qwen35,
     /// `smollm`, `starcoder` and kin: every `\p{N}` on its own, then GPT-2's.
     StarCoder,
 }
@@ -59,6 +62,7 @@ const PRE_TABLE: &[(&str, PreTokenizer, bool, bool, bool)] = {
         ("dbrx", Llama3, true, false, false),
         ("smaug-bpe", Llama3, true, false, false),
         ("qwen2", Qwen2, false, false, false),
+        ("qwen35", Qwen35, false, false, false),
         ("deepseek-r1-qwen", Qwen2, false, false, false),
         ("kormo", Qwen2, false, false, false),
         ("f2llmv2", Qwen2, false, false, false),
@@ -122,8 +126,9 @@ enum Stage {
     PunctuationRuns,
     /// The GPT-2 regex, llama.cpp's hand-written matcher.
     Gpt2,
-    /// The Llama 3 (`max_digits` 3) or Qwen 2 (`max_digits` 1) regex, hand-written matcher.
-    Llama3 { max_digits: usize },
+    /// The Llama 3 (`max_digits` 3) or Qwen 2 (`max_digits` 1) regex, hand-written matcher;
+    /// with `marks`, Qwen 3.5's (combining marks join letter runs).
+    Llama3 { max_digits: usize, marks: bool },
     /// `\p{N}`
     EachNumber,
     /// `\p{N}+`
@@ -142,8 +147,18 @@ impl PreTokenizer {
                 Stage::AsciiDigitTriples,
             ],
             PreTokenizer::Gpt2 => &[Stage::Gpt2],
-            PreTokenizer::Llama3 => &[Stage::Llama3 { max_digits: 3 }],
-            PreTokenizer::Qwen2 => &[Stage::Llama3 { max_digits: 1 }],
+            PreTokenizer::Llama3 => &[Stage::Llama3 {
+                max_digits: 3,
+                marks: false,
+            }],
+            PreTokenizer::Qwen2 => &[Stage::Llama3 {
+                max_digits: 1,
+                marks: false,
+            }],
+            PreTokenizer::Qwen35 => &[Stage::Llama3 {
+                max_digits: 1,
+                marks: true,
+            }],
             PreTokenizer::StarCoder => &[Stage::EachNumber, Stage::Gpt2],
         }
     }
@@ -172,8 +187,8 @@ impl PreTokenizer {
                 };
                 match stage {
                     Stage::Gpt2 => text_cps.gpt2(start, end, &mut out),
-                    Stage::Llama3 { max_digits } => {
-                        text_cps.llama3(start, end, max_digits, &mut out)
+                    Stage::Llama3 { max_digits, marks } => {
+                        text_cps.llama3(start, end, max_digits, marks, &mut out)
                     }
                     Stage::PunctuationRuns => {
                         text_cps.isolate_runs(start, end, is_default_punctuation, &mut out)
@@ -354,9 +369,10 @@ impl Cps<'_> {
         }
     }
 
-    /// The Llama 3 regex (or Qwen 2's with `max_digits` 1) over `[start, end)`, as llama.cpp's
-    /// `unicode_regex_split_custom_llama3` / `_qwen2` scan it.
-    fn llama3(&self, start: usize, end: usize, max_digits: usize, out: &mut Out) {
+    /// The Llama 3 regex (or Qwen 2's with `max_digits` 1, Qwen 3.5's with `marks` as well)
+    /// over `[start, end)`, as llama.cpp's `unicode_regex_split_custom_llama3` / `_qwen2` /
+    /// `_qwen35` scan it.
+    fn llama3(&self, start: usize, end: usize, max_digits: usize, marks: bool, out: &mut Out) {
         let cp = |p: usize| {
             if p < end {
                 self.cps[p]
@@ -405,10 +421,11 @@ impl Cps<'_> {
                 }
             }
 
-            // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(is_rn(c) || f.is_number()) && (f.is_letter() || flags(pos + 1).is_letter()) {
+            // [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen 3.5: [\p{L}\p{M}]+)
+            let in_run = |f: Flags| f.is_letter() || (marks && f.is_mark());
+            if !(is_rn(c) || f.is_number()) && (in_run(f) || in_run(flags(pos + 1))) {
                 pos += 1;
-                while flags(pos).is_letter() {
+                while in_run(flags(pos)) {
                     pos += 1;
                 }
                 out.emit(pos);
@@ -429,10 +446,12 @@ impl Cps<'_> {
                 continue;
             }
 
-            // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (the matcher tests the first code point's flags for
+            // ' ?[^\s\p{L}\p{N}]+[\r\n]*' (Qwen 3.5: not \p{M} either; the matcher tests the first code point's flags for
             // "is a code point", not the second's: a lone trailing space lands here)
             let space = c == ' ' as u32;
-            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number());
+            let other = |f: Flags| {
+                !(f.is_whitespace() || f.is_letter() || f.is_number() || (marks && f.is_mark()))
+            };
             let mut f2 = if space { flags(pos + 1) } else { f };
             if other(f2) && !f.is_none() {
                 pos += usize::from(space);

@@ -51,6 +51,9 @@ impl Flags {
     pub fn is_number(self) -> bool {
         self.0 & Self::NUMBER != 0
     }
+    pub fn is_mark(self) -> bool {
+        self.0 & Self::MARK != 0
+    }
     pub fn is_whitespace(self) -> bool {
         self.0 & Self::WHITESPACE != 0
     }
