@@ -288,6 +288,14 @@ async fn generate(
         )));
     }
     let asked = common.check(r.n_vocab, r.tok.eog_ids())?;
+    let choices = prompts.len() * asked.n as usize;
+    if choices > r.queue.capacity() {
+        // It could never be queued whole: a 503 would ask for a retry in vain.
+        return Err(ApiError::bad(format!(
+            "{choices} choices (prompts times n): more than the {} the server queues",
+            r.queue.capacity()
+        )));
+    }
     let arrived = Instant::now();
     let mut receivers = Vec::new();
     // Choice `p * n + i`: prompt `p`'s `i`-th, drawn with seed `seed + i`.
@@ -359,7 +367,6 @@ async fn generate(
             .enumerate()
             .map(|(i, rx)| UnboundedReceiverStream::new(rx).map(move |e| (i, e))),
     );
-    let choices = prompts.len() * n;
     if asked.stream {
         Ok(stream_response(shape, merged, choices, n, asked.include_usage).into_response())
     } else {

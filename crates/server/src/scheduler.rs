@@ -125,6 +125,11 @@ impl Queue {
         Ok(())
     }
 
+    /// Jobs the queue holds at most.
+    pub fn capacity(&self) -> usize {
+        self.max_waiting
+    }
+
     /// Jobs queued and not yet in a slot.
     pub fn depth(&self) -> usize {
         self.waiting.load(Ordering::SeqCst)
