@@ -43,6 +43,8 @@ enum Command {
     Tokenize(cmd::tokenize::TokenizeArgs),
     /// Write the logits of every position of a prompt (n_tokens x n_vocab f32) for comparisons.
     Eval(cmd::eval::EvalArgs),
+    /// Perplexity over a text, as llama-perplexity computes and prints it.
+    Perplexity(cmd::perplexity::PerplexityArgs),
     /// Prompt-processing and generation speed (llama-bench's tests and fields), with the
     /// achieved weight bandwidth against this machine's measured read bandwidth.
     Bench(cmd::bench::BenchArgs),
@@ -115,6 +117,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => cmd::serve::run(&args),
         Command::Tokenize(args) => cmd::tokenize::run(&args),
         Command::Eval(args) => cmd::eval::run(&args),
+        Command::Perplexity(args) => cmd::perplexity::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Synth(args) => cmd::synth::run(&args),
         Command::BenchKernels(args) => cmd::bench_kernels::run(&args),

@@ -13,6 +13,7 @@ pub mod matmul;
 pub mod membw;
 pub mod model;
 pub mod ops;
+pub mod perplexity;
 pub mod pool;
 pub mod profile;
 pub mod sampler;

@@ -6,6 +6,7 @@ pub mod dequantize;
 pub mod eval;
 pub mod info;
 pub mod output;
+pub mod perplexity;
 pub mod run;
 pub mod serve;
 pub mod synth;

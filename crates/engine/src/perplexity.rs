@@ -1,0 +1,141 @@
+//! Perplexity over a text as llama.cpp's `llama-perplexity` computes it: the tokens cut into
+//! windows of `n_ctx` (the first token of each replaced by BOS where the vocabulary adds one),
+//! each window run from an empty cache, and the second half of each scored: the negative log
+//! probability of every next token, accumulated in double precision.
+//!
+//! The logits are llama.cpp's bits, and each score is its arithmetic (a float maximum, a double
+//! sum of float exponentials, the logit's float difference from the maximum less the sum's
+//! logarithm), summed in token order; llama-perplexity sums its threads' partial sums in the
+//! order they finish, so the two can differ in the last bits of the sum, not in the digits
+//! either prints.
+
+use crate::matmul::Threads;
+use crate::model::{Logits, Model};
+use crate::ModelError;
+
+/// Why a perplexity cannot be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum PerplexityError {
+    #[error(
+        "the text is {tokens} tokens: a perplexity with a context of {n_ctx} needs at least \
+         {need} (two windows)"
+    )]
+    TooShort {
+        tokens: usize,
+        need: usize,
+        n_ctx: usize,
+    },
+    #[error("a context of {0} tokens: a window needs at least 4 (half of it is scored)")]
+    ContextTooSmall(usize),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+}
+
+/// The settings of a run.
+#[derive(Debug, Clone)]
+pub struct PerplexityConfig {
+    /// The window.
+    pub n_ctx: usize,
+    /// Tokens a forward pass (results do not depend on it).
+    pub n_batch: usize,
+    /// Windows to score at most (`None`: all the text holds).
+    pub chunks: Option<usize>,
+}
+
+/// The estimate: `exp` of the mean negative log probability, and its uncertainty (one
+/// standard error, carried through the exponential), over `count` scored tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub ppl: f64,
+    pub uncertainty: f64,
+    pub count: usize,
+    pub chunks: usize,
+}
+
+/// The negative log probability of `token` under `logits`, as llama-perplexity computes it.
+pub fn nll(logits: &[f32], token: u32) -> f64 {
+    let max = logits.iter().copied().fold(logits[0], f32::max);
+    let sum: f64 = logits.iter().map(|&l| (l - max).exp() as f64).sum();
+    -(((logits[token as usize] - max) as f64) - sum.ln())
+}
+
+/// The perplexity of `model` over `tokens` (the whole text's, BOS first where the vocabulary
+/// adds one; `bos` replaces the first token of every window). `on_chunk(i, running)` is told
+/// the running perplexity after window `i` (from 1).
+pub fn perplexity(
+    model: &dyn Model,
+    tokens: &[u32],
+    bos: Option<u32>,
+    cfg: &PerplexityConfig,
+    threads: &Threads,
+    mut on_chunk: impl FnMut(usize, f64),
+) -> Result<Estimate, PerplexityError> {
+    let n_ctx = cfg.n_ctx;
+    if n_ctx < 4 {
+        return Err(PerplexityError::ContextTooSmall(n_ctx));
+    }
+    let need = 2 * n_ctx;
+    if tokens.len() < need {
+        return Err(PerplexityError::TooShort {
+            tokens: tokens.len(),
+            need,
+            n_ctx,
+        });
+    }
+    let n_vocab = model.info().n_vocab;
+    let all = tokens.len() / n_ctx;
+    let n_chunk = cfg.chunks.map_or(all, |c| c.min(all));
+    let first = n_ctx / 2;
+    let n_batch = cfg.n_batch.clamp(1, n_ctx);
+    let mut state = model.new_state(n_ctx, n_batch)?;
+    let (mut nll_sum, mut nll2_sum, mut count) = (0.0f64, 0.0f64, 0usize);
+    let mut window = vec![0u32; n_ctx];
+    for i in 0..n_chunk {
+        window.copy_from_slice(&tokens[i * n_ctx..(i + 1) * n_ctx]);
+        if let Some(b) = bos {
+            window[0] = b;
+        }
+        state.reset();
+        model.prefill(&mut state, &window[..first], n_batch, Logits::None, threads)?;
+        let logits = model.prefill(&mut state, &window[first..], n_batch, Logits::All, threads)?;
+        // Position `first + j` predicts the text's token after it (not the window's copy,
+        // whose first token may be BOS).
+        let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
+        for (row, &t) in logits.chunks_exact(n_vocab).zip(next) {
+            let v = nll(row, t);
+            nll_sum += v;
+            nll2_sum += v * v;
+        }
+        count += n_ctx - first - 1;
+        on_chunk(i + 1, (nll_sum / count as f64).exp());
+    }
+    let mean = nll_sum / count as f64;
+    let var = nll2_sum / count as f64 - mean * mean;
+    let ppl = mean.exp();
+    let sd = if var > 0.0 {
+        (var / (count - 1) as f64).sqrt()
+    } else {
+        0.0
+    };
+    Ok(Estimate {
+        ppl,
+        uncertainty: sd * ppl,
+        count,
+        chunks: n_chunk,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nll;
+
+    #[test]
+    fn nll_is_minus_the_log_softmax() {
+        let l = [1.0f32, 3.0, 2.0];
+        let z: f64 = l.iter().map(|&v| (v as f64).exp()).sum();
+        for t in 0..3 {
+            let want = -(l[t] as f64 - z.ln());
+            assert!((nll(&l, t as u32) - want).abs() < 1e-6);
+        }
+    }
+}
