@@ -54,7 +54,7 @@ fn perplexity_prints_llama_perplexitys_numbers() {
 }
 
 #[test]
-fn a_text_shorter_than_two_windows_is_an_error_with_both_numbers() {
+fn a_text_shorter_than_two_windows_or_no_window_is_an_error() {
     let model = smollm2();
     let err = error(&synapse(&[
         "perplexity",
@@ -66,4 +66,16 @@ fn a_text_shorter_than_two_windows_is_an_error_with_both_numbers() {
         "512",
     ]));
     assert!(err.contains("682 tokens") && err.contains("1024"), "{err}");
+    let err = error(&synapse(&[
+        "perplexity",
+        "-m",
+        model.to_str().unwrap(),
+        "-f",
+        &data("perplexity.txt"),
+        "-c",
+        "128",
+        "--chunks",
+        "0",
+    ]));
+    assert!(err.contains("no window"), "{err}");
 }

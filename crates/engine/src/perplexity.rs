@@ -27,6 +27,8 @@ pub enum PerplexityError {
     },
     #[error("a context of {0} tokens: a window needs at least 4 (half of it is scored)")]
     ContextTooSmall(usize),
+    #[error("no window to score (chunks 0)")]
+    NoChunks,
     #[error(transparent)]
     Model(#[from] ModelError),
 }
@@ -85,6 +87,9 @@ pub fn perplexity(
     let n_vocab = model.info().n_vocab;
     let all = tokens.len() / n_ctx;
     let n_chunk = cfg.chunks.map_or(all, |c| c.min(all));
+    if n_chunk == 0 {
+        return Err(PerplexityError::NoChunks);
+    }
     let first = n_ctx / 2;
     let n_batch = cfg.n_batch.clamp(1, n_ctx);
     let mut state = model.new_state(n_ctx, n_batch)?;
