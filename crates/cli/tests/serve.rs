@@ -172,3 +172,18 @@ fn ctrl_c_stops_the_server_even_with_a_stream_under_way() {
     assert!(status.is_some_and(|st| st.success()), "{status:?}");
     reader.join().unwrap().unwrap();
 }
+
+/// A model that cannot be loaded ends the server with the file's error (not a server that
+/// answers 500 forever).
+#[test]
+fn a_model_that_cannot_be_loaded_ends_serve_with_its_error() {
+    let readme = root().join("README.md");
+    let err = error(&synapse(&[
+        "serve",
+        "--port",
+        "0",
+        "-m",
+        readme.to_str().unwrap(),
+    ]));
+    assert!(err.contains("not a GGUF file"), "{err}");
+}

@@ -137,9 +137,8 @@ fn engine(app: &App) -> anyhow::Result<()> {
     let cfg = &app.cfg;
     let path = &cfg.model;
     // The file lives as long as the process: the model borrows its weights.
-    let file: &'static GgufFile = Box::leak(Box::new(
-        GgufFile::open_populated(path).with_context(|| path.display().to_string())?,
-    ));
+    // (The file's errors name its path.)
+    let file: &'static GgufFile = Box::leak(Box::new(GgufFile::open_populated(path)?));
     let model = synapse_engine::load(file).with_context(|| path.display().to_string())?;
     let tok = Arc::new(
         Tokenizer::from_metadata(file.metadata())
