@@ -18,64 +18,31 @@ fn data(name: &str) -> String {
         .to_string()
 }
 
+/// `synapse perplexity` of SmolLM2 over the test text, with `args` after it.
+fn perplexity(args: &[&str]) -> std::process::Output {
+    let model = smollm2();
+    let text = data("perplexity.txt");
+    let mut all = vec!["perplexity", "-m", model.to_str().unwrap(), "-f", &text];
+    all.extend_from_slice(args);
+    synapse(&all)
+}
+
 #[test]
 fn perplexity_prints_llama_perplexitys_numbers() {
     let golden = std::fs::read_to_string(data("perplexity.golden")).unwrap();
-    let model = smollm2();
     for (b, t) in [("128", "2"), ("37", "3"), ("128", "8")] {
-        let out = ok(&synapse(&[
-            "perplexity",
-            "-m",
-            model.to_str().unwrap(),
-            "-f",
-            &data("perplexity.txt"),
-            "-c",
-            "128",
-            "-b",
-            b,
-            "-t",
-            t,
-        ]));
+        let out = ok(&perplexity(&["-c", "128", "-b", b, "-t", t]));
         assert_eq!(out, golden, "-b {b} -t {t}");
     }
     // Fewer windows: the running values so far, and an estimate of those alone.
-    let out = ok(&synapse(&[
-        "perplexity",
-        "-m",
-        model.to_str().unwrap(),
-        "-f",
-        &data("perplexity.txt"),
-        "-c",
-        "128",
-        "--chunks",
-        "2",
-    ]));
+    let out = ok(&perplexity(&["-c", "128", "--chunks", "2"]));
     assert!(out.starts_with("[1]32.5536,[2]40.9379,\n"), "{out}");
 }
 
 #[test]
 fn a_text_shorter_than_two_windows_or_no_window_is_an_error() {
-    let model = smollm2();
-    let err = error(&synapse(&[
-        "perplexity",
-        "-m",
-        model.to_str().unwrap(),
-        "-f",
-        &data("perplexity.txt"),
-        "-c",
-        "512",
-    ]));
+    let err = error(&perplexity(&["-c", "512"]));
     assert!(err.contains("682 tokens") && err.contains("1024"), "{err}");
-    let err = error(&synapse(&[
-        "perplexity",
-        "-m",
-        model.to_str().unwrap(),
-        "-f",
-        &data("perplexity.txt"),
-        "-c",
-        "128",
-        "--chunks",
-        "0",
-    ]));
+    let err = error(&perplexity(&["-c", "128", "--chunks", "0"]));
     assert!(err.contains("no window"), "{err}");
 }

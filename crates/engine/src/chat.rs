@@ -6,6 +6,8 @@
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use synapse_gguf::Metadata;
 
+use crate::tokenizer::Tokenizer;
+
 pub const TEMPLATE_KEY: &str = "tokenizer.chat_template";
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -61,6 +63,12 @@ impl ChatTemplate {
     pub fn from_metadata(md: &Metadata, bos: &str, eos: &str) -> Result<ChatTemplate, ChatError> {
         let source = md.str(TEMPLATE_KEY).map_err(|_| ChatError::NoTemplate)?;
         Self::new(source, bos, eos)
+    }
+
+    /// The template of a model whose metadata is `md`, with its tokenizer's BOS and EOS text.
+    pub fn for_model(md: &Metadata, tok: &Tokenizer) -> Result<ChatTemplate, ChatError> {
+        let text = |id: Option<u32>| id.map(|i| tok.piece_text(i)).unwrap_or_default();
+        Self::from_metadata(md, &text(tok.bos()), &text(tok.eos()))
     }
 
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, ChatError> {

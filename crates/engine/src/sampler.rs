@@ -97,15 +97,9 @@ impl Sampler {
             && c.frequency_penalty == 0.0
             && c.logit_bias.is_empty();
         if c.temp <= 0.0 && plain {
-            // The argmax of the logits themselves, without the candidates' copy of the
-            // vocabulary (a megabyte a token for Llama 3's).
-            let mut best = 0;
-            for (i, &l) in logits.iter().enumerate() {
-                if l > logits[best] {
-                    best = i;
-                }
-            }
-            return best as u32;
+            // The logits themselves, without the candidates' copy of the vocabulary (a
+            // megabyte a token for Llama 3's).
+            return argmax(logits.iter().copied()) as u32;
         }
         self.cand.clear();
         self.cand
@@ -134,7 +128,8 @@ impl Sampler {
             }
         }
         if self.cfg.temp <= 0.0 {
-            return greedy(&self.cand);
+            // The candidates are the whole vocabulary in id order here.
+            return argmax(self.cand.iter().map(|c| c.1)) as u32;
         }
         let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
         if self.cfg.top_k > 0 && self.cfg.top_k < self.cand.len() {
@@ -177,14 +172,15 @@ impl Sampler {
     }
 }
 
-fn greedy(cand: &[(u32, f32)]) -> u32 {
-    let mut best = 0;
-    for (i, c) in cand.iter().enumerate() {
-        if c.1 > cand[best].1 {
-            best = i;
+/// The index of the largest value (the first of equals; 0 for none).
+fn argmax(values: impl Iterator<Item = f32>) -> usize {
+    let mut best = (0, f32::NEG_INFINITY);
+    for (i, v) in values.enumerate() {
+        if i == 0 || v > best.1 {
+            best = (i, v);
         }
     }
-    cand.get(best).map_or(0, |c| c.0)
+    best.0
 }
 
 /// Probabilities of the candidates, into `probs` (reused: no allocation per token).

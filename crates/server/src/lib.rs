@@ -144,14 +144,8 @@ fn engine(app: &App) -> anyhow::Result<()> {
         Tokenizer::from_metadata(file.metadata())
             .with_context(|| format!("{}: the tokenizer", path.display()))?,
     );
-    let piece = |id: Option<u32>| {
-        id.map(|i| String::from_utf8_lossy(tok.token_to_piece(i)).into_owned())
-            .unwrap_or_default()
-    };
     // A model without a usable template still serves completions; chat says why not.
-    let template =
-        ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos()))
-            .map_err(|e| e.to_string());
+    let template = ChatTemplate::for_model(file.metadata(), &tok).map_err(|e| e.to_string());
     let info = model.info();
     let n_ctx = cfg.n_ctx.unwrap_or(info.n_ctx_train.clamp(1, 4096));
     let sched = SchedulerConfig {

@@ -162,7 +162,7 @@ async fn tokenize(
     if t.with_pieces {
         let pieces: Vec<Value> = ids
             .iter()
-            .map(|&id| json!({"id": id, "piece": piece(&r.tok, id)}))
+            .map(|&id| json!({"id": id, "piece": r.tok.piece_text(id)}))
             .collect();
         return Ok(Json(json!({ "tokens": pieces })));
     }
@@ -191,10 +191,6 @@ fn check_ids(ids: &[u32], n_vocab: usize) -> Result<(), ApiError> {
         ))),
         None => Ok(()),
     }
-}
-
-fn piece(tok: &Tokenizer, id: u32) -> String {
-    String::from_utf8_lossy(tok.token_to_piece(id)).into_owned()
 }
 
 /// Chat or text completion: how the events are shaped.
@@ -417,7 +413,7 @@ impl Shape {
         let mut offset = offset0;
         let (mut tokens, mut lp, mut top, mut offsets) = (vec![], vec![], vec![], vec![]);
         for l in lps {
-            let p = piece(&self.tok, l.token);
+            let p = self.tok.piece_text(l.token);
             offsets.push(offset);
             offset += p.len();
             tokens.push(p);
@@ -425,7 +421,7 @@ impl Shape {
             let m: serde_json::Map<String, Value> = l
                 .top
                 .iter()
-                .map(|&(t, v)| (piece(&self.tok, t), json!(v)))
+                .map(|&(t, v)| (self.tok.piece_text(t), json!(v)))
                 .collect();
             top.push(m);
         }
@@ -588,7 +584,7 @@ fn stream_response(
                 st.offsets[i] += t
                     .logprob
                     .as_ref()
-                    .map_or(0, |l| piece(&st.shape.tok, l.token).len());
+                    .map_or(0, |l| st.shape.tok.piece_text(l.token).len());
                 let d = st.shape.delta(i, Some(&t.text), lp, None);
                 out.push(data(st.shape.envelope(true, vec![d])));
             }

@@ -40,13 +40,8 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let file = common::open_model(&path)?;
     let model = synapse_engine::load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
-    let piece = |id: Option<u32>| {
-        id.map(|i| String::from_utf8_lossy(tok.token_to_piece(i)).into_owned())
-            .unwrap_or_default()
-    };
-    let template =
-        ChatTemplate::from_metadata(file.metadata(), &piece(tok.bos()), &piece(tok.eos()))
-            .with_context(|| path.display().to_string())?;
+    let template = ChatTemplate::for_model(file.metadata(), &tok)
+        .with_context(|| path.display().to_string())?;
     let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
     let sampling = args.sampling.config(n_ctx)?;
     let mut gen = Generator::new(model.as_ref(), &tok, n_ctx, batch)?;

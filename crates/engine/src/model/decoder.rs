@@ -80,6 +80,18 @@ impl<'a> Decoder<'a> {
     }
 }
 
+impl Decoder<'_> {
+    /// The logits of the last `rows` of the `n` rows of `s.x`, the output bias added.
+    #[inline(always)]
+    fn logits(&self, s: &mut Scratch, n: usize, rows: usize, out: &mut [f32], threads: &Threads) {
+        let (norm, eps) = (&self.output_norm, self.eps);
+        output_logits(norm, eps, &self.output, s, n, rows, out, threads);
+        if let Some(b) = &self.output_bias {
+            add_bias_rows(out, b, rows);
+        }
+    }
+}
+
 impl ForwardBody for Decoder<'_> {
     fn info(&self) -> &ModelInfo {
         &self.info
@@ -130,19 +142,7 @@ impl ForwardBody for Decoder<'_> {
 
         if rows > 0 {
             let n_vocab = self.info.n_vocab;
-            output_logits(
-                &self.output_norm,
-                self.eps,
-                &self.output,
-                s,
-                left,
-                rows,
-                out,
-                threads,
-            );
-            if let Some(b) = &self.output_bias {
-                add_bias_rows(out, b, rows);
-            }
+            self.logits(s, left, rows, out, threads);
             let pos = st.pos - rows;
             self.tap.rows("result_norm", 0, pos, &s.h[..rows * d], rows);
             self.tap
@@ -183,19 +183,7 @@ impl ForwardBody for Decoder<'_> {
         drop(runs);
         let rows = logit_rows(seqs, s, d);
         if rows > 0 {
-            output_logits(
-                &self.output_norm,
-                self.eps,
-                &self.output,
-                s,
-                rows,
-                rows,
-                out,
-                threads,
-            );
-            if let Some(b) = &self.output_bias {
-                add_bias_rows(out, b, rows);
-            }
+            self.logits(s, rows, rows, out, threads);
         }
         Ok(())
     }

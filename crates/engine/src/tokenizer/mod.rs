@@ -322,6 +322,12 @@ impl Tokenizer {
         &self.pieces[start as usize..self.piece_ends[i] as usize]
     }
 
+    /// [`Tokenizer::token_to_piece`] as text, a byte that is not UTF-8 on its own as U+FFFD:
+    /// for showing one token (logprobs, a template's BOS).
+    pub fn piece_text(&self, id: u32) -> String {
+        String::from_utf8_lossy(self.token_to_piece(id)).into_owned()
+    }
+
     /// llama.cpp's `llama_detokenize`: the pieces of `ids` concatenated, with control tokens
     /// left out unless `unparse_special`, a leading BOS (and trailing EOS) dropped when
     /// `remove_special` and the vocabulary adds them, the space prefix taken off the first
