@@ -99,6 +99,26 @@ impl RecurrentState {
         self.ssm.fill(0.0);
     }
 
+    /// Copy the whole state (every layer's convolution state, then its state matrices) into
+    /// `into`, replacing what it held: a checkpoint to come back to.
+    pub fn save(&self, into: &mut Vec<f32>) {
+        into.clear();
+        into.extend_from_slice(&self.conv);
+        into.extend_from_slice(&self.ssm);
+    }
+
+    /// Back to a state [`RecurrentState::save`] saved; `false`, and nothing changed, where
+    /// `from` is not the size of this state's arrays.
+    pub fn restore(&mut self, from: &[f32]) -> bool {
+        if from.len() != self.conv.len() + self.ssm.len() {
+            return false;
+        }
+        let (conv, ssm) = from.split_at(self.conv.len());
+        self.conv.copy_from_slice(conv);
+        self.ssm.copy_from_slice(ssm);
+        true
+    }
+
     /// Layer `l`'s convolution state and state matrices.
     pub fn layer(&mut self, l: usize) -> (&mut [f32], &mut [f32]) {
         let shape = self

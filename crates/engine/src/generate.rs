@@ -14,8 +14,9 @@
 use std::time::{Duration, Instant};
 
 use crate::matmul::Threads;
-use crate::model::{Logits, Model, State};
+use crate::model::{Checkpoint, Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::speculate::Speculation;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use crate::ModelError;
 
@@ -65,9 +66,13 @@ pub struct Timings {
     /// Tokens generated, and the time from the first sample to the stop.
     pub generated: usize,
     pub decode: Duration,
-    /// Forward passes of one token during decode (one fewer than `generated` when the last
-    /// token was not fed back).
+    /// Forward passes during decode: one a token plainly (one fewer than `generated` when the
+    /// last token was not fed back), fewer with speculation.
     pub decode_steps: usize,
+    /// Speculation's guesses checked, and those the model agreed with (each a token that
+    /// took no pass of its own).
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// A finished generation.
@@ -87,6 +92,9 @@ pub struct Generator<'m> {
     state: State,
     n_batch: usize,
     held: Vec<u32>,
+    spec: Option<Speculation<'m>>,
+    /// Where the last pass began: a recurrent state comes back here when guesses fail.
+    cp: Checkpoint,
 }
 
 impl<'m> Generator<'m> {
@@ -104,7 +112,23 @@ impl<'m> Generator<'m> {
             state: model.new_state(n_ctx, n_batch)?,
             n_batch,
             held: Vec::new(),
+            spec: None,
+            cp: Checkpoint::default(),
         })
+    }
+
+    /// Decode speculatively from the next generation on (`None`: plainly). The output is the
+    /// same either way, bit for bit; the state grows to take a token and its guesses in one
+    /// pass where it cannot yet.
+    pub fn speculate(&mut self, spec: Option<Speculation<'m>>) -> Result<(), ModelError> {
+        let want = spec.as_ref().map_or(0, |s| s.max()).saturating_add(1);
+        let n_ctx = self.state.n_ctx();
+        if self.state.n_batch() < want.min(n_ctx) {
+            self.state = self.model.new_state(n_ctx, want.min(n_ctx))?;
+            self.held.clear();
+        }
+        self.spec = spec;
+        Ok(())
     }
 
     /// The tokens the state holds: the last prompt and what was fed after it.
@@ -119,9 +143,9 @@ impl<'m> Generator<'m> {
         threads: &'g Threads,
     ) -> Result<Generation<'g, 'm>, ModelError> {
         let prompt = req.prompt;
-        if prompt.is_empty() {
+        let Some(&last) = prompt.last() else {
             return Err(ModelError::EmptyPrompt);
-        }
+        };
         let t0 = Instant::now();
         // Keep the shared prefix, but feed at least the last token: its logits are needed.
         let shared = self
@@ -158,6 +182,9 @@ impl<'m> Generator<'m> {
             gen: self,
             threads,
             logits,
+            pass: vec![last],
+            row: 0,
+            n_vocab,
             decode_start: None,
         })
     }
@@ -165,17 +192,32 @@ impl<'m> Generator<'m> {
 
 /// A generation under way: [`Generation::next_piece`] until it returns `None`, then
 /// [`Generation::finish`].
+///
+/// Each pass feeds the token just drawn and the guesses after it (none without speculation),
+/// and asks for every row's logits. The token drawn from a row goes on to the next row if it
+/// is the guess there (that row's logits are what feeding it alone would give); otherwise
+/// the guesses after it are dropped from the state, and the next pass feeds it.
 pub struct Generation<'g, 'm> {
     gen: &'g mut Generator<'m>,
     threads: &'g Threads,
     dec: Decoding<'m>,
-    /// The logits after the last token fed.
+    /// The last pass's tokens, the last positions of the state (the first the token drawn
+    /// before it, the rest guesses), and the logits of each.
+    pass: Vec<u32>,
     logits: Vec<f32>,
+    /// The row of the pass the next token is drawn from.
+    row: usize,
+    n_vocab: usize,
     decode_start: Option<Instant>,
     timings: Timings,
 }
 
 impl Generation<'_, '_> {
+    /// The logits the next token is drawn from: those after the last token accepted.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits[self.row * self.n_vocab..(self.row + 1) * self.n_vocab]
+    }
+
     /// The next piece of text (possibly empty, while a character's bytes or a possible stop
     /// string are held back), or `None` once the generation has stopped.
     pub fn next_piece(&mut self) -> Result<Option<String>, ModelError> {
@@ -183,22 +225,91 @@ impl Generation<'_, '_> {
             return Ok(None);
         }
         self.decode_start.get_or_insert_with(Instant::now);
-        let g = &mut *self.gen;
-        let step = self.dec.step(&self.logits, g.state.pos < g.state.n_ctx());
-        if let Some(next) = step.feed {
-            g.model.forward(
-                &mut g.state,
-                &[next],
-                Logits::Last,
-                &mut self.logits,
-                self.threads,
-            )?;
-            g.held.push(next);
-            self.timings.decode_steps += 1;
-        } else if let Some(t0) = self.decode_start {
-            self.timings.decode = t0.elapsed();
+        // The position the token drawn now takes.
+        let at = self.gen.state.pos + self.row + 1 - self.pass.len();
+        let room = at < self.gen.state.n_ctx();
+        let row = self.row * self.n_vocab;
+        let step = self.dec.step(&self.logits[row..row + self.n_vocab], room);
+        match step.feed {
+            Some(t) if self.pass.get(self.row + 1) == Some(&t) => {
+                self.row += 1;
+                self.timings.accepted += 1;
+            }
+            Some(t) => {
+                self.drop_guesses(at)?;
+                self.feed(t)?;
+            }
+            None => {
+                self.drop_guesses(at)?;
+                if let Some(t0) = self.decode_start {
+                    self.timings.decode = t0.elapsed();
+                }
+            }
         }
         Ok(Some(step.text))
+    }
+
+    /// Take the state back to its first `keep` positions, dropping the last pass's guesses
+    /// after the row just drawn from.
+    fn drop_guesses(&mut self, keep: usize) -> Result<(), ModelError> {
+        let g = &mut *self.gen;
+        if g.state.pos == keep {
+            return Ok(());
+        }
+        if !g.state.rewind(keep) {
+            // A recurrent state goes back to before the pass and takes its kept tokens again:
+            // the same bits as taking them in the pass.
+            let first = self.pass.len() - (g.state.pos - g.cp.pos());
+            if !g.state.restore(&g.cp) {
+                unreachable!("the checkpoint before the last pass is of this state");
+            }
+            let kept = &self.pass[first..=self.row];
+            g.model
+                .forward(&mut g.state, kept, Logits::None, &mut [], self.threads)?;
+        }
+        g.held.truncate(keep);
+        Ok(())
+    }
+
+    /// One pass: `t` (just drawn) and the guesses after it.
+    fn feed(&mut self, t: u32) -> Result<(), ModelError> {
+        let g = &mut *self.gen;
+        self.pass.clear();
+        self.pass.push(t);
+        if let Some(spec) = &mut g.spec {
+            // Guesses that fit in the context and in one pass, and whose logits will be drawn
+            // from: the last token generated is not fed.
+            let k = (g.state.n_ctx() - g.state.pos - 1)
+                .min(g.state.n_batch() - 1)
+                .min(self.dec.remaining().saturating_sub(1));
+            if k > 0 {
+                g.held.push(t);
+                let mut guesses = Vec::new();
+                let drafted =
+                    spec.draft(&g.held, self.dec.sampler(), k, self.threads, &mut guesses);
+                g.held.pop();
+                drafted?;
+                self.pass.extend_from_slice(&guesses);
+            }
+        }
+        let n = self.pass.len();
+        let want = if n > 1 { Logits::All } else { Logits::Last };
+        if n > 1 && g.state.is_recurrent() {
+            g.state.checkpoint(&mut g.cp);
+        }
+        self.logits.resize(n * self.n_vocab, 0.0);
+        g.model.forward(
+            &mut g.state,
+            &self.pass,
+            want,
+            &mut self.logits,
+            self.threads,
+        )?;
+        g.held.extend_from_slice(&self.pass);
+        self.row = 0;
+        self.timings.decode_steps += 1;
+        self.timings.drafted += n - 1;
+        Ok(())
     }
 
     /// Run to the end, handing each piece of text to `on_text`.
@@ -274,6 +385,16 @@ impl<'t> Decoding<'t> {
     /// The tokens drawn so far (not an end-of-generation token).
     pub fn tokens(&self) -> &[u32] {
         &self.tokens
+    }
+
+    /// How many more tokens it may draw.
+    pub fn remaining(&self) -> usize {
+        self.max_tokens.saturating_sub(self.tokens.len())
+    }
+
+    /// The sampler, as it stands before the next draw.
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
     }
 
     /// Draw the next token from `logits` (those after the last token fed) and decide: go on

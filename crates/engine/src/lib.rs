@@ -17,10 +17,13 @@ pub mod perplexity;
 pub mod pool;
 pub mod profile;
 pub mod sampler;
+pub mod speculate;
 pub mod tokenizer;
 
 pub use matmul::Threads;
-pub use model::{load, supported_architectures, Batch, Logits, Model, ModelInfo, Seq, State};
+pub use model::{
+    load, supported_architectures, Batch, Checkpoint, Logits, Model, ModelInfo, Seq, State,
+};
 
 /// Dumps named intermediates (`attn_norm-3`, `l_out-3`, ...) per position as raw f32 files into
 /// the directory `SYNAPSE_DUMP_DIR` names, with llama.cpp's graph names, so that a layer's
@@ -107,6 +110,9 @@ pub enum ModelError {
     NoTokens,
     #[error("the prompt is empty: there is nothing to generate from")]
     EmptyPrompt,
+    /// A draft model for speculative decoding whose vocabulary is not the target's.
+    #[error("the draft model's vocabulary is not the target's: {0}")]
+    DraftVocabulary(String),
 }
 
 /// Whether this CPU can run the forward passes compiled for x86-64-v3 (AVX2, FMA, F16C), and

@@ -78,6 +78,19 @@ impl Sampler {
         }
     }
 
+    /// A copy that draws what this one would draw next, and after, from the same logits (its
+    /// configuration, random stream and penalty window; not its buffers): a draft model's
+    /// sampler, run ahead of the target's.
+    pub fn fork(&self) -> Sampler {
+        Sampler {
+            cfg: self.cfg.clone(),
+            rng: self.rng.clone(),
+            recent: self.recent.clone(),
+            cand: Vec::with_capacity(self.cand.capacity()),
+            probs: Vec::with_capacity(self.probs.capacity()),
+        }
+    }
+
     /// Record a token of the sequence (prompt or generated) for the penalties.
     pub fn accept(&mut self, token: u32) {
         if self.cfg.repeat_last_n == 0 {

@@ -242,6 +242,11 @@ impl State {
         self.kv.n_ctx()
     }
 
+    /// The most tokens one pass over this state takes.
+    pub fn n_batch(&self) -> usize {
+        self.n_batch
+    }
+
     /// Go back to position `pos`, keeping the first `pos` tokens (a prefix the next tokens
     /// share with the cached ones). A recurrent state holds every token fed and cannot go
     /// back: there only `pos == self.pos` succeeds. `false`: nothing changed (then
@@ -275,6 +280,39 @@ impl State {
         true
     }
 
+    /// Remember where the sequence is, to come back with [`State::restore`] after tokens fed
+    /// on trial (speculation's drafts). The KV cache needs only the position; a recurrent
+    /// state's arrays are copied into `cp` (allocated once, reused).
+    pub fn checkpoint(&self, cp: &mut Checkpoint) {
+        cp.model = self.model;
+        cp.pos = self.pos;
+        if self.rs.is_recurrent() {
+            self.rs.save(&mut cp.recurrent);
+        } else {
+            cp.recurrent.clear();
+        }
+    }
+
+    /// Back to the position of `cp`, taken of this state when it held the tokens it still
+    /// holds up to there (the caller's promise: tokens fed since may be dropped, not those
+    /// before). `false`, and nothing changed, for a checkpoint of another model or past the
+    /// current position.
+    pub fn restore(&mut self, cp: &Checkpoint) -> bool {
+        if cp.model != self.model || cp.pos > self.pos {
+            return false;
+        }
+        if self.rs.is_recurrent() && !self.rs.restore(&cp.recurrent) {
+            return false;
+        }
+        self.pos = cp.pos;
+        true
+    }
+
+    /// Whether the state carries a recurrent state, which [`State::rewind`] cannot take back.
+    pub fn is_recurrent(&self) -> bool {
+        self.rs.is_recurrent()
+    }
+
     /// Room in the KV cache for positions `..end`, asked for before a pass stores them: a size
     /// the system refuses is an error, not an abort in the middle of a layer.
     pub(crate) fn make_room(&mut self, end: usize) -> Result<(), ModelError> {
@@ -294,6 +332,21 @@ impl State {
     pub fn reset(&mut self) {
         self.pos = 0;
         self.rs.reset();
+    }
+}
+
+/// A position of a [`State`] to come back to ([`State::checkpoint`]).
+#[derive(Default)]
+pub struct Checkpoint {
+    model: u64,
+    pos: usize,
+    recurrent: Vec<f32>,
+}
+
+impl Checkpoint {
+    /// The position it holds.
+    pub fn pos(&self) -> usize {
+        self.pos
     }
 }
 

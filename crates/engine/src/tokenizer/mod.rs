@@ -289,6 +289,37 @@ impl Tokenizer {
         &self.eog
     }
 
+    /// How this vocabulary differs from `other`'s, the first difference named; `None` where
+    /// the two give every text the same tokens and end generation at the same ones (a draft
+    /// model's tokens must be its target's).
+    pub fn vocabulary_difference(&self, other: &Tokenizer) -> Option<String> {
+        if self.vocab_type != other.vocab_type {
+            return Some(format!(
+                "{:?} tokenizer and {:?} tokenizer",
+                self.vocab_type, other.vocab_type
+            ));
+        }
+        if self.tokens.len() != other.tokens.len() {
+            return Some(format!(
+                "{} tokens and {} tokens",
+                self.tokens.len(),
+                other.tokens.len()
+            ));
+        }
+        if let Some(i) = (0..self.tokens.len()).find(|&i| {
+            self.tokens[i] != other.tokens[i] || self.attrs[i].bits() != other.attrs[i].bits()
+        }) {
+            return Some(format!(
+                "token {i} is {:?} in one and {:?} in the other",
+                self.tokens[i], other.tokens[i]
+            ));
+        }
+        if self.pre_tokenizer() != other.pre_tokenizer() || self.eog != other.eog {
+            return Some("the same tokens, split or ended differently".into());
+        }
+        None
+    }
+
     /// A token's text as the vocabulary stores it (byte-level or `▁` form); `None` out of range.
     pub fn token_text(&self, id: u32) -> Option<&str> {
         self.tokens.get(id as usize).map(String::as_str)

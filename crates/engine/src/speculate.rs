@@ -1,0 +1,234 @@
+//! Speculative decoding: guess the next few tokens cheaply, run the model once over the token
+//! just drawn and the guesses, and keep the guesses it agrees with.
+//!
+//! A decode step reads every weight once for one token; a pass over `k + 1` tokens reads
+//! them once for all, so each guess the model confirms is a token for (almost) free. The
+//! forward pass gives every position the bits it gets fed alone (G1), so a confirmed guess's
+//! logits are those plain decoding computes there, and the tokens drawn from them are too:
+//! speculation changes the speed, never a bit of the output ([`crate::generate`] draws and
+//! checks; this module only guesses).
+//!
+//! Two sources of guesses:
+//! - [`Lookup`]: the text so far, prompt included. The last few tokens are looked up where
+//!   they occurred before, and what followed them there is the guess (code being edited,
+//!   a text being quoted or summarised, JSON keys: output that repeats its input).
+//! - [`DraftModel`]: a smaller model with the same vocabulary, run ahead token by token with
+//!   a copy of the target's sampler. The copy draws from the same random stream as the
+//!   target: each generated position takes exactly one draw, so the copy's draw for a
+//!   position is the one the target makes there, and a draft whose distribution is close to
+//!   the target's guesses its sampled tokens too, not only its greedy ones.
+
+use crate::matmul::Threads;
+use crate::model::{Checkpoint, Logits, Model, State};
+use crate::sampler::Sampler;
+use crate::tokenizer::Tokenizer;
+use crate::ModelError;
+
+/// Where guesses come from, and how many a pass checks at most.
+pub struct Speculation<'m> {
+    drafter: Drafter<'m>,
+    max: usize,
+}
+
+enum Drafter<'m> {
+    Lookup(Lookup),
+    Model(Box<DraftModel<'m>>),
+}
+
+impl<'m> Speculation<'m> {
+    /// Prompt lookup, up to `max` guesses a pass.
+    pub fn lookup(lookup: Lookup, max: usize) -> Speculation<'m> {
+        Speculation {
+            drafter: Drafter::Lookup(lookup),
+            max,
+        }
+    }
+
+    /// A draft model, up to `max` guesses a pass.
+    pub fn draft_model(draft: DraftModel<'m>, max: usize) -> Speculation<'m> {
+        Speculation {
+            drafter: Drafter::Model(Box::new(draft)),
+            max,
+        }
+    }
+
+    /// The most guesses a pass checks.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Up to `k` guesses of the tokens after `ctx` (every token of the sequence, the one just
+    /// drawn last), into `out`. `sampler` is the target's, as it stands before drawing the
+    /// token after `ctx`.
+    pub(crate) fn draft(
+        &mut self,
+        ctx: &[u32],
+        sampler: &Sampler,
+        k: usize,
+        threads: &Threads,
+        out: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        out.clear();
+        let k = k.min(self.max);
+        if k == 0 || ctx.is_empty() {
+            return Ok(());
+        }
+        match &mut self.drafter {
+            Drafter::Lookup(l) => {
+                l.draft(ctx, k, out);
+                Ok(())
+            }
+            Drafter::Model(d) => d.draft(ctx, sampler, k, threads, out),
+        }
+    }
+}
+
+/// Prompt lookup: the longest suffix of the sequence, `max_match` tokens down to
+/// `min_match`, that occurred before; its latest earlier occurrence's continuation is the
+/// guess.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookup {
+    pub min_match: usize,
+    pub max_match: usize,
+}
+
+impl Default for Lookup {
+    /// Matches of 2 to 4 tokens: one token alone (a space, a comma) recurs everywhere and
+    /// guesses badly; longer matches than four rarely find what a shorter one misses.
+    fn default() -> Self {
+        Lookup {
+            min_match: 2,
+            max_match: 4,
+        }
+    }
+}
+
+impl Lookup {
+    /// Up to `k` tokens that followed the latest earlier occurrence of the longest matching
+    /// suffix of `ctx`, into `out` (nothing where no suffix of `min_match` tokens recurs).
+    pub fn draft(&self, ctx: &[u32], k: usize, out: &mut Vec<u32>) {
+        let n = ctx.len();
+        for m in (self.min_match.max(1)..=self.max_match.min(n.saturating_sub(1))).rev() {
+            let suffix = &ctx[n - m..];
+            // Occurrences starting at `i < n - m`: the suffix itself is not one.
+            if let Some(i) = (0..n - m).rev().find(|&i| &ctx[i..i + m] == suffix) {
+                let from = i + m;
+                out.extend_from_slice(&ctx[from..(from + k).min(n)]);
+                return;
+            }
+        }
+    }
+}
+
+/// A smaller model with the target's vocabulary, its own state kept in step with the
+/// target's sequence: it rolls back what the target rejected and feeds what it accepted.
+pub struct DraftModel<'m> {
+    model: &'m dyn Model,
+    tok: &'m Tokenizer,
+    state: State,
+    n_batch: usize,
+    /// The tokens the state holds.
+    held: Vec<u32>,
+    logits: Vec<f32>,
+    /// Where the last guesses began: a recurrent state comes back here (it cannot rewind).
+    cp: Checkpoint,
+}
+
+impl<'m> DraftModel<'m> {
+    /// A draft for `target`, its state for `n_ctx` positions, catching up in batches of
+    /// `n_batch`. Its vocabulary must be the target's, token for token
+    /// ([`ModelError::DraftVocabulary`] names the first difference).
+    pub fn new(
+        model: &'m dyn Model,
+        tok: &'m Tokenizer,
+        target: &dyn Model,
+        target_tok: &Tokenizer,
+        n_ctx: usize,
+        n_batch: usize,
+    ) -> Result<DraftModel<'m>, ModelError> {
+        let (d, t) = (model.info().n_vocab, target.info().n_vocab);
+        if d != t {
+            return Err(ModelError::DraftVocabulary(format!(
+                "the draft's logits cover {d} tokens, the target's {t}"
+            )));
+        }
+        if let Some(why) = tok.vocabulary_difference(target_tok) {
+            return Err(ModelError::DraftVocabulary(why));
+        }
+        let n_batch = n_batch.clamp(1, n_ctx.max(1));
+        Ok(DraftModel {
+            model,
+            tok,
+            state: model.new_state(n_ctx, n_batch)?,
+            n_batch,
+            held: Vec::new(),
+            logits: vec![0.0; d],
+            cp: Checkpoint::default(),
+        })
+    }
+
+    fn draft(
+        &mut self,
+        ctx: &[u32],
+        sampler: &Sampler,
+        k: usize,
+        threads: &Threads,
+        out: &mut Vec<u32>,
+    ) -> Result<(), ModelError> {
+        // Room for the guesses fed after `ctx` (all but the last).
+        if ctx.len() + k > self.state.n_ctx() + 1 {
+            return Ok(());
+        }
+        self.catch_up(ctx, threads)?;
+        let mut sampler = sampler.fork();
+        for i in 0..k {
+            let t = sampler.sample(&self.logits);
+            sampler.accept(t);
+            if self.tok.is_eog(t) {
+                break;
+            }
+            out.push(t);
+            if i + 1 == k {
+                break;
+            }
+            self.model.forward(
+                &mut self.state,
+                &[t],
+                Logits::Last,
+                &mut self.logits,
+                threads,
+            )?;
+            self.held.push(t);
+        }
+        Ok(())
+    }
+
+    /// Bring the state to hold `ctx` (its last token's logits in `self.logits`): keep the
+    /// prefix it shares with what the state holds, feed the rest.
+    fn catch_up(&mut self, ctx: &[u32], threads: &Threads) -> Result<(), ModelError> {
+        let shared = self
+            .held
+            .iter()
+            .zip(ctx)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(ctx.len() - 1);
+        let kept = self.state.rewind(shared)
+            || (self.cp.pos() <= shared && self.state.restore(&self.cp));
+        if !kept {
+            self.state.reset();
+        }
+        let from = self.state.pos;
+        self.held.truncate(from);
+        self.logits = self.model.prefill(
+            &mut self.state,
+            &ctx[from..],
+            self.n_batch,
+            Logits::Last,
+            threads,
+        )?;
+        self.held.extend_from_slice(&ctx[from..]);
+        self.state.checkpoint(&mut self.cp);
+        Ok(())
+    }
+}
