@@ -213,8 +213,8 @@ impl<'m> DraftModel<'m> {
             .take_while(|(a, b)| a == b)
             .count()
             .min(ctx.len() - 1);
-        let kept = self.state.rewind(shared)
-            || (self.cp.pos() <= shared && self.state.restore(&self.cp));
+        let kept =
+            self.state.rewind(shared) || (self.cp.pos() <= shared && self.state.restore(&self.cp));
         if !kept {
             self.state.reset();
         }

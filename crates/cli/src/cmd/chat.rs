@@ -9,9 +9,10 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use clap::Args;
 use synapse_engine::chat::{ChatTemplate, Message};
-use synapse_engine::generate::{Generator, Request, StopReason};
+use synapse_engine::generate::{Request, StopReason};
 
 use super::common::{self, n_predict, ModelArgs, SamplingArgs};
+use super::speculate::SpecArgs;
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -30,6 +31,8 @@ pub struct ChatArgs {
     pub n_predict: i64,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 pub fn run(args: &ChatArgs) -> Result<()> {
@@ -44,81 +47,87 @@ pub fn run(args: &ChatArgs) -> Result<()> {
         .with_context(|| path.display().to_string())?;
     let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
     let sampling = args.sampling.config(n_ctx)?;
-    let mut gen = Generator::new(model.as_ref(), &tok, n_ctx, batch)?;
-    let system: Vec<Message> = args
-        .system
-        .iter()
-        .map(|s| Message::new("system", s))
-        .collect();
-    let mut messages = system.clone();
+    let threads = &threads;
+    let tok = &tok;
+    args.spec
+        .generator(model.as_ref(), tok, n_ctx, batch, |gen| {
+            let system: Vec<Message> = args
+                .system
+                .iter()
+                .map(|s| Message::new("system", s))
+                .collect();
+            let mut messages = system.clone();
 
-    let mut stdin = std::io::stdin().lock();
-    let mut stdout = std::io::stdout();
-    for turn in 0u64.. {
-        write!(stdout, "> ")?;
-        stdout.flush()?;
-        let mut bytes = Vec::new();
-        if stdin.read_until(b'\n', &mut bytes)? == 0 {
-            writeln!(stdout)?;
-            return Ok(());
-        }
-        let Ok(line) = String::from_utf8(bytes) else {
-            eprintln!("[that line is not UTF-8 text: ignored]");
-            continue;
-        };
-        let line = line.trim_end_matches(['\n', '\r']);
-        if line.is_empty() {
-            continue;
-        }
-        messages.push(Message::new("user", line));
-        // The conversation as the model sees it, with room to answer: the oldest turns go
-        // first when it does not fit; a message that alone does not fit is refused.
-        let tokens = loop {
-            let prompt = template.render(&messages, true)?;
-            // Templates write the BOS themselves; special tokens in them must be parsed.
-            let tokens = tok.encode(&prompt, false, true);
-            if tokens.len() < n_ctx {
-                break Some(tokens);
-            }
-            let first = system.len();
-            if messages.len() - first <= 1 {
-                eprintln!(
+            let mut stdin = std::io::stdin().lock();
+            let mut stdout = std::io::stdout();
+            for turn in 0u64.. {
+                write!(stdout, "> ")?;
+                stdout.flush()?;
+                let mut bytes = Vec::new();
+                if stdin.read_until(b'\n', &mut bytes)? == 0 {
+                    writeln!(stdout)?;
+                    return Ok(());
+                }
+                let Ok(line) = String::from_utf8(bytes) else {
+                    eprintln!("[that line is not UTF-8 text: ignored]");
+                    continue;
+                };
+                let line = line.trim_end_matches(['\n', '\r']);
+                if line.is_empty() {
+                    continue;
+                }
+                messages.push(Message::new("user", line));
+                // The conversation as the model sees it, with room to answer: the oldest turns go
+                // first when it does not fit; a message that alone does not fit is refused.
+                let tokens = loop {
+                    let prompt = template.render(&messages, true)?;
+                    // Templates write the BOS themselves; special tokens in them must be parsed.
+                    let tokens = tok.encode(&prompt, false, true);
+                    if tokens.len() < n_ctx {
+                        break Some(tokens);
+                    }
+                    let first = system.len();
+                    if messages.len() - first <= 1 {
+                        eprintln!(
                     "[this message makes a prompt of {} tokens, and the context holds {n_ctx} \
                      (-c): not sent]",
                     tokens.len()
                 );
-                messages.pop();
-                break None;
-            }
-            // Drop the oldest exchange (a user turn and the reply to it).
-            let n = if messages.len() - first >= 3 { 2 } else { 1 };
-            messages.drain(first..first + n);
-            eprintln!("[the context ({n_ctx} tokens, -c) is full: the oldest turn is dropped]");
-        };
-        let Some(tokens) = tokens else { continue };
-        // Each turn draws from its own stream: the seed, moved on by the turn's number.
-        let mut sampling = sampling.clone();
-        sampling.seed = sampling.seed.wrapping_add(turn);
-        let req = Request {
-            prompt: &tokens,
-            max_tokens: n_predict,
-            stop: &[],
-            sampling,
-        };
-        let mut g = gen.start(&req, &threads)?;
-        while let Some(text) = g.next_piece()? {
-            write!(stdout, "{text}")?;
-            stdout.flush()?;
-        }
-        let outcome = g.finish();
-        writeln!(stdout)?;
-        if outcome.stop == StopReason::ContextFull {
-            eprintln!(
+                        messages.pop();
+                        break None;
+                    }
+                    // Drop the oldest exchange (a user turn and the reply to it).
+                    let n = if messages.len() - first >= 3 { 2 } else { 1 };
+                    messages.drain(first..first + n);
+                    eprintln!(
+                        "[the context ({n_ctx} tokens, -c) is full: the oldest turn is dropped]"
+                    );
+                };
+                let Some(tokens) = tokens else { continue };
+                // Each turn draws from its own stream: the seed, moved on by the turn's number.
+                let mut sampling = sampling.clone();
+                sampling.seed = sampling.seed.wrapping_add(turn);
+                let req = Request {
+                    prompt: &tokens,
+                    max_tokens: n_predict,
+                    stop: &[],
+                    sampling,
+                };
+                let mut g = gen.start(&req, threads)?;
+                while let Some(text) = g.next_piece()? {
+                    write!(stdout, "{text}")?;
+                    stdout.flush()?;
+                }
+                let outcome = g.finish();
+                writeln!(stdout)?;
+                if outcome.stop == StopReason::ContextFull {
+                    eprintln!(
                 "[the context ({n_ctx} tokens, -c) is full: the reply was cut off; the next \
                  turn drops the oldest turns to make room]"
             );
-        }
-        messages.push(Message::new("assistant", &tok.decode(&outcome.tokens)));
-    }
-    Ok(())
+                }
+                messages.push(Message::new("assistant", &tok.decode(&outcome.tokens)));
+            }
+            Ok(())
+        })
 }

@@ -9,5 +9,6 @@ pub mod output;
 pub mod perplexity;
 pub mod run;
 pub mod serve;
+pub mod speculate;
 pub mod synth;
 pub mod tokenize;

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use synapse_engine::generate::{Generator, Request};
+use synapse_engine::generate::Request;
 
 use super::common::{self, n_predict, ModelArgs, SamplingArgs};
+use super::speculate::{self, SpecArgs};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -35,6 +36,8 @@ pub struct RunArgs {
     pub stop: Vec<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -56,21 +59,24 @@ pub fn run(args: &RunArgs) -> Result<()> {
     common::check_fits(prompt.len(), n_ctx)?;
     // Scratch for the batches this prompt needs, not for the largest -b allows.
     let batch = batch.min(prompt.len());
-    let mut gen = Generator::new(model.as_ref(), &tok, n_ctx, batch)?;
     let req = Request {
         prompt: &prompt,
         max_tokens: n_predict,
         stop: &args.stop,
         sampling,
     };
-    let mut out = std::io::stdout().lock();
-    let mut g = gen.start(&req, &threads)?;
-    while let Some(text) = g.next_piece()? {
-        out.write_all(text.as_bytes())?;
-        out.flush()?;
-    }
-    let outcome = g.finish();
-    writeln!(out)?;
+    let outcome = args
+        .spec
+        .generator(model.as_ref(), &tok, n_ctx, batch, |gen| {
+            let mut out = std::io::stdout().lock();
+            let mut g = gen.start(&req, &threads)?;
+            while let Some(text) = g.next_piece()? {
+                out.write_all(text.as_bytes())?;
+                out.flush()?;
+            }
+            writeln!(out)?;
+            Ok(g.finish())
+        })?;
     let t = &outcome.timings;
     eprintln!(
         "prefill: {} tokens in {:.3} s, {:.1} tok/s | decode: {} tokens, {:.1} tok/s | stop: {} | threads {}, batch {batch}",
@@ -78,9 +84,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
         t.prefill.as_secs_f64(),
         t.prompt_tokens as f64 / t.prefill.as_secs_f64(),
         t.generated,
-        t.decode_steps.max(1) as f64 / t.decode.as_secs_f64(),
+        (t.decode_steps + t.accepted).max(1) as f64 / t.decode.as_secs_f64(),
         outcome.stop,
         threads.n(),
     );
+    if let Some(line) = speculate::summary(t) {
+        eprintln!("{line}");
+    }
     Ok(())
 }
