@@ -2768,8 +2768,9 @@ thread_local! {
 }
 
 /// Passes over the tokens from which a group's lanes are unpacked once per call rather than
-/// once per pass.
-const UNPACK_FROM_PASSES: usize = 2;
+/// once per pass: at two passes (four to six tokens, a speculative pass) the store and reload
+/// of the unpacked lanes cost more than unpacking twice.
+const UNPACK_FROM_PASSES: usize = 3;
 
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`), into `out[(t0 + t) *
 /// stride + r0..][..16]`.
