@@ -236,6 +236,9 @@ impl Generation<'_, '_> {
                 self.timings.accepted += 1;
             }
             Some(t) => {
+                if let Some(spec) = &mut self.gen.spec {
+                    spec.observe(self.pass.len() - 1, self.row);
+                }
                 self.drop_guesses(at)?;
                 self.feed(t)?;
             }

@@ -24,10 +24,14 @@ use crate::sampler::Sampler;
 use crate::tokenizer::Tokenizer;
 use crate::ModelError;
 
-/// Where guesses come from, and how many a pass checks at most.
+/// Where guesses come from, and how many a pass checks.
 pub struct Speculation<'m> {
     drafter: Drafter<'m>,
     max: usize,
+    /// Guesses the next pass asks for: doubled (up to `max`) after a pass whose guesses were
+    /// all accepted, one more than those accepted after one that was not. A pass costs more
+    /// with each token it takes, so guessing far pays only while guesses hold.
+    now: usize,
 }
 
 enum Drafter<'m> {
@@ -41,6 +45,7 @@ impl<'m> Speculation<'m> {
         Speculation {
             drafter: Drafter::Lookup(lookup),
             max,
+            now: max,
         }
     }
 
@@ -49,12 +54,25 @@ impl<'m> Speculation<'m> {
         Speculation {
             drafter: Drafter::Model(Box::new(draft)),
             max,
+            now: max,
         }
     }
 
     /// The most guesses a pass checks.
     pub fn max(&self) -> usize {
         self.max
+    }
+
+    /// What became of the last pass's guesses: `accepted` of `guessed`.
+    pub(crate) fn observe(&mut self, guessed: usize, accepted: usize) {
+        if guessed > 0 {
+            self.now = if accepted == guessed {
+                self.now.saturating_mul(2)
+            } else {
+                accepted + 1
+            }
+            .min(self.max);
+        }
     }
 
     /// Up to `k` guesses of the tokens after `ctx` (every token of the sequence, the one just
@@ -69,7 +87,7 @@ impl<'m> Speculation<'m> {
         out: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
         out.clear();
-        let k = k.min(self.max);
+        let k = k.min(self.now);
         if k == 0 || ctx.is_empty() {
             return Ok(());
         }
