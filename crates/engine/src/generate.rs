@@ -169,6 +169,9 @@ impl<'m> Generator<'m> {
             threads,
         )?;
         self.held.extend_from_slice(&prompt[keep..]);
+        if let Some(spec) = &mut self.spec {
+            spec.prepare(&self.held, threads)?;
+        }
         let tok = self.tok;
         let n_vocab = self.model.info().n_vocab;
         Ok(Generation {

@@ -63,6 +63,16 @@ impl<'m> Speculation<'m> {
         self.max
     }
 
+    /// Take in a prompt the target was just fed (`ctx`: every token of the sequence), before
+    /// the first guess: a draft model feeds it too, as part of the prefill.
+    pub(crate) fn prepare(&mut self, ctx: &[u32], threads: &Threads) -> Result<(), ModelError> {
+        self.now = self.max;
+        match &mut self.drafter {
+            Drafter::Model(d) if !ctx.is_empty() => d.catch_up(ctx, threads),
+            _ => Ok(()),
+        }
+    }
+
     /// What became of the last pass's guesses: `accepted` of `guessed`.
     pub(crate) fn observe(&mut self, guessed: usize, accepted: usize) {
         if guessed > 0 {
