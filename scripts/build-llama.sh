@@ -4,7 +4,7 @@
 # synapse is checked against llama.cpp: golden tokens and logits, files of every block format made
 # by llama-quantize, and side-by-side benchmarks. Nothing in the normal test suite needs this build
 # (the golden data it produced is committed); tools under scripts/ and bench/ do (llama-server:
-# bench/serve-compare.sh).
+# bench/serve-compare.sh; llama-lookup and llama-speculative: bench/speculate.sh).
 #
 #   scripts/build-llama.sh        # idempotent; prints the bin directory on its last line
 #   scripts/build-llama.sh avx2   # llama-bench only, for AVX2 CPUs without AVX-512 (build-avx2/):
@@ -15,7 +15,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$root/third_party"
 src="$dest/llama.cpp"
 build="$src/build"
-targets=(llama-quantize llama-tokenize llama-completion llama-bench llama-perplexity llama-server)
+targets=(llama-quantize llama-tokenize llama-completion llama-bench llama-perplexity llama-server
+    llama-lookup llama-speculative)
 flags=(-DGGML_NATIVE=ON)
 case "${1:-}" in
     "") ;;
@@ -61,6 +62,6 @@ if ! command -v cmake >/dev/null; then
     fi
 fi
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF "${flags[@]}" \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON >/dev/null
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
 echo "$build/bin"
