@@ -8,13 +8,16 @@ At temperature 0 and at temperature 0.8 with a seed, each target request is sent
 (a prefix-cache hit), together with 1, 3, 8 and 16 other different requests, streamed among
 others, and as 64 copies at once (--crowd scales these); a longer prompt sharing a cached prefix gives what it gave
 cold; and llama.cpp's same-seed test (the same seeded request four times, prompt cache on)
-gives one text. The results are written for the caller to compare across servers.
+gives one text. The results are written for the caller to compare across servers, one of
+which may guess tokens by prompt lookup (`serve --lookup N`): then --expect-guesses checks in
+/metrics that guesses were both accepted and rejected, so that both paths ran.
 """
 
 import argparse
 import asyncio
 import json
 import sys
+import urllib.request
 
 import openai
 
@@ -100,7 +103,7 @@ def same(got, want, what):
         raise AssertionError(what)
 
 
-async def main_async(base, out, chat, crowd):
+async def main_async(base, out, chat, crowd, expect_guesses):
     c = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=600)
     results = {}
     # A longer prompt sharing the first target's prefix, cold (before that prefix is cached).
@@ -149,6 +152,15 @@ async def main_async(base, out, chat, crowd):
     results["same-seed"] = runs[0]
     print("ok: the same seed four times, one text")
 
+    if expect_guesses:
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+        value = lambda name: float(next(l.split()[1] for l in metrics.splitlines()
+                                        if l.startswith(name + " ")))
+        drafted = value("synapse_draft_tokens_total")
+        accepted = value("synapse_draft_accepted_tokens_total")
+        assert 0 < accepted < drafted, f"prompt lookup: {accepted} of {drafted} guesses accepted"
+        print(f"ok: {accepted:.0f} of {drafted:.0f} guesses accepted")
+
     with open(out, "w") as f:
         json.dump(results, f, indent=1)
     print(f"test_determinism: all passed; {len(results)} results in {out}")
@@ -161,8 +173,10 @@ def main():
     ap.add_argument("--no-chat", action="store_true", help="for a model without a chat template")
     ap.add_argument("--crowd", type=int, default=16,
                     help="the most other requests beside a target (copies at once: 4x this)")
+    ap.add_argument("--expect-guesses", action="store_true",
+                    help="the server guesses by prompt lookup: check that guesses held and failed")
     a = ap.parse_args()
-    asyncio.run(main_async(a.base_url, a.out, not a.no_chat, a.crowd))
+    asyncio.run(main_async(a.base_url, a.out, not a.no_chat, a.crowd, a.expect_guesses))
 
 
 if __name__ == "__main__":

@@ -65,24 +65,26 @@ fn a_served_greedy_completion_is_the_text_of_synapse_run() {
 }
 
 /// The suite on each server configuration, then every configuration's results compared: one
-/// slot on one thread, eight slots on two, two slots on five threads with steps of 7 tokens
-/// (prompts read over many steps beside the decoding sequences).
+/// slot on one thread, eight slots on two guessing up to 4 tokens a pass by prompt lookup,
+/// two slots on five threads with steps of 7 tokens (prompts read over many steps beside the
+/// decoding sequences, guesses squeezed into what the step leaves).
 #[test]
-fn results_do_not_depend_on_load_cache_slots_threads_or_step_size() {
+fn results_do_not_depend_on_load_cache_slots_threads_step_size_or_lookup() {
     let dir = tempfile::tempdir().unwrap();
     let configs: [&[&str]; 3] = [
         &["-np", "1", "-t", "1"],
-        &["-np", "8", "-t", "2"],
-        &["-np", "2", "-t", "5", "-b", "7"],
+        &["-np", "8", "-t", "2", "--lookup", "4"],
+        &["-np", "2", "-t", "5", "-b", "7", "--lookup", "8"],
     ];
     let mut all = Vec::new();
     for (i, args) in configs.iter().enumerate() {
         let out = dir.path().join(format!("{i}.json"));
         let s = Server::start(args);
-        run_python(
-            "test_determinism.py",
-            &["--base-url", &s.base, "--out", out.to_str().unwrap()],
-        );
+        let mut py = vec!["--base-url", &s.base, "--out", out.to_str().unwrap()];
+        if args.contains(&"--lookup") {
+            py.push("--expect-guesses");
+        }
+        run_python("test_determinism.py", &py);
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         all.push((args.join(" "), v));
@@ -99,7 +101,8 @@ fn results_do_not_depend_on_load_cache_slots_threads_or_step_size() {
 }
 
 /// Gemma 3 (sliding-window layers, its own joint pass): the same suite (its
-/// file has no chat template: completions only), with fewer requests at once.
+/// file has no chat template: completions only), with fewer requests at once, guessing by
+/// prompt lookup (its speculative passes run one sequence after another).
 #[test]
 fn gemma3_served_results_do_not_depend_on_load_or_cache() {
     let model = root().join("models/gemma-3-270m-q4_k_m.gguf");
@@ -110,7 +113,16 @@ fn gemma3_served_results_do_not_depend_on_load_or_cache() {
     );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("gemma.json");
-    let s = Server::start(&["-m", model.to_str().unwrap(), "-np", "4", "-c", "1024"]);
+    let s = Server::start(&[
+        "-m",
+        model.to_str().unwrap(),
+        "-np",
+        "4",
+        "-c",
+        "1024",
+        "--lookup",
+        "3",
+    ]);
     run_python(
         "test_determinism.py",
         &[
@@ -121,6 +133,7 @@ fn gemma3_served_results_do_not_depend_on_load_or_cache() {
             "--no-chat",
             "--crowd",
             "4",
+            "--expect-guesses",
         ],
     );
 }

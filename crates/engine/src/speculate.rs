@@ -27,11 +27,45 @@ use crate::ModelError;
 /// Where guesses come from, and how many a pass checks.
 pub struct Speculation<'m> {
     drafter: Drafter<'m>,
+    length: GuessLength,
+}
+
+/// How many guesses the next pass asks for: doubled (up to the most) after a pass whose
+/// guesses were all accepted, one more than those accepted after one that was not. A pass
+/// costs more with each token it takes, so guessing far pays only while guesses hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuessLength {
     max: usize,
-    /// Guesses the next pass asks for: doubled (up to `max`) after a pass whose guesses were
-    /// all accepted, one more than those accepted after one that was not. A pass costs more
-    /// with each token it takes, so guessing far pays only while guesses hold.
     now: usize,
+}
+
+impl GuessLength {
+    /// Up to `max` guesses a pass, starting at `max`.
+    pub fn new(max: usize) -> GuessLength {
+        GuessLength { max, now: max }
+    }
+
+    /// The most guesses a pass asks for.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Guesses the next pass asks for.
+    pub fn now(&self) -> usize {
+        self.now
+    }
+
+    /// What became of the last pass's guesses: `accepted` of `guessed`.
+    pub fn observe(&mut self, guessed: usize, accepted: usize) {
+        if guessed > 0 {
+            self.now = if accepted == guessed {
+                self.now.saturating_mul(2)
+            } else {
+                accepted + 1
+            }
+            .min(self.max);
+        }
+    }
 }
 
 enum Drafter<'m> {
@@ -44,8 +78,7 @@ impl<'m> Speculation<'m> {
     pub fn lookup(lookup: Lookup, max: usize) -> Speculation<'m> {
         Speculation {
             drafter: Drafter::Lookup(lookup),
-            max,
-            now: max,
+            length: GuessLength::new(max),
         }
     }
 
@@ -53,20 +86,19 @@ impl<'m> Speculation<'m> {
     pub fn draft_model(draft: DraftModel<'m>, max: usize) -> Speculation<'m> {
         Speculation {
             drafter: Drafter::Model(Box::new(draft)),
-            max,
-            now: max,
+            length: GuessLength::new(max),
         }
     }
 
     /// The most guesses a pass checks.
     pub fn max(&self) -> usize {
-        self.max
+        self.length.max()
     }
 
     /// Take in a prompt the target was just fed (`ctx`: every token of the sequence), before
     /// the first guess: a draft model feeds it too, as part of the prefill.
     pub(crate) fn prepare(&mut self, ctx: &[u32], threads: &Threads) -> Result<(), ModelError> {
-        self.now = self.max;
+        self.length = GuessLength::new(self.length.max());
         match &mut self.drafter {
             Drafter::Model(d) if !ctx.is_empty() => d.catch_up(ctx, threads),
             _ => Ok(()),
@@ -75,14 +107,7 @@ impl<'m> Speculation<'m> {
 
     /// What became of the last pass's guesses: `accepted` of `guessed`.
     pub(crate) fn observe(&mut self, guessed: usize, accepted: usize) {
-        if guessed > 0 {
-            self.now = if accepted == guessed {
-                self.now.saturating_mul(2)
-            } else {
-                accepted + 1
-            }
-            .min(self.max);
-        }
+        self.length.observe(guessed, accepted);
     }
 
     /// Up to `k` guesses of the tokens after `ctx` (every token of the sequence, the one just
@@ -97,7 +122,7 @@ impl<'m> Speculation<'m> {
         out: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
         out.clear();
-        let k = k.min(self.now);
+        let k = k.min(self.length.now());
         if k == 0 || ctx.is_empty() {
             return Ok(());
         }

@@ -38,6 +38,8 @@ pub struct Config {
     pub threads: usize,
     /// Tokens per batched step, all sequences together.
     pub step_tokens: usize,
+    /// Prompt lookup's guesses a decode pass at most (0: off); the output is the same.
+    pub lookup: usize,
     /// Required as `Authorization: Bearer KEY` on the API's routes, when set.
     pub api_key: Option<String>,
     /// Requests waiting for a slot before new ones are refused (503).
@@ -152,6 +154,7 @@ fn engine(app: &App) -> anyhow::Result<()> {
         slots: cfg.slots.max(1),
         n_ctx,
         step_tokens: cfg.step_tokens.max(1),
+        lookup: cfg.lookup,
     };
     let (queue, jobs, waiting) = Queue::new(cfg.max_queue);
     let threads = Threads::new(cfg.threads);

@@ -17,6 +17,8 @@ pub struct Metrics {
     pub cached_tokens: Counter,
     pub cache_hits: Counter,
     pub generated_tokens: Counter,
+    draft_tokens: Counter,
+    draft_accepted: Counter,
     pub queue_depth: Gauge,
     batch_sequences: Histogram,
     batch_tokens: Histogram,
@@ -44,6 +46,8 @@ impl Metrics {
             cached_tokens: Counter::default(),
             cache_hits: Counter::default(),
             generated_tokens: Counter::default(),
+            draft_tokens: Counter::default(),
+            draft_accepted: Counter::default(),
             queue_depth: Gauge::default(),
             batch_sequences: counts(),
             batch_tokens: counts(),
@@ -87,6 +91,16 @@ impl Metrics {
             "generated_tokens",
             "Tokens generated (cancelled sequences' included)",
             m.generated_tokens.clone(),
+        );
+        r.register(
+            "draft_tokens",
+            "Tokens guessed by prompt lookup and checked (--lookup)",
+            m.draft_tokens.clone(),
+        );
+        r.register(
+            "draft_accepted_tokens",
+            "Guessed tokens the model agreed with, each a token without a pass of its own",
+            m.draft_accepted.clone(),
         );
         r.register(
             "queue_depth",
@@ -142,6 +156,12 @@ impl Metrics {
 
     pub fn next_token(&self, d: Duration) {
         self.tpot.observe(d.as_secs_f64());
+    }
+
+    /// A decode pass checked `guessed` guesses and accepted `accepted`.
+    pub fn speculated(&self, guessed: usize, accepted: usize) {
+        self.draft_tokens.inc_by(guessed as u64);
+        self.draft_accepted.inc_by(accepted as u64);
     }
 
     pub fn finished(&self) {

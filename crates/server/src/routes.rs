@@ -476,10 +476,17 @@ fn usage(done: &[Option<Finish>], n: usize) -> Value {
     let prompt: usize = firsts.clone().map(|f| f.prompt_tokens).sum();
     let cached: usize = firsts.map(|f| f.cached_tokens).sum();
     let completion: usize = done.iter().flatten().map(|f| f.completion_tokens).sum();
+    let drafted: usize = done.iter().flatten().map(|f| f.drafted).sum();
+    let accepted: usize = done.iter().flatten().map(|f| f.accepted).sum();
     json!({
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
+        // Prompt lookup's guesses (`serve --lookup`), in OpenAI's fields for predictions.
+        "completion_tokens_details": {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": drafted - accepted,
+        },
     })
 }
 

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use synapse_engine::generate::{Decoding, Request, StopReason};
 use synapse_engine::sampler::SamplerConfig;
+use synapse_engine::speculate::{GuessLength, Lookup};
 use synapse_engine::tokenizer::Tokenizer;
 use synapse_engine::{Logits, Model, Seq, State, Threads};
 use tokio::sync::mpsc::UnboundedSender;
@@ -68,6 +69,9 @@ pub struct Finish {
     pub prompt_tokens: usize,
     pub cached_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt lookup's guesses checked, and those accepted.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// The scheduler's settings.
@@ -78,6 +82,9 @@ pub struct SchedulerConfig {
     pub n_ctx: usize,
     /// Tokens per step, all sequences together (decode tokens first, then prompt chunks).
     pub step_tokens: usize,
+    /// Prompt lookup: up to this many guessed tokens checked with a sequence's next token
+    /// (0: off). The output is the same, bit for bit.
+    pub lookup: usize,
 }
 
 /// The handlers' way to the scheduler: a queue of bounded depth.
@@ -153,6 +160,11 @@ struct Active<'t> {
     cached_tokens: usize,
     /// The token to feed next once the prompt is in.
     next: Option<u32>,
+    /// The tokens of its next or last decode pass: `next`, then guesses of the tokens after.
+    pass: Vec<u32>,
+    guesses: GuessLength,
+    drafted: usize,
+    accepted: usize,
     last_token_at: Option<Instant>,
 }
 
@@ -209,7 +221,7 @@ pub fn run(
                 continue;
             }
             clock += 1;
-            admit(&mut slots, job, tok, n_vocab, clock, metrics);
+            admit(&mut slots, job, tok, n_vocab, clock, cfg.lookup, metrics);
         }
         metrics
             .queue_depth
@@ -219,12 +231,40 @@ pub fn run(
         // the requests came, within the step's budget.
         let mut budget = cfg.step_tokens;
         let mut plan: Vec<(usize, usize, Logits)> = Vec::new(); // (slot, tokens, logits)
-        for (i, s) in slots.iter().enumerate() {
-            if let Some(a) = &s.active {
-                if a.next.is_some() && budget > 0 {
-                    plan.push((i, 1, Logits::Last));
-                    budget -= 1;
+        let decoding = slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.next.is_some()))
+            .count();
+        // Guesses share what the decode tokens leave of the step.
+        let mut guess_budget = cfg.step_tokens.saturating_sub(decoding);
+        for (i, s) in slots.iter_mut().enumerate() {
+            if let Some(a) = &mut s.active {
+                let Some(t) = a.next else { continue };
+                if budget == 0 {
+                    continue;
                 }
+                a.pass.clear();
+                a.pass.push(t);
+                if cfg.lookup > 0 && !s.state.is_recurrent() {
+                    let k = a
+                        .guesses
+                        .now()
+                        .min(guess_budget)
+                        .min(budget - 1)
+                        .min(s.state.n_ctx().saturating_sub(s.state.pos + 1))
+                        .min(a.dec.remaining().saturating_sub(1));
+                    if k > 0 {
+                        s.cached.push(t);
+                        let mut guesses = Vec::new();
+                        Lookup::default().draft(&s.cached, k, &mut guesses);
+                        s.cached.pop();
+                        a.pass.extend_from_slice(&guesses);
+                        guess_budget -= guesses.len();
+                    }
+                }
+                let n = a.pass.len();
+                plan.push((i, n, if n > 1 { Logits::All } else { Logits::Last }));
+                budget -= n;
             }
         }
         let mut reading: Vec<usize> = (0..slots.len())
@@ -250,7 +290,7 @@ pub fn run(
         // Decode tokens first, side by side (their attention is one call), then prompt
         // chunks, each in slot order; any order gives the same bits.
         plan.sort_by_key(|&(slot, n, want)| (n > 1 || want == Logits::None, slot));
-        let rows = plan.iter().filter(|p| p.2 == Logits::Last).count();
+        let rows: usize = plan.iter().map(|&(_, n, want)| want.rows(n)).sum();
         logits.resize(rows * n_vocab, 0.0);
         let t0 = Instant::now();
         let result = {
@@ -260,8 +300,8 @@ pub fn run(
             for &(i, n, want) in &plan {
                 let s = states[i].take().expect("a slot is planned once");
                 let a = s.active.as_ref().expect("planned slots are active");
-                let tokens: &[u32] = match a.next.as_ref() {
-                    Some(t) => std::slice::from_ref(t),
+                let tokens: &[u32] = match a.next {
+                    Some(_) => &a.pass,
                     None => &a.job.prompt[a.fed..a.fed + n],
                 };
                 seqs.push(Seq {
@@ -289,47 +329,51 @@ pub fn run(
         for &(i, n, want) in &plan {
             let s = &mut slots[i];
             let a = s.active.as_mut().expect("planned slots are active");
-            match a.next.take() {
-                Some(t) => s.cached.push(t),
-                None => {
-                    s.cached.extend_from_slice(&a.job.prompt[a.fed..a.fed + n]);
-                    a.fed += n;
+            let first = row;
+            row += want.rows(n);
+            if a.next.take().is_none() {
+                s.cached.extend_from_slice(&a.job.prompt[a.fed..a.fed + n]);
+                a.fed += n;
+                if want == Logits::Last {
+                    let l = &logits[first * n_vocab..(first + 1) * n_vocab];
+                    let room = s.state.pos < s.state.n_ctx();
+                    deliver(a, l, room, tok, metrics);
+                }
+            } else {
+                // A decode pass: the token drawn from each row goes on to the next row while
+                // it is the guess there; the guesses after the last row used are dropped.
+                let base = s.state.pos - n;
+                s.cached.extend_from_slice(&a.pass);
+                let mut used = 0;
+                for r in 0..n {
+                    let l = &logits[(first + r) * n_vocab..(first + r + 1) * n_vocab];
+                    used = r + 1;
+                    deliver(a, l, base + r + 1 < s.state.n_ctx(), tok, metrics);
+                    if a.next.is_none() || a.pass.get(r + 1) != a.next.as_ref() {
+                        break;
+                    }
+                    a.next = None;
+                }
+                let (guessed, accepted) = (n - 1, used - 1);
+                a.guesses.observe(guessed, accepted);
+                a.drafted += guessed;
+                a.accepted += accepted;
+                metrics.speculated(guessed, accepted);
+                let keep = base + used;
+                if keep < s.state.pos {
+                    let back = s.state.rewind(keep);
+                    debug_assert!(back, "only states that rewind are given guesses");
+                    s.cached.truncate(s.state.pos);
                 }
             }
-            if want != Logits::Last {
-                continue;
-            }
-            let l = &logits[row * n_vocab..(row + 1) * n_vocab];
-            row += 1;
-            let room = s.state.pos < s.state.n_ctx();
-            let step = a.dec.step(l, room);
-            let logprob = match (a.job.logprobs, step.token) {
-                (Some(k), Some(t)) => Some(logprob(l, t, k)),
-                _ => None,
-            };
-            let now = Instant::now();
-            match a.last_token_at {
-                None => metrics.first_token(now - a.job.arrived),
-                Some(t) => metrics.next_token(now - t),
-            }
-            a.last_token_at = Some(now);
-            if step.token.is_some_and(|t| !tok.is_eog(t)) {
-                metrics.generated_tokens.inc();
-            }
-            if step.token.is_some() || !step.text.is_empty() {
-                let out = TokenOut {
-                    text: step.text,
-                    logprob,
-                };
-                let _ = a.job.events.send(Event::Token(out));
-            }
-            a.next = step.feed;
             if let Some(reason) = a.dec.stopped() {
                 let done = Finish {
                     reason,
                     prompt_tokens: a.job.prompt.len(),
                     cached_tokens: a.cached_tokens,
                     completion_tokens: a.dec.tokens().len(),
+                    drafted: a.drafted,
+                    accepted: a.accepted,
                 };
                 metrics.finished();
                 let _ = a.job.events.send(Event::Done(done));
@@ -337,6 +381,33 @@ pub fn run(
             }
         }
     }
+}
+
+/// Draw a sequence's next token from `l` (the logits after its last token; `room`: the state
+/// has a position for the token), send it with its text, and set what to feed next.
+fn deliver(a: &mut Active, l: &[f32], room: bool, tok: &Tokenizer, metrics: &Metrics) {
+    let step = a.dec.step(l, room);
+    let logprob = match (a.job.logprobs, step.token) {
+        (Some(k), Some(t)) => Some(logprob(l, t, k)),
+        _ => None,
+    };
+    let now = Instant::now();
+    match a.last_token_at {
+        None => metrics.first_token(now - a.job.arrived),
+        Some(t) => metrics.next_token(now - t),
+    }
+    a.last_token_at = Some(now);
+    if step.token.is_some_and(|t| !tok.is_eog(t)) {
+        metrics.generated_tokens.inc();
+    }
+    if step.token.is_some() || !step.text.is_empty() {
+        let out = TokenOut {
+            text: step.text,
+            logprob,
+        };
+        let _ = a.job.events.send(Event::Token(out));
+    }
+    a.next = step.feed;
 }
 
 /// Tokens `a` and `b` share from their start.
@@ -353,6 +424,7 @@ fn admit<'t>(
     tok: &'t Tokenizer,
     n_vocab: usize,
     clock: u64,
+    lookup: usize,
     metrics: &Metrics,
 ) {
     let prompt = &job.prompt;
@@ -406,6 +478,10 @@ fn admit<'t>(
         fed: cached_tokens,
         cached_tokens,
         next: None,
+        pass: Vec::new(),
+        guesses: GuessLength::new(lookup),
+        drafted: 0,
+        accepted: 0,
         last_token_at: None,
         job,
     });

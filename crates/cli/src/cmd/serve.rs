@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// (results do not depend on it).
     #[arg(short = 'b', long = "batch-size", default_value_t = 256)]
     pub batch: usize,
+    /// Guess up to N tokens a decode pass from each sequence's text so far (prompt lookup); the
+    /// answers are the same, bit for bit (0: off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub lookup: usize,
     /// Require `Authorization: Bearer KEY` on the API's routes.
     #[arg(long)]
     pub api_key: Option<String>,
@@ -59,6 +63,13 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.slots == 0 || args.slots > 1024 {
         bail!("-np {}: between 1 and 1024 sequences", args.slots);
     }
+    if args.lookup > super::speculate::MAX_GUESSES {
+        bail!(
+            "--lookup {}: at most {} guesses a pass",
+            args.lookup,
+            super::speculate::MAX_GUESSES
+        );
+    }
     if args.max_queue == 0 {
         bail!("--max-queue 0: no request could ever wait");
     }
@@ -77,6 +88,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         n_ctx,
         threads: args.threads,
         step_tokens,
+        lookup: args.lookup,
         api_key: args.api_key.clone(),
         max_queue: args.max_queue,
         max_body: args.max_body,

@@ -28,7 +28,7 @@ pub struct SpecArgs {
 }
 
 /// The most guesses a pass: beyond this a pass costs more than its guesses can save.
-const MAX_GUESSES: usize = 64;
+pub const MAX_GUESSES: usize = 64;
 
 impl SpecArgs {
     /// A generator over `target` (see [`Generator::new`]) speculating as asked, handed to
