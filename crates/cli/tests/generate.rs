@@ -217,3 +217,45 @@ fn bad_requests_get_clear_errors() {
     let err = error(&synapse(&["run", "-m", p.to_str().unwrap(), "-p", "hi"]));
     assert!(err.contains("rwkv9") && err.contains("llama"), "{err}");
 }
+
+/// `run --lookup` and `run --draft` print plain decoding's text, greedy and seeded, with what
+/// speculation did on stderr; bad combinations are refused with the flag named.
+#[test]
+fn run_speculates_without_changing_the_text() {
+    let m = smollm2();
+    let m = m.to_str().unwrap();
+    let prompt =
+        std::fs::read_to_string(root().join("bench/speculate/smollm2-code-edit.txt")).unwrap();
+    let gemma = root().join("models/gemma-3-270m-q4_k_m.gguf");
+    let gemma = gemma.to_str().unwrap();
+    for sampling in [&["--temp", "0"][..], &["--temp", "0.7", "-s", "9"]] {
+        let run = |extra: &[&str]| {
+            let mut args = vec!["run", "-m", m, "-p", &prompt, "-n", "48", "-t", "2"];
+            args.extend_from_slice(sampling);
+            args.extend_from_slice(extra);
+            let out = synapse(&args);
+            (ok(&out), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (plain, err) = run(&[]);
+        assert!(!err.contains("speculation"), "{err}");
+        for extra in [&["--lookup", "5"][..], &["--draft", m, "--draft-max", "3"]] {
+            let (text, err) = run(extra);
+            assert_eq!(text, plain, "{extra:?} {sampling:?}");
+            assert!(
+                err.contains("speculation:") && err.contains("accepted"),
+                "{err}"
+            );
+        }
+    }
+    let err = error(&synapse(&[
+        "run", "-m", m, "-p", "hi", "--lookup", "2", "--draft", m,
+    ]));
+    assert!(err.contains("--lookup and --draft"), "{err}");
+    let err = error(&synapse(&["run", "-m", m, "-p", "hi", "--lookup", "1000"]));
+    assert!(err.contains("--lookup 1000"), "{err}");
+    let err = error(&synapse(&["run", "-m", m, "-p", "hi", "--draft", gemma]));
+    assert!(
+        err.contains("--draft") && err.contains("vocabulary is not the target's"),
+        "{err}"
+    );
+}
