@@ -32,17 +32,19 @@ f16() { # quantized file -> its F16 copy's path
     echo "$f"
 }
 
-# The generated text: what follows the prompt in an engine's output (special tokens dropped
-# from both, which llama-completion does not print and llama-lookup does).
+# The generated text: what follows the echoed prompt in an engine's output (llama-lookup and
+# llama-speculative echo it with its special tokens, llama-completion without them).
 generated() { # output prompt
     python3 - "$1" "$2" <<'EOF'
 import re, sys
+text, prompt = (open(p, encoding="utf-8", errors="replace").read() for p in sys.argv[1:3])
 special = re.compile(r"<\|im_(start|end)\|>|<(start|end)_of_turn>|<bos>")
-text, prompt = (special.sub("", open(p, encoding="utf-8", errors="replace").read())
-                for p in sys.argv[1:3])
-tail = prompt.rstrip()[-60:]
-at = text.find(tail)
-print(text[at + len(tail):].strip() if at >= 0 else text.strip())
+for echo in (prompt, special.sub("", prompt)):
+    at = text.find(echo)
+    if at >= 0:
+        text = text[at + len(echo):]
+        break
+print(text.removesuffix("\n").removesuffix(" [end of text]").strip())
 EOF
 }
 # "yes" when the shorter of two texts starts the longer (the engines stop a few tokens apart).
@@ -69,7 +71,10 @@ ll_run() { # tag tool model prompt args...
     local tag=$1 tool=$2 model=$3 prompt=$4
     shift 4
     [[ $tool == llama-completion ]] && set -- -no-cnv "$@" # a prompt, not a conversation
-    "$bin/$tool" -m "$model" -f "$prompt" -n "$n" --temp 0 -t "$threads" "$@" \
+    # -p with the file's text: -f drops its last newline, the one after the assistant's turn.
+    local text
+    text="$(cat "$prompt"; printf x)"
+    "$bin/$tool" -m "$model" -p "${text%x}" -n "$n" --temp 0 -t "$threads" "$@" \
         >"$out/$tag.ll.out" 2>"$out/$tag.ll.err" </dev/null
     generated "$out/$tag.ll.out" "$prompt" >"$out/$tag.ll.txt"
     if [[ $tool == llama-completion ]]; then

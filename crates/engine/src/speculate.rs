@@ -30,19 +30,29 @@ pub struct Speculation<'m> {
     length: GuessLength,
 }
 
-/// How many guesses the next pass asks for: doubled (up to the most) after a pass whose
-/// guesses were all accepted, one more than those accepted after one that was not. A pass
-/// costs more with each token it takes, so guessing far pays only while guesses hold.
+/// How many guesses the next pass asks for. Doubled (up to the most) after a pass whose
+/// guesses were all accepted, one more than those accepted after one that accepted some, and
+/// halved after one that accepted none, down to none: a pass costs more with each token it
+/// takes, so guessing far pays only while guesses hold, and wrong guesses cost. After
+/// [`GuessLength::REST`] passes without guesses it tries one again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GuessLength {
     max: usize,
     now: usize,
+    resting: usize,
 }
 
 impl GuessLength {
-    /// Up to `max` guesses a pass, starting at `max`.
+    /// Passes without guesses before one is tried again.
+    pub const REST: usize = 8;
+
+    /// Up to `max` guesses a pass, starting at one.
     pub fn new(max: usize) -> GuessLength {
-        GuessLength { max, now: max }
+        GuessLength {
+            max,
+            now: max.min(1),
+            resting: 0,
+        }
     }
 
     /// The most guesses a pass asks for.
@@ -50,21 +60,31 @@ impl GuessLength {
         self.max
     }
 
-    /// Guesses the next pass asks for.
-    pub fn now(&self) -> usize {
+    /// Guesses the next pass asks for (a pass without them counts towards the rest).
+    pub fn next(&mut self) -> usize {
+        if self.now == 0 && self.max > 0 {
+            self.resting += 1;
+            if self.resting > Self::REST {
+                self.resting = 0;
+                self.now = 1;
+            }
+        }
         self.now
     }
 
     /// What became of the last pass's guesses: `accepted` of `guessed`.
     pub fn observe(&mut self, guessed: usize, accepted: usize) {
-        if guessed > 0 {
-            self.now = if accepted == guessed {
-                self.now.saturating_mul(2)
-            } else {
-                accepted + 1
-            }
-            .min(self.max);
+        if guessed == 0 {
+            return;
         }
+        self.now = if accepted == guessed {
+            self.now.saturating_mul(2).max(1)
+        } else if accepted == 0 {
+            self.now / 2
+        } else {
+            accepted + 1
+        }
+        .min(self.max);
     }
 }
 
@@ -122,7 +142,7 @@ impl<'m> Speculation<'m> {
         out: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
         out.clear();
-        let k = k.min(self.length.now());
+        let k = k.min(self.length.next());
         if k == 0 || ctx.is_empty() {
             return Ok(());
         }
@@ -283,5 +303,38 @@ impl<'m> DraftModel<'m> {
         self.held.extend_from_slice(&ctx[from..]);
         self.state.checkpoint(&mut self.cp);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GuessLength;
+
+    #[test]
+    fn guess_length_grows_while_guesses_hold_and_rests_when_none_do() {
+        let mut g = GuessLength::new(8);
+        assert_eq!(g.next(), 1);
+        for want in [2, 4, 8, 8] {
+            let k = g.next();
+            g.observe(k, k);
+            assert_eq!(g.next(), want);
+        }
+        g.observe(8, 3);
+        assert_eq!(g.next(), 4);
+        g.observe(4, 0);
+        assert_eq!(g.next(), 2);
+        g.observe(2, 0);
+        g.observe(1, 0);
+        // No guesses for REST passes, then one.
+        let rested: Vec<usize> = (0..GuessLength::REST + 2).map(|_| g.next()).collect();
+        assert!(
+            rested[..GuessLength::REST].iter().all(|&k| k == 0),
+            "{rested:?}"
+        );
+        assert_eq!(rested[GuessLength::REST], 1, "{rested:?}");
+        // Nothing guessed, nothing learnt; no guesses asked, none given.
+        g.observe(0, 0);
+        assert_eq!(g.next(), 1);
+        assert_eq!(GuessLength::new(0).next(), 0);
     }
 }
