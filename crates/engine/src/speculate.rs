@@ -61,7 +61,7 @@ impl GuessLength {
     }
 
     /// Guesses the next pass asks for (a pass without them counts towards the rest).
-    pub fn next(&mut self) -> usize {
+    pub fn for_next_pass(&mut self) -> usize {
         if self.now == 0 && self.max > 0 {
             self.resting += 1;
             if self.resting > Self::REST {
@@ -142,7 +142,7 @@ impl<'m> Speculation<'m> {
         out: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
         out.clear();
-        let k = k.min(self.length.next());
+        let k = k.min(self.length.for_next_pass());
         if k == 0 || ctx.is_empty() {
             return Ok(());
         }
@@ -313,20 +313,22 @@ mod tests {
     #[test]
     fn guess_length_grows_while_guesses_hold_and_rests_when_none_do() {
         let mut g = GuessLength::new(8);
-        assert_eq!(g.next(), 1);
+        assert_eq!(g.for_next_pass(), 1);
         for want in [2, 4, 8, 8] {
-            let k = g.next();
+            let k = g.for_next_pass();
             g.observe(k, k);
-            assert_eq!(g.next(), want);
+            assert_eq!(g.for_next_pass(), want);
         }
         g.observe(8, 3);
-        assert_eq!(g.next(), 4);
+        assert_eq!(g.for_next_pass(), 4);
         g.observe(4, 0);
-        assert_eq!(g.next(), 2);
+        assert_eq!(g.for_next_pass(), 2);
         g.observe(2, 0);
         g.observe(1, 0);
         // No guesses for REST passes, then one.
-        let rested: Vec<usize> = (0..GuessLength::REST + 2).map(|_| g.next()).collect();
+        let rested: Vec<usize> = (0..GuessLength::REST + 2)
+            .map(|_| g.for_next_pass())
+            .collect();
         assert!(
             rested[..GuessLength::REST].iter().all(|&k| k == 0),
             "{rested:?}"
@@ -334,7 +336,7 @@ mod tests {
         assert_eq!(rested[GuessLength::REST], 1, "{rested:?}");
         // Nothing guessed, nothing learnt; no guesses asked, none given.
         g.observe(0, 0);
-        assert_eq!(g.next(), 1);
-        assert_eq!(GuessLength::new(0).next(), 0);
+        assert_eq!(g.for_next_pass(), 1);
+        assert_eq!(GuessLength::new(0).for_next_pass(), 0);
     }
 }

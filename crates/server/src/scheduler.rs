@@ -248,7 +248,7 @@ pub fn run(
                 if cfg.lookup > 0 && !s.state.is_recurrent() {
                     let k = a
                         .guesses
-                        .next()
+                        .for_next_pass()
                         .min(guess_budget)
                         .min(budget - 1)
                         .min(s.state.n_ctx().saturating_sub(s.state.pos + 1))
