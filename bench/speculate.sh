@@ -7,17 +7,21 @@
 # llama.cpp's is reported as it is. Prints a markdown table; raw outputs go to
 # bench/out/speculate/.
 #
-#   bench/speculate.sh                      # both models, lookup and draft pairs
-#   THREADS=2 N=256 KS="4 8" bench/speculate.sh
+#   bench/speculate.sh                      # every model, lookup and draft pairs
+#   THREADS=2 N=256 KS="4 8" MODELS="smollm2 gemma synth1b" bench/speculate.sh
 #
-# The draft pairs are a model in F16 (the target) and its quantized file (the draft), the F16
-# made from that file by llama-quantize --allow-requantize.
+# The draft pairs of the real models are the model in F16 (the target) and its quantized file
+# (the draft), the F16 made from that file by llama-quantize --allow-requantize. synth1b is a
+# pair made to agree: a Llama-3.2-1B-shaped F16 file of random weights whose layers from the
+# third on add nothing (`synth --inert-from 2`), drafted by its first two layers in Q8_0
+# (`synth --layers 2`, the same seed: the same weights), on a plain-text prompt.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 threads=${THREADS:-2}
 n=${N:-256}
 ks=(${KS:-4 8})
+models=(${MODELS:-smollm2 gemma synth1b})
 syn=target/release/synapse
 bin="$(scripts/build-llama.sh | tail -1)"
 out=bench/out/speculate
@@ -91,15 +95,24 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 
 echo "| model | task | guesses | synapse plain / speculative tok/s | speedup | accepted | = plain | llama.cpp plain / speculative tok/s | speedup | accepted | = plain |"
 echo "|---|---|---|--:|--:|--:|---|--:|--:|--:|---|"
-for model_name in smollm2 gemma; do
+for model_name in "${models[@]}"; do
     case $model_name in
-        smollm2) model=$smol ;;
-        gemma) model=$gemma ;;
+        smollm2) model=$smol tasks=(code-edit quote json) pairs=(lookup draft) ;;
+        gemma) model=$gemma tasks=(code-edit quote json) pairs=(lookup draft) ;;
+        synth1b)
+            model=bench/out/models/llama-3.2-1b-L2-Q8_0.gguf
+            target_f16=bench/out/models/llama-3.2-1b-inert2-F16.gguf
+            [[ -f $model ]] || "$syn" synth llama-3.2-1b --layers 2 --type Q8_0 -o "$model" >&2
+            [[ -f $target_f16 ]] ||
+                "$syn" synth llama-3.2-1b --inert-from 2 --type F16 -o "$target_f16" >&2
+            tasks=(story) pairs=(draft)
+            ;;
+        *) echo "unknown model $model_name (smollm2, gemma, synth1b)" >&2 && exit 2 ;;
     esac
-    target_f16=$(f16 "$model")
-    for task in code-edit quote json; do
+    [[ $model_name == synth1b ]] || target_f16=$(f16 "$model")
+    for task in "${tasks[@]}"; do
         prompt=bench/speculate/$model_name-$task.txt
-        for pair in lookup draft; do
+        for pair in "${pairs[@]}"; do
             if [[ $pair == lookup ]]; then target=$model; else target=$target_f16; fi
             base="$model_name-$task-$pair"
             s0=$(syn_run "$base-plain" "$target" "$prompt")

@@ -43,6 +43,12 @@ pub struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Layers from this one on add nothing to the residual stream (their output projections
+    /// are zero): the file computes what its first layers compute, at the cost of all of them.
+    /// `--layers` that many, with the same seed, has those layers' very weights: a draft that
+    /// agrees with this target, for speculative decoding's benchmarks.
+    #[arg(long, value_name = "LAYER")]
+    pub inert_from: Option<usize>,
 }
 
 /// The shapes of one model.
@@ -71,6 +77,8 @@ pub struct Shape {
     pub qk_norm: bool,
     /// Gemma 3's norms after attention and after the FFN, and its sliding window.
     pub gemma: Option<usize>,
+    /// Layers from this one on have zero output projections (see `--inert-from`).
+    pub inert_from: Option<usize>,
 }
 
 const BASE: Shape = Shape {
@@ -91,6 +99,7 @@ const BASE: Shape = Shape {
     qkv_bias: false,
     qk_norm: false,
     gemma: None,
+    inert_from: None,
 };
 
 /// The named shapes (from each model's config.json).
@@ -433,7 +442,16 @@ pub fn build(
     let ones = |n: usize| f32_bytes(&vec![1.0; n]);
     let matrix =
         |rng: &mut Rng, w: &mut GgufWriter, name: String, cols: usize, rows: usize| -> Result<()> {
-            let x = rng.fill(rows * cols);
+            let mut x = rng.fill(rows * cols);
+            let inert = |l: usize| s.inert_from.is_some_and(|from| l >= from);
+            let layer = name
+                .strip_prefix("blk.")
+                .and_then(|n| n.split('.').next()?.parse::<usize>().ok());
+            let projection =
+                name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight");
+            if projection && layer.is_some_and(inert) {
+                x.fill(0.0);
+            }
             let data = synapse_quant::quantize(ty, &x).with_context(|| name.clone())?;
             w.add_tensor(name, ty, &[cols as u64, rows as u64], data)?;
             Ok(())
@@ -514,6 +532,14 @@ pub fn run(args: &SynthArgs) -> Result<()> {
     if let Some(l) = args.layers {
         ensure!((1..=1024).contains(&l), "--layers {l}: between 1 and 1024");
         s.n_layer = l;
+    }
+    if let Some(l) = args.inert_from {
+        ensure!(
+            l < s.n_layer,
+            "--inert-from {l}: the shape has {} layers",
+            s.n_layer
+        );
+        s.inert_from = Some(l);
     }
     let native = match args.ty.to_ascii_uppercase().as_str() {
         "F32" => Some(GgmlType::F32),
