@@ -605,3 +605,50 @@ fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
         "{err}"
     );
 }
+
+/// `synth --inert-from 1` computes what its first layer computes: the one-layer file of the
+/// same seed gives its logits bit for bit (the pair made to agree of bench/speculate.sh).
+#[test]
+fn an_inert_tail_gives_the_logits_of_the_layers_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |extra: &[&str], name: &str| {
+        let out = dir.path().join(name);
+        let mut args = vec!["synth", "tiny-llama", "--type", "Q8_0", "-o"];
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(extra);
+        let r = synapse(&args);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        GgufFile::open(&out).unwrap()
+    };
+    let logits = |f: &GgufFile| {
+        let model = synapse_engine::load(f).unwrap();
+        let mut st = model.new_state(32, 8).unwrap();
+        let ids = [256, 72, 101, 108, 108, 111];
+        model
+            .prefill(&mut st, &ids, 8, Logits::All, &Threads::new(2))
+            .unwrap()
+    };
+    let inert = file(&["--inert-from", "1"], "inert.gguf");
+    let shallow = file(&["--layers", "1"], "shallow.gguf");
+    let whole = file(&[], "whole.gguf");
+    assert_eq!(synapse_engine::load(&inert).unwrap().info().n_layer, 2);
+    let want = logits(&shallow);
+    assert!(logits(&inert) == want, "the inert layer changed the logits");
+    assert!(
+        logits(&whole) != want,
+        "the second layer of the plain file does nothing"
+    );
+    let r = synapse(&[
+        "synth",
+        "tiny-llama",
+        "--inert-from",
+        "2",
+        "-o",
+        "/dev/null",
+    ]);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("--inert-from 2"),
+        "{err}"
+    );
+}
