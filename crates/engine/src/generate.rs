@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use crate::matmul::Threads;
-use crate::model::{Checkpoint, Logits, Model, State};
+use crate::model::{shared_prefix, Checkpoint, Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::speculate::Speculation;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -148,13 +148,7 @@ impl<'m> Generator<'m> {
         };
         let t0 = Instant::now();
         // Keep the shared prefix, but feed at least the last token: its logits are needed.
-        let shared = self
-            .held
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt.len() - 1);
+        let shared = shared_prefix(&self.held, prompt).min(prompt.len() - 1);
         if !self.state.rewind(shared) {
             // A recurrent state cannot go back: start over.
             self.state.reset();

@@ -22,7 +22,8 @@ pub mod tokenizer;
 
 pub use matmul::Threads;
 pub use model::{
-    load, supported_architectures, Batch, Checkpoint, Logits, Model, ModelInfo, Seq, State,
+    load, shared_prefix, supported_architectures, Batch, Checkpoint, Logits, Model, ModelInfo, Seq,
+    State,
 };
 
 /// Dumps named intermediates (`attn_norm-3`, `l_out-3`, ...) per position as raw f32 files into

@@ -2,7 +2,7 @@
 //! just drawn and the guesses, and keep the guesses it agrees with.
 //!
 //! A decode step reads every weight once for one token; a pass over `k + 1` tokens reads
-//! them once for all, so each guess the model confirms is a token for (almost) free. The
+//! them once for all, so a guess the model confirms costs less than a pass of its own. The
 //! forward pass gives every position the bits it gets fed alone (G1), so a confirmed guess's
 //! logits are those plain decoding computes there, and the tokens drawn from them are too:
 //! speculation changes the speed, never a bit of the output ([`crate::generate`] draws and
@@ -19,7 +19,7 @@
 //!   the target's guesses its sampled tokens too, not only its greedy ones.
 
 use crate::matmul::Threads;
-use crate::model::{Checkpoint, Logits, Model, State};
+use crate::model::{shared_prefix, Checkpoint, Logits, Model, State};
 use crate::sampler::Sampler;
 use crate::tokenizer::Tokenizer;
 use crate::ModelError;
@@ -28,6 +28,11 @@ use crate::ModelError;
 pub struct Speculation<'m> {
     drafter: Drafter<'m>,
     length: GuessLength,
+}
+
+enum Drafter<'m> {
+    Lookup(Lookup),
+    Model(Box<DraftModel<'m>>),
 }
 
 /// How many guesses the next pass asks for. Doubled (up to the most) after a pass whose
@@ -86,11 +91,6 @@ impl GuessLength {
         }
         .min(self.max);
     }
-}
-
-enum Drafter<'m> {
-    Lookup(Lookup),
-    Model(Box<DraftModel<'m>>),
 }
 
 impl<'m> Speculation<'m> {
@@ -279,13 +279,7 @@ impl<'m> DraftModel<'m> {
     /// Bring the state to hold `ctx` (its last token's logits in `self.logits`): keep the
     /// prefix it shares with what the state holds, feed the rest.
     fn catch_up(&mut self, ctx: &[u32], threads: &Threads) -> Result<(), ModelError> {
-        let shared = self
-            .held
-            .iter()
-            .zip(ctx)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(ctx.len() - 1);
+        let shared = shared_prefix(&self.held, ctx).min(ctx.len() - 1);
         let kept =
             self.state.rewind(shared) || (self.cp.pos() <= shared && self.state.restore(&self.cp));
         if !kept {

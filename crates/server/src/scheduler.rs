@@ -22,7 +22,7 @@ use synapse_engine::generate::{Decoding, Request, StopReason};
 use synapse_engine::sampler::SamplerConfig;
 use synapse_engine::speculate::{GuessLength, Lookup};
 use synapse_engine::tokenizer::Tokenizer;
-use synapse_engine::{Logits, Model, Seq, State, Threads};
+use synapse_engine::{shared_prefix, Logits, Model, Seq, State, Threads};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
@@ -410,11 +410,6 @@ fn deliver(a: &mut Active, l: &[f32], room: bool, tok: &Tokenizer, metrics: &Met
     a.next = step.feed;
 }
 
-/// Tokens `a` and `b` share from their start.
-fn shared(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 /// Put `job` in a free slot: the one whose cache shares the longest prefix with the prompt
 /// (least recently used among equals), after copying a longer prefix from any other slot.
 /// At least the prompt's last token is fed again: its logits are needed.
@@ -429,7 +424,7 @@ fn admit<'t>(
 ) {
     let prompt = &job.prompt;
     let usable = prompt.len() - 1;
-    let reuse = |s: &Slot| shared(&s.cached, prompt).min(usable);
+    let reuse = |s: &Slot| shared_prefix(&s.cached, prompt).min(usable);
     let target = (0..slots.len())
         .filter(|&i| slots[i].active.is_none())
         .max_by_key(|&i| (reuse(&slots[i]), std::cmp::Reverse(slots[i].last_used)))

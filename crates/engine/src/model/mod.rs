@@ -335,6 +335,12 @@ impl State {
     }
 }
 
+/// How many tokens `held` (what a state holds) and `tokens` share from their start: the
+/// prefix a state keeps when it is given `tokens` next.
+pub fn shared_prefix(held: &[u32], tokens: &[u32]) -> usize {
+    held.iter().zip(tokens).take_while(|(a, b)| a == b).count()
+}
+
 /// A position of a [`State`] to come back to ([`State::checkpoint`]).
 #[derive(Default)]
 pub struct Checkpoint {
