@@ -10,7 +10,8 @@ others, and as 64 copies at once (--crowd scales these); a longer prompt sharing
 cold; and llama.cpp's same-seed test (the same seeded request four times, prompt cache on)
 gives one text. The results are written for the caller to compare across servers, one of
 which may guess tokens by prompt lookup (`serve --lookup N`): then --expect-guesses checks in
-/metrics that guesses were both accepted and rejected, so that both paths ran.
+/metrics that guesses were both accepted and rejected, so that both paths ran (or, with
+`--expect-guesses rejected`, that some were rejected).
 """
 
 import argparse
@@ -26,6 +27,10 @@ PROMPTS = [
     "The history of the printing press begins",
     "def fibonacci(n):\n",
 ]
+# A prompt whose own tokens are favoured by a logit bias (set per model from /tokenize): the text
+# keeps recombining them, so prompt lookup (`serve --lookup`) guesses often, right and wrong,
+# whatever the weights, random ones included.
+REPEAT = "one two three four five, " * 4
 OTHER_PROMPTS = [
     "Once upon a time in a small village",
     "The three laws of thermodynamics are",
@@ -39,9 +44,16 @@ OTHER_PROMPTS = [
 MAX_TOKENS = 24
 
 
-def targets(with_chat=True):
+def targets(with_chat=True, repeat_bias=None):
     """(name, kind, request) of every target."""
     out = []
+    if repeat_bias:
+        for temp, seed in [(0.0, None), (0.8, 99)]:
+            req = {"prompt": REPEAT, "max_tokens": MAX_TOKENS, "temperature": temp, "logprobs": 2,
+                   "logit_bias": repeat_bias}
+            if seed is not None:
+                req["seed"] = seed
+            out.append((f"repeat-t{temp}", "text", req))
     for i, p in enumerate(PROMPTS):
         for temp, seed in [(0.0, None), (0.8, 1234 + i)]:
             req = {"prompt": p, "max_tokens": MAX_TOKENS, "temperature": temp, "logprobs": 2}
@@ -111,7 +123,10 @@ async def main_async(base, out, chat, crowd, expect_guesses):
               "seed": 5, "logprobs": 2}
     results["longer-cold"] = await send(c, "text", longer)
 
-    ts = targets(chat)
+    ids = json.loads(urllib.request.urlopen(urllib.request.Request(
+        base + "/tokenize", data=json.dumps({"content": REPEAT}).encode(),
+        headers={"Content-Type": "application/json"})).read())["tokens"]
+    ts = targets(chat, {str(t): 8.0 for t in sorted(set(ids))})
     for name, kind, req in ts:
         results[name] = await send(c, kind, req)
         n_tokens = len(results[name][1])
@@ -158,7 +173,8 @@ async def main_async(base, out, chat, crowd, expect_guesses):
                                         if l.startswith(name + " ")))
         drafted = value("synapse_draft_tokens_total")
         accepted = value("synapse_draft_accepted_tokens_total")
-        assert 0 < accepted < drafted, f"prompt lookup: {accepted} of {drafted} guesses accepted"
+        want = (accepted < drafted) if expect_guesses == "rejected" else (0 < accepted < drafted)
+        assert want, f"prompt lookup: {accepted} of {drafted} guesses accepted"
         print(f"ok: {accepted:.0f} of {drafted:.0f} guesses accepted")
 
     with open(out, "w") as f:
@@ -173,8 +189,10 @@ def main():
     ap.add_argument("--no-chat", action="store_true", help="for a model without a chat template")
     ap.add_argument("--crowd", type=int, default=16,
                     help="the most other requests beside a target (copies at once: 4x this)")
-    ap.add_argument("--expect-guesses", action="store_true",
-                    help="the server guesses by prompt lookup: check that guesses held and failed")
+    ap.add_argument("--expect-guesses", nargs="?", const="both", choices=["both", "rejected"],
+                    help="the server guesses by prompt lookup: check that guesses held and failed "
+                         "(both), or at least that some failed (rejected: a model whose output "
+                         "seldom repeats)")
     a = ap.parse_args()
     asyncio.run(main_async(a.base_url, a.out, not a.no_chat, a.crowd, a.expect_guesses))
 

@@ -200,3 +200,35 @@ fn a_model_that_cannot_be_loaded_ends_serve_with_its_error() {
     ]));
     assert!(err.contains("not a GGUF file"), "{err}");
 }
+
+/// Qwen 3.5's recurrent state cannot rewind: a rejected guess sends it back to its checkpoint
+/// before the pass, and the kept tokens are taken again. The suite on the random-weight file,
+/// with and without prompt lookup: the same bits (guesses held and failed, on the suite's
+/// target biased towards its prompt's tokens).
+#[test]
+fn qwen35_served_with_lookup_gives_the_plain_results() {
+    let model = forward_data("tiny-qwen35-Q4_K.gguf");
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = Vec::new();
+    for lookup in ["0", "4"] {
+        let out = dir.path().join(format!("{lookup}.json"));
+        let s = Server::start(&[
+            "-m",
+            model.to_str().unwrap(),
+            "-np",
+            "2",
+            "-c",
+            "512",
+            "--lookup",
+            lookup,
+        ]);
+        let mut py = vec!["--base-url", &s.base, "--out", out.to_str().unwrap()];
+        py.extend(["--no-chat", "--crowd", "2"]);
+        if lookup != "0" {
+            py.push("--expect-guesses");
+        }
+        run_python("test_determinism.py", &py);
+        all.push(std::fs::read_to_string(&out).unwrap());
+    }
+    assert!(all[0] == all[1], "--lookup 4 changed the served results");
+}

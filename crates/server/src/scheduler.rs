@@ -22,7 +22,7 @@ use synapse_engine::generate::{Decoding, Request, StopReason};
 use synapse_engine::sampler::SamplerConfig;
 use synapse_engine::speculate::{GuessLength, Lookup};
 use synapse_engine::tokenizer::Tokenizer;
-use synapse_engine::{shared_prefix, Logits, Model, Seq, State, Threads};
+use synapse_engine::{shared_prefix, Checkpoint, Logits, Model, Seq, State, Threads};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metrics::Metrics;
@@ -149,6 +149,9 @@ struct Slot<'t> {
     cached: Vec<u32>,
     last_used: u64,
     active: Option<Active<'t>>,
+    /// Where a recurrent state's last speculative pass began, to come back to when guesses
+    /// fail (it cannot rewind).
+    cp: Checkpoint,
 }
 
 /// The request a slot is serving.
@@ -189,6 +192,7 @@ pub fn run(
                 cached: Vec::new(),
                 last_used: 0,
                 active: None,
+                cp: Checkpoint::default(),
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
@@ -245,7 +249,7 @@ pub fn run(
                 }
                 a.pass.clear();
                 a.pass.push(t);
-                if cfg.lookup > 0 && !s.state.is_recurrent() {
+                if cfg.lookup > 0 {
                     let k = a
                         .guesses
                         .for_next_pass()
@@ -263,6 +267,9 @@ pub fn run(
                     }
                 }
                 let n = a.pass.len();
+                if n > 1 && s.state.is_recurrent() {
+                    s.state.checkpoint(&mut s.cp);
+                }
                 plan.push((i, n, if n > 1 { Logits::All } else { Logits::Last }));
                 budget -= n;
             }
@@ -360,11 +367,24 @@ pub fn run(
                 a.accepted += accepted;
                 metrics.speculated(guessed, accepted);
                 let keep = base + used;
-                if keep < s.state.pos {
-                    let back = s.state.rewind(keep);
-                    debug_assert!(back, "only states that rewind are given guesses");
-                    s.cached.truncate(s.state.pos);
+                if keep < s.state.pos && !s.state.rewind(keep) {
+                    // A recurrent state goes back to before the pass and takes the kept tokens
+                    // again: the bits it had after them in the pass.
+                    let again = if s.state.restore(&s.cp) {
+                        let kept = &a.pass[..used];
+                        model.forward(&mut s.state, kept, Logits::None, &mut [], threads)
+                    } else {
+                        Err(synapse_engine::ModelError::ForeignState)
+                    };
+                    if let Err(e) = again {
+                        let _ = a.job.events.send(Event::Error(e.to_string()));
+                        s.active = None;
+                        s.state.reset();
+                        s.cached.clear();
+                        continue;
+                    }
                 }
+                s.cached.truncate(s.state.pos);
             }
             if let Some(reason) = a.dec.stopped() {
                 let done = Finish {
