@@ -12,6 +12,11 @@
 //! with its prompt (the least recently used among equals: the eviction policy), and a longer
 //! prefix cached in any other slot is copied over first. Reused keys and values are the bits
 //! the prompt's tokens would compute, so a cache hit changes speed only.
+//!
+//! With prompt lookup (`serve --lookup`), a generating sequence's part of a step is its next
+//! token and guesses of the tokens after it: the token drawn from each row goes on while it is
+//! the guess there, and the state goes back past the rest (a recurrent state to a checkpoint
+//! taken before the step). The answers are the same bits; only the steps are fewer.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
