@@ -253,20 +253,8 @@ impl Generation<'_, '_> {
     /// after the row just drawn from.
     fn drop_guesses(&mut self, keep: usize) -> Result<(), ModelError> {
         let g = &mut *self.gen;
-        if g.state.pos == keep {
-            return Ok(());
-        }
-        if !g.state.rewind(keep) {
-            // A recurrent state goes back to before the pass and takes its kept tokens again:
-            // the same bits as taking them in the pass.
-            let first = self.pass.len() - (g.state.pos - g.cp.pos());
-            if !g.state.restore(&g.cp) {
-                unreachable!("the checkpoint before the last pass is of this state");
-            }
-            let kept = &self.pass[first..=self.row];
-            g.model
-                .forward(&mut g.state, kept, Logits::None, &mut [], self.threads)?;
-        }
+        g.model
+            .take_back(&mut g.state, &g.cp, &self.pass, keep, self.threads)?;
         g.held.truncate(keep);
         Ok(())
     }
@@ -284,12 +272,10 @@ impl Generation<'_, '_> {
                 .min(self.dec.remaining().saturating_sub(1));
             if k > 0 {
                 g.held.push(t);
-                let mut guesses = Vec::new();
                 let drafted =
-                    spec.draft(&g.held, self.dec.sampler(), k, self.threads, &mut guesses);
+                    spec.draft(&g.held, self.dec.sampler(), k, self.threads, &mut self.pass);
                 g.held.pop();
                 drafted?;
-                self.pass.extend_from_slice(&guesses);
             }
         }
         let n = self.pass.len();

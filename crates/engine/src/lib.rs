@@ -111,6 +111,10 @@ pub enum ModelError {
     NoTokens,
     #[error("the prompt is empty: there is nothing to generate from")]
     EmptyPrompt,
+    /// A checkpoint given to [`Model::take_back`] that was not taken of the state before the
+    /// tokens fed since.
+    #[error("the checkpoint is not of this state before the tokens fed since")]
+    StaleCheckpoint,
     /// A draft model for speculative decoding whose vocabulary is not the target's.
     #[error("the draft model's vocabulary is not the target's: {0}")]
     DraftVocabulary(String),

@@ -131,8 +131,8 @@ impl<'m> Speculation<'m> {
     }
 
     /// Up to `k` guesses of the tokens after `ctx` (every token of the sequence, the one just
-    /// drawn last), into `out`. `sampler` is the target's, as it stands before drawing the
-    /// token after `ctx`.
+    /// drawn last), appended to `out`. `sampler` is the target's, as it stands before drawing
+    /// the token after `ctx`.
     pub(crate) fn draft(
         &mut self,
         ctx: &[u32],
@@ -141,7 +141,6 @@ impl<'m> Speculation<'m> {
         threads: &Threads,
         out: &mut Vec<u32>,
     ) -> Result<(), ModelError> {
-        out.clear();
         let k = k.min(self.length.for_next_pass());
         if k == 0 || ctx.is_empty() {
             return Ok(());
@@ -178,7 +177,7 @@ impl Default for Lookup {
 
 impl Lookup {
     /// Up to `k` tokens that followed the latest earlier occurrence of the longest matching
-    /// suffix of `ctx`, into `out` (nothing where no suffix of `min_match` tokens recurs).
+    /// suffix of `ctx`, appended to `out` (nothing where no suffix of `min_match` tokens recurs).
     pub fn draft(&self, ctx: &[u32], k: usize, out: &mut Vec<u32>) {
         let n = ctx.len();
         for m in (self.min_match.max(1)..=self.max_match.min(n.saturating_sub(1))).rev() {

@@ -264,11 +264,9 @@ pub fn run(
                         .min(a.dec.remaining().saturating_sub(1));
                     if k > 0 {
                         s.cached.push(t);
-                        let mut guesses = Vec::new();
-                        Lookup::default().draft(&s.cached, k, &mut guesses);
+                        Lookup::default().draft(&s.cached, k, &mut a.pass);
                         s.cached.pop();
-                        a.pass.extend_from_slice(&guesses);
-                        guess_budget -= guesses.len();
+                        guess_budget -= a.pass.len() - 1;
                     }
                 }
                 let n = a.pass.len();
@@ -372,22 +370,13 @@ pub fn run(
                 a.accepted += accepted;
                 metrics.speculated(guessed, accepted);
                 let keep = base + used;
-                if keep < s.state.pos && !s.state.rewind(keep) {
-                    // A recurrent state goes back to before the pass and takes the kept tokens
-                    // again: the bits it had after them in the pass.
-                    let again = if s.state.restore(&s.cp) {
-                        let kept = &a.pass[..used];
-                        model.forward(&mut s.state, kept, Logits::None, &mut [], threads)
-                    } else {
-                        Err(synapse_engine::ModelError::ForeignState)
-                    };
-                    if let Err(e) = again {
-                        let _ = a.job.events.send(Event::Error(e.to_string()));
-                        s.active = None;
-                        s.state.reset();
-                        s.cached.clear();
-                        continue;
-                    }
+                let back = model.take_back(&mut s.state, &s.cp, &a.pass, keep, threads);
+                if let Err(e) = back {
+                    let _ = a.job.events.send(Event::Error(e.to_string()));
+                    s.active = None;
+                    s.state.reset();
+                    s.cached.clear();
+                    continue;
                 }
                 s.cached.truncate(s.state.pos);
             }

@@ -153,6 +153,28 @@ pub trait Model: Send + Sync {
     /// (`synapse bench --probe-each-token --probe-weights`).
     fn weight_memory(&self) -> Vec<&[u8]>;
 
+    /// Take `state` back to its first `keep` positions, dropping tokens fed on trial
+    /// (speculation's rejected guesses). `fed` are the tokens fed since `cp` was taken. The KV
+    /// cache rewinds; a recurrent state, which cannot, returns to `cp` and takes the kept
+    /// tokens of `fed` again: the bits it had after them. A checkpoint that is not of this
+    /// state before `fed` is an error ([`ModelError::StaleCheckpoint`]), nothing changed.
+    fn take_back(
+        &self,
+        state: &mut State,
+        cp: &Checkpoint,
+        fed: &[u32],
+        keep: usize,
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        if keep >= state.pos || state.rewind(keep) {
+            return Ok(());
+        }
+        if keep < cp.pos || cp.pos + fed.len() != state.pos || !state.restore(cp) {
+            return Err(ModelError::StaleCheckpoint);
+        }
+        self.forward(state, &fed[..keep - cp.pos], Logits::None, &mut [], threads)
+    }
+
     /// Feed a whole prompt in batches of `n_batch` and return the logits asked for:
     /// every position's (`All`) or the last one's (`Last`).
     fn prefill(
