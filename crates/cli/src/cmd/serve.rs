@@ -63,13 +63,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     if args.slots == 0 || args.slots > 1024 {
         bail!("-np {}: between 1 and 1024 sequences", args.slots);
     }
-    if args.lookup > super::speculate::MAX_GUESSES {
-        bail!(
-            "--lookup {}: at most {} guesses a pass",
-            args.lookup,
-            super::speculate::MAX_GUESSES
-        );
-    }
+    super::speculate::check_guesses("--lookup", args.lookup)?;
     if args.max_queue == 0 {
         bail!("--max-queue 0: no request could ever wait");
     }

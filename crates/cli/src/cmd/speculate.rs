@@ -28,7 +28,15 @@ pub struct SpecArgs {
 }
 
 /// The most guesses a pass: beyond this a pass costs more than its guesses can save.
-pub const MAX_GUESSES: usize = 64;
+const MAX_GUESSES: usize = 64;
+
+/// `flag`'s count of guesses a pass, checked against [`MAX_GUESSES`].
+pub fn check_guesses(flag: &str, n: usize) -> Result<()> {
+    if n > MAX_GUESSES {
+        bail!("{flag} {n}: at most {MAX_GUESSES} guesses a pass");
+    }
+    Ok(())
+}
 
 impl SpecArgs {
     /// A generator over `target` (see [`Generator::new`]) speculating as asked, handed to
@@ -41,11 +49,8 @@ impl SpecArgs {
         n_batch: usize,
         f: impl FnOnce(&mut Generator<'_>) -> Result<R>,
     ) -> Result<R> {
-        for (flag, n) in [("--lookup", self.lookup), ("--draft-max", self.draft_max)] {
-            if n > MAX_GUESSES {
-                bail!("{flag} {n}: at most {MAX_GUESSES} guesses a pass");
-            }
-        }
+        check_guesses("--lookup", self.lookup)?;
+        check_guesses("--draft-max", self.draft_max)?;
         let Some(path) = &self.draft else {
             let mut gen = Generator::new(target, tok, n_ctx, n_batch)?;
             if self.lookup > 0 {
