@@ -55,30 +55,69 @@ impl<'a> Matrix<'a> {
                 expected: format!("[{cols}, {}]", rows.map_or("n".into(), |r| r.to_string())),
             });
         }
+        Self::from_bytes(
+            &info.name,
+            info.ggml_type,
+            info.shape[1] as usize,
+            cols,
+            t.data,
+        )
+    }
+
+    /// The `n` matrices of `rows` outputs by `cols` inputs a 3-D tensor stacks (`[cols, rows,
+    /// n]`: a mixture's experts), each a view of its own bytes, checked like [`Matrix::new`].
+    pub fn stacked(
+        t: TensorView<'a>,
+        cols: usize,
+        rows: usize,
+        n: usize,
+    ) -> Result<Vec<Matrix<'a>>, ModelError> {
+        let info = t.info;
+        if info.shape != [cols as u64, rows as u64, n as u64] {
+            return Err(ModelError::Shape {
+                tensor: info.name.clone(),
+                shape: info.shape.clone(),
+                expected: format!("[{cols}, {rows}, {n}]"),
+            });
+        }
+        let each = t.data.len() / n.max(1);
+        t.data
+            .chunks_exact(each.max(1))
+            .take(n)
+            .map(|data| Self::from_bytes(&info.name, info.ggml_type, rows, cols, data))
+            .collect()
+    }
+
+    /// A matrix of `rows` rows of `cols` values of type `ty` in `data`.
+    fn from_bytes(
+        name: &str,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Matrix<'a>, ModelError> {
         // llama.cpp may repack a weight matrix, which changes its summation order: follow it,
         // to keep its logits' bits. That holds for the token embedding too: its lookups read
         // the plain rows whatever the order, and where it serves as a tied output llama.cpp
         // multiplies a second copy of it, repacked like any matrix of that type and row count
         // (a one-layer Q4_0 or IQ4_NL file with a tied output matched llama.cpp's logits on
-        // 13-14% of the values when the embedding was taken as never repacked).
-        let rows = info.shape[1] as usize;
-        let repacked = synapse_quant::llama_cpp_repacks(info.ggml_type, rows);
-        let vd = synapse_quant::matrix_kernel(info.ggml_type, repacked).map_err(|e| {
-            ModelError::Tensor {
-                tensor: info.name.clone(),
-                source: e,
-            }
+        // 13-14% of the values when the embedding was taken as never repacked). It repacks an
+        // expert by the rows of one expert.
+        let repacked = synapse_quant::llama_cpp_repacks(ty, rows);
+        let vd = synapse_quant::matrix_kernel(ty, repacked).map_err(|e| ModelError::Tensor {
+            tensor: name.into(),
+            source: e,
         })?;
         Ok(Matrix {
-            ty: info.ggml_type,
+            ty,
             rows,
             cols,
-            data: t.data,
-            row_bytes: t.data.len() / rows.max(1),
+            data,
+            row_bytes: data.len() / rows.max(1),
             act: vd.act,
             gemv: vd.gemv,
-            gemm: synapse_quant::gemm_kernel(info.ggml_type, repacked),
-            gemm1: synapse_quant::decode_tile_kernel(info.ggml_type, repacked),
+            gemm: synapse_quant::gemm_kernel(ty, repacked),
+            gemm1: synapse_quant::decode_tile_kernel(ty, repacked),
             repacked,
             packed: None,
         })
@@ -162,6 +201,13 @@ pub struct Acts {
     spare: usize,
 }
 
+impl Default for Acts {
+    /// Room for nothing: the activations of a block a model does not have.
+    fn default() -> Acts {
+        Acts::with_capacity(0, 0)
+    }
+}
+
 /// Calls with fewer tokens than this are quantized by the calling thread alone.
 const SPLIT_FROM: usize = 4;
 
@@ -223,13 +269,49 @@ impl Acts {
         });
     }
 
+    /// Rows `ts` of this call's tokens, as the kernels read them.
+    fn view(&self, ts: Range<usize>) -> ActRows<'_> {
+        let bytes = &self.buf[self.base + ts.start * self.row_bytes..][..ts.len() * self.row_bytes];
+        ActRows {
+            n: ts.len(),
+            row_bytes: self.row_bytes,
+            bytes,
+        }
+    }
+
+    /// Make this call's rows those of `src` at the indices `rows`, in that order (each row
+    /// copied as quantized: the same bytes as quantizing its values again): the tokens routed
+    /// to each expert, one expert's after another's.
+    pub fn gather(&mut self, src: &Acts, rows: &[usize]) {
+        let rb = src.row_bytes;
+        assert!(rows.len() * rb <= self.buf.len(), "gathered rows fit");
+        self.ty = src.ty;
+        self.row_bytes = rb;
+        self.n = rows.len();
+        self.base = 0;
+        for (i, &r) in rows.iter().enumerate() {
+            assert!(r < src.n, "a row of the source call");
+            let from = src.base + r * rb;
+            self.buf[i * rb..(i + 1) * rb].copy_from_slice(&src.buf[from..from + rb]);
+        }
+    }
+}
+
+/// Consecutive quantized activation rows: all of a call's tokens, or one expert's share.
+struct ActRows<'a> {
+    n: usize,
+    row_bytes: usize,
+    bytes: &'a [u8],
+}
+
+impl ActRows<'_> {
     fn row(&self, t: usize) -> &[u8] {
         self.rows(t..t + 1)
     }
 
-    /// Tokens `ts` of this call's rows, one after another.
+    /// Tokens `ts`, one after another.
     fn rows(&self, ts: Range<usize>) -> &[u8] {
-        &self.buf[self.base + ts.start * self.row_bytes..self.base + ts.end * self.row_bytes]
+        &self.bytes[ts.start * self.row_bytes..ts.end * self.row_bytes]
     }
 }
 
@@ -276,8 +358,9 @@ unsafe impl Sync for SharedBytes {}
 /// A pointer to an output buffer that threads write disjoint elements of.
 #[derive(Clone, Copy)]
 struct SharedOut(*mut f32, usize);
-// SAFETY: `matmul` hands each thread a disjoint set of rows; no element is written twice, and
-// the buffer outlives the scoped threads.
+// SAFETY: `matmul` and `matmul_grouped` hand each thread a disjoint set of rows (of a matrix,
+// or of a job whose output rows no other job writes); no element is written twice, and the
+// buffer outlives the pool's job.
 unsafe impl Sync for SharedOut {}
 
 /// `out[t * rows + r] = dot(W row r, token t)` for every row and token: `out` is
@@ -299,6 +382,7 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
         *sh = SharedOut(out.as_mut_ptr(), out.len());
     }
     let t = threads.n();
+    let acts = &acts.view(0..n);
     let bytes: usize = ws.iter().map(|w| w.rows * w.row_bytes).sum();
     if t == 1 || (n == 1 && bytes < t * STATIC_BELOW) {
         // Equal shares of each matrix, a whole number of groups each (one thread: all of it,
@@ -318,6 +402,63 @@ pub fn matmul_many(ws: &[&Matrix], acts: &Acts, outs: &mut [&mut [f32]], threads
     threads.pool.run(&|_| {
         while let Some((m, rows)) = work.claim() {
             matmul_rows(ws[m], acts, &shared[m], rows);
+        }
+    });
+}
+
+/// One product of a [`matmul_grouped`] call: matrix `w` times the call's activation rows
+/// `tokens`, into the same rows of output `out` (which is `(rows, w.rows)`).
+pub struct Job<'m, 'a> {
+    pub w: &'m Matrix<'a>,
+    pub tokens: Range<usize>,
+    pub out: usize,
+}
+
+/// Products of different matrices with different consecutive rows of `acts` (each expert of a
+/// mixture with the tokens routed to it) in one hand-off to the threads, which claim pieces of
+/// whole groups of rows as they go. Each output element is the dot product [`matmul`] computes
+/// for that row and token, whatever the other jobs hold (G1) and whichever thread takes it (D1).
+pub fn matmul_grouped(jobs: &[Job], acts: &Acts, outs: &mut [&mut [f32]], threads: &Threads) {
+    let shared: Vec<SharedOut> = outs
+        .iter_mut()
+        .map(|o| SharedOut(o.as_mut_ptr(), o.len()))
+        .collect();
+    // Each output's jobs in order of their rows, none overlapping: no element written twice.
+    let mut ends = vec![0; outs.len()];
+    for j in jobs {
+        assert_eq!(acts.ty, j.w.act, "activations quantized for another type");
+        assert!(j.tokens.end <= acts.n, "the job's rows are the call's");
+        assert!(j.out < outs.len() && j.tokens.end * j.w.rows <= shared[j.out].1);
+        assert!(
+            ends[j.out] <= j.tokens.start,
+            "jobs overlap in their output"
+        );
+        ends[j.out] = j.tokens.end;
+    }
+    // About four pieces a thread in all, each a whole number of the kernels' row tiles.
+    let per_job = (4 * threads.n()).div_ceil(jobs.len().max(1));
+    let mut pieces = Vec::new();
+    for (i, j) in jobs.iter().enumerate() {
+        let unit = if j.tokens.len() == 1 {
+            GROUP
+        } else {
+            j.w.tile_rows().next_multiple_of(GROUP)
+        };
+        let size = j.w.rows.div_ceil(per_job).next_multiple_of(unit).max(unit);
+        for r0 in (0..j.w.rows).step_by(size) {
+            pieces.push((i, r0..(r0 + size).min(j.w.rows)));
+        }
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    threads.pool.run(&|_| {
+        use std::sync::atomic::Ordering::Relaxed;
+        while let Some((i, rows)) = pieces.get(next.fetch_add(1, Relaxed)) {
+            let j = &jobs[*i];
+            let base = j.tokens.start * j.w.rows;
+            let (ptr, len) = (shared[j.out].0, shared[j.out].1);
+            // Rows `tokens` of the output: inside it (asserted above).
+            let out = SharedOut(ptr.wrapping_add(base), len - base);
+            matmul_rows(j.w, &acts.view(j.tokens.clone()), &out, rows.clone());
         }
     });
 }
@@ -416,7 +557,7 @@ const TOKEN_CHUNK: usize = 64;
 
 /// Rows `rows` of `w` times every token of `acts`, into `out` (`(n_tokens, w.rows)`), which
 /// no other thread writes those rows of.
-fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
+fn matmul_rows(w: &Matrix, acts: &ActRows, out: &SharedOut, rows: Range<usize>) {
     let n = acts.n;
     // Each slice of `out` this thread writes: rows of `rows` only.
     let out_slice = |start: usize, len: usize| {
@@ -476,7 +617,7 @@ fn matmul_rows(w: &Matrix, acts: &Acts, out: &SharedOut, rows: Range<usize>) {
 /// len)` (the elements of `out`, `(n_tokens, n_rows)`, this thread writes).
 fn matmul_packed<'o>(
     p: &PackedMatrix,
-    acts: &Acts,
+    acts: &ActRows,
     out_slice: &impl Fn(usize, usize) -> &'o mut [f32],
     n_rows: usize,
     rows: Range<usize>,
@@ -501,7 +642,7 @@ fn matmul_packed<'o>(
 /// rows, their count, tile)` fills a `(tokens, r1 - r0)` tile of at most `tile_rows` rows by
 /// [`TOKEN_CHUNK`] tokens, copied into `out_slice`.
 fn in_tiles<'o>(
-    acts: &Acts,
+    acts: &ActRows,
     out_slice: &impl Fn(usize, usize) -> &'o mut [f32],
     n_rows: usize,
     rows: Range<usize>,

@@ -7,7 +7,8 @@
 
 use synapse_gguf::GgufFile;
 
-use super::hparams::Dims;
+use super::hparams::{Dims, MoeParams};
+use super::moe::Moe;
 use super::{mm, mm_many, vector, Acts, Scratch};
 use crate::attention::{attend_batch, attend_rows, AttnShape};
 use crate::kv::KvCache;
@@ -35,7 +36,11 @@ pub(crate) fn matrix<'a>(
 
 /// `m` packed (where the CPU has kernels for its format), with the file's pages of the packed
 /// rows let go: the packed copy is the one the process keeps.
-fn packed<'a>(file: &'a GgufFile, m: Matrix<'a>, name: &str) -> Result<Matrix<'a>, ModelError> {
+pub(crate) fn packed<'a>(
+    file: &'a GgufFile,
+    m: Matrix<'a>,
+    name: &str,
+) -> Result<Matrix<'a>, ModelError> {
     m.pack(name, &|bytes| file.release(bytes))
 }
 
@@ -365,19 +370,13 @@ impl<'a> Ffn<'a> {
         );
         tap.rows("ffn_gate", l, pos0, &s.gate[..n * n_ff], n);
         tap.rows("ffn_up", l, pos0, &s.up[..n * n_ff], n);
-        let (g, u) = (&mut s.gate[..n * n_ff], &s.up[..n * n_ff]);
-        // Row by row, as ggml applies it (SwiGLU's vector `exp` takes whole groups of 16 and
-        // libm's `expf` the row's tail, so a row is the unit that keeps the bits): a batch's
-        // rows over the threads (one token's row is too short to be worth a hand-off).
-        if n > 1 {
-            parallel_chunks_mut(threads, g, n_ff, |t0, run| {
-                for (i, row) in run.chunks_exact_mut(n_ff).enumerate() {
-                    glu_dispatch(act, row, &u[(t0 + i) * n_ff..][..n_ff]);
-                }
-            });
-        } else {
-            glu(act, g, u);
-        }
+        glu_rows(
+            act,
+            &mut s.gate[..n * n_ff],
+            &s.up[..n * n_ff],
+            n_ff,
+            threads,
+        );
         let name = match act {
             Activation::Silu => "ffn_swiglu",
             Activation::Gelu => "ffn_geglu",
@@ -394,6 +393,28 @@ impl<'a> Ffn<'a> {
             threads,
         );
         tap.rows("ffn_out", l, pos0, &s.o[..n * self.down.rows], n);
+    }
+}
+
+/// `gate = act(gate) * up` for each row of `width` values. Row by row, as ggml applies it
+/// (SwiGLU's vector `exp` takes whole groups of 16 and libm's `expf` the row's tail, so a row is
+/// the unit that keeps the bits): a batch's rows over the threads (one token's row is too short
+/// to be worth a hand-off).
+pub(crate) fn glu_rows(
+    act: Activation,
+    gate: &mut [f32],
+    up: &[f32],
+    width: usize,
+    threads: &Threads,
+) {
+    if gate.len() > width {
+        parallel_chunks_mut(threads, gate, width, |t0, run| {
+            for (i, row) in run.chunks_exact_mut(width).enumerate() {
+                glu_dispatch(act, row, &up[(t0 + i) * width..][..width]);
+            }
+        });
+    } else {
+        glu(act, gate, up);
     }
 }
 
@@ -430,6 +451,54 @@ fn glu_dispatch(act: Activation, gate: &mut [f32], up: &[f32]) {
         return unsafe { v3(act, gate, up) };
     }
     glu(act, gate, up)
+}
+
+/// A layer's feed-forward block: one gated FFN, or a mixture of experts.
+pub(crate) enum FeedForward<'a> {
+    Dense(Ffn<'a>),
+    Routed(Moe<'a>),
+}
+
+impl<'a> FeedForward<'a> {
+    /// Layer `i`'s: the experts where the model has them (`moe`), else `blk.{i}.ffn_*`.
+    pub fn load(
+        file: &'a GgufFile,
+        i: usize,
+        dims: &Dims,
+        moe: Option<&MoeParams>,
+    ) -> Result<FeedForward<'a>, ModelError> {
+        Ok(match moe {
+            Some(p) => FeedForward::Routed(Moe::load(file, i, dims.n_embd, p, true)?),
+            None => FeedForward::Dense(Ffn::load(file, i, dims.n_embd, dims.n_ff)?),
+        })
+    }
+
+    /// Its matrices, in the order a pass multiplies them.
+    pub fn matrices(&self) -> Vec<&Matrix<'a>> {
+        match self {
+            FeedForward::Dense(f) => f.matrices().to_vec(),
+            FeedForward::Routed(m) => m.matrices().collect(),
+        }
+    }
+
+    /// `s.o` of the `n` normed rows in `s.h`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub fn forward(
+        &self,
+        act: Activation,
+        s: &mut Scratch,
+        n: usize,
+        threads: &Threads,
+        tap: &Tap,
+        l: usize,
+        pos0: usize,
+    ) {
+        match self {
+            FeedForward::Dense(f) => f.forward(act, s, n, threads, tap, l, pos0),
+            FeedForward::Routed(m) => m.forward(act, s, n, threads, tap, l, pos0),
+        }
+    }
 }
 
 /// The logits of the last `rows` of the `n` rows of `s.x`: `output · norm(x)`, into `out`.
@@ -470,7 +539,7 @@ pub(crate) struct DecoderLayer<'a> {
     pub attn_norm: Vec<f32>,
     pub attn: Attention<'a>,
     pub ffn_norm: Vec<f32>,
-    pub ffn: Ffn<'a>,
+    pub ffn: FeedForward<'a>,
 }
 
 /// What a [`DecoderLayer`] needs besides its weights.
@@ -490,13 +559,14 @@ impl<'a> DecoderLayer<'a> {
         dims: &Dims,
         a: &AttnShape,
         qk_norm: bool,
+        moe: Option<&MoeParams>,
     ) -> Result<DecoderLayer<'a>, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         Ok(DecoderLayer {
             attn_norm: vector(file, &p("attn_norm"), dims.n_embd)?,
             attn: Attention::load(file, i, dims.n_embd, a, qk_norm)?,
             ffn_norm: vector(file, &p("ffn_norm"), dims.n_embd)?,
-            ffn: Ffn::load(file, i, dims.n_embd, dims.n_ff)?,
+            ffn: FeedForward::load(file, i, dims, moe)?,
         })
     }
 

@@ -14,10 +14,10 @@ use synapse_gguf::GgufFile;
 
 use super::batch::{embed_runs, logit_rows};
 use super::blocks::{
-    add_bias_rows, embed, layer_matrices, matrix, optional_vector, output_logits, output_matrix,
-    Activation, DecoderLayer, LayerCtx,
+    add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
+    DecoderLayer, LayerCtx,
 };
-use super::hparams::Common;
+use super::hparams::{Common, MoeParams};
 use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -32,11 +32,14 @@ pub(crate) struct DecoderSpec {
     pub rope: Rope,
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_{q,k}_norm`).
     pub qk_norm: bool,
+    /// Every layer's feed-forward block a mixture of these experts, where it is one.
+    pub moe: Option<MoeParams>,
 }
 
 pub struct Decoder<'a> {
     info: ModelInfo,
     n_ff: usize,
+    moe: Option<MoeParams>,
     eps: f32,
     attn: AttnShape,
     rope: Rope,
@@ -56,7 +59,7 @@ impl<'a> Decoder<'a> {
         let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(spec.hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
         let layers = (0..dims.n_layer)
-            .map(|i| DecoderLayer::load(file, i, dims, &attn, spec.qk_norm))
+            .map(|i| DecoderLayer::load(file, i, dims, &attn, spec.qk_norm, spec.moe.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Decoder {
             info: ModelInfo::new(
@@ -66,7 +69,9 @@ impl<'a> Decoder<'a> {
                 n_embd,
                 dims.n_layer,
             ),
-            n_ff: dims.n_ff,
+            // A mixture's layers have no dense block to size the scratch for.
+            n_ff: spec.moe.map_or(dims.n_ff, |p| p.n_ff_exp),
+            moe: spec.moe,
             eps: spec.hp.eps,
             attn,
             rope: spec.rope,
@@ -98,12 +103,12 @@ impl ForwardBody for Decoder<'_> {
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
-        State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
+        State::for_decoder(&self.info, &self.attn, self.n_ff, self.moe, n_ctx, n_batch)
     }
 
     fn matrices(&self) -> Vec<&Matrix<'_>> {
         let layers = self.layers.iter();
-        let per_layer = layers.flat_map(|l| layer_matrices(&l.attn, &l.ffn));
+        let per_layer = layers.flat_map(|l| l.attn.matrices().into_iter().chain(l.ffn.matrices()));
         per_layer.chain([&self.output]).collect()
     }
 
@@ -152,9 +157,10 @@ impl ForwardBody for Decoder<'_> {
     }
 
     fn batch_dims(&self, n_tokens: usize) -> Option<ScratchDims> {
-        Some(ScratchDims::for_decoder(
-            &self.info, &self.attn, self.n_ff, n_tokens,
-        ))
+        Some(ScratchDims {
+            moe: self.moe,
+            ..ScratchDims::for_decoder(&self.info, &self.attn, self.n_ff, n_tokens)
+        })
     }
 
     #[inline(always)]

@@ -179,7 +179,7 @@ impl super::ForwardBody for Gemma3<'_> {
     }
 
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
-        State::for_decoder(&self.info, &self.attn, self.n_ff, n_ctx, n_batch)
+        State::for_decoder(&self.info, &self.attn, self.n_ff, None, n_ctx, n_batch)
     }
 
     fn matrices(&self) -> Vec<&Matrix<'_>> {

@@ -275,6 +275,59 @@ impl Common {
     }
 }
 
+/// The most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
+const MAX_EXPERTS: usize = 512;
+
+/// A mixture of experts' shape: every layer's feed-forward block routes each token to
+/// `n_used` of `n_expert` expert FFNs, each `n_ff_exp` wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MoeParams {
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub n_ff_exp: usize,
+}
+
+impl MoeParams {
+    /// `{arch}.expert_count`, `expert_used_count` and `expert_feed_forward_length` (the
+    /// experts' width, `width_default` where absent); `None` where the file has no experts
+    /// (`expert_count` absent or 0).
+    pub fn read(
+        file: &GgufFile,
+        arch: &str,
+        width_default: impl Fn(usize) -> usize,
+    ) -> Result<Option<MoeParams>, ModelError> {
+        let k = Keys {
+            md: file.metadata(),
+            arch,
+        };
+        let n_expert = k.usize_or("expert_count", 0)?;
+        if n_expert == 0 {
+            return Ok(None);
+        }
+        if n_expert > MAX_EXPERTS {
+            return Err(bad(
+                &k.key("expert_count"),
+                n_expert,
+                format!("at most {MAX_EXPERTS} experts are supported"),
+            ));
+        }
+        let n_used = k.nonzero("expert_used_count", None)?;
+        if n_used > n_expert {
+            return Err(bad(
+                &k.key("expert_used_count"),
+                n_used,
+                format!("a token cannot use more than the {n_expert} experts"),
+            ));
+        }
+        let n_ff_exp = k.nonzero("expert_feed_forward_length", Some(width_default(n_used)))?;
+        Ok(Some(MoeParams {
+            n_expert,
+            n_used,
+            n_ff_exp,
+        }))
+    }
+}
+
 /// The layer index of a tensor named `blk.{N}.*`.
 fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("blk.")?.split('.').next()?.parse().ok()

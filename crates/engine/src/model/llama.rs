@@ -1,4 +1,5 @@
-//! `llama`: Llama 2/3.x, SmolLM2, Mistral-style models.
+//! `llama`: Llama 2/3.x, SmolLM2, Mistral-style models, and Mixtral-style mixtures of experts
+//! (`expert_count` > 0: every layer's FFN routed, [`super::moe`]).
 //!
 //! ```text
 //! x = token_embd[token]
@@ -12,7 +13,7 @@
 use synapse_gguf::GgufFile;
 
 use super::decoder::{Decoder, DecoderSpec};
-use super::hparams::{rope_factors, Arch, Common};
+use super::hparams::{rope_factors, Arch, Common, MoeParams};
 use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
@@ -44,6 +45,8 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
             freq_factors,
         },
         qk_norm: false,
+        // Mixtral-style files: every expert as wide as `feed_forward_length`.
+        moe: MoeParams::read(file, "llama", |_| hp.dims.n_ff)?,
         hp,
     };
     Decoder::load(file, spec)

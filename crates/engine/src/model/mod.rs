@@ -11,6 +11,8 @@ use crate::kv::KvCache;
 use crate::matmul::{matmul, Acts, Matrix, Threads};
 use crate::ops::Rope;
 use crate::ModelError;
+use hparams::MoeParams;
+use moe::MoeBuffers;
 
 pub use batch::{Batch, Seq};
 
@@ -20,9 +22,11 @@ mod decoder;
 pub mod gemma3;
 mod hparams;
 pub mod llama;
+mod moe;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
+pub mod qwen3moe;
 
 /// Loads one architecture from a file, borrowing its weights.
 type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
@@ -34,6 +38,7 @@ const REGISTRY: &[(&str, Loader)] = &[
     ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
+    ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),
     ("qwen35", |f| Ok(Box::new(qwen35::Qwen35::load(f)?))),
 ];
 
@@ -242,10 +247,14 @@ impl State {
         info: &ModelInfo,
         a: &AttnShape,
         n_ff: usize,
+        moe: Option<MoeParams>,
         n_ctx: usize,
         n_batch: usize,
     ) -> Result<State, ModelError> {
-        let d = ScratchDims::for_decoder(info, a, n_ff, scratch_rows(n_ctx, n_batch));
+        let d = ScratchDims {
+            moe,
+            ..ScratchDims::for_decoder(info, a, n_ff, scratch_rows(n_ctx, n_batch))
+        };
         let mut bytes = StateBytes::new(n_ctx, n_batch)?;
         d.count(&mut bytes)?;
         bytes.kv_cache(info.n_layer, a)?;
@@ -476,6 +485,8 @@ pub(crate) struct Scratch {
     pub q_full: Vec<f32>,
     /// The buffers of gated delta-net layers; empty for architectures without them.
     pub dn: DeltaNetBuffers,
+    /// The buffers of a mixture of experts' layers; empty for architectures without them.
+    pub moe: MoeBuffers,
 }
 
 /// The sizes a [`Scratch`] is allocated for.
@@ -486,6 +497,8 @@ pub(crate) struct ScratchDims {
     pub kv_dim: usize,
     pub n_ff: usize,
     pub head_dim: usize,
+    /// The experts of a mixture's layers, where it has them.
+    pub moe: Option<MoeParams>,
 }
 
 impl ScratchDims {
@@ -498,6 +511,7 @@ impl ScratchDims {
             kv_dim: a.n_head_kv * a.head_dim,
             n_ff,
             head_dim: a.head_dim,
+            moe: None,
         }
     }
 
@@ -515,6 +529,9 @@ impl ScratchDims {
         b.add("key and value rows", f32s(self.kv_dim, 2))?;
         b.add("feed-forward rows", f32s(self.n_ff, 2))?;
         b.add("RoPE angles", bytes(8, &[n.max(1), self.head_dim / 2]))?;
+        if let Some(p) = &self.moe {
+            b.add("expert rows", MoeBuffers::bytes(n, self.n_embd, p))?;
+        }
         // The quantized activations: a batch and, at most, two spare ones.
         b.add("quantized activations", f32s(self.widest(), 3))
     }
@@ -538,6 +555,10 @@ impl Scratch {
             acts: Acts::with_capacity(n, widest),
             q_full: Vec::new(),
             dn: DeltaNetBuffers::default(),
+            moe: match &d.moe {
+                Some(p) => MoeBuffers::new(n, d.n_embd, p),
+                None => MoeBuffers::default(),
+            },
         }
     }
 }

@@ -6,21 +6,22 @@
 use synapse_gguf::GgufFile;
 
 use super::decoder::{Decoder, DecoderSpec};
-use super::hparams::{Arch, Common};
+use super::hparams::{Arch, Common, MoeParams};
 use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    load_qwen(file, "qwen2", false, 32768)
+    load_qwen(file, "qwen2", false, 32768, None)
 }
 
-/// The Qwen dense decoders (qwen2, and qwen3 with `qk_norm`): the llama layer with NeoX RoPE
-/// over whole heads; biases are taken wherever the file has them.
+/// The Qwen decoders (qwen2, and qwen3 with `qk_norm`; qwen3moe with experts): the llama layer
+/// with NeoX RoPE over whole heads; biases are taken wherever the file has them.
 pub(super) fn load_qwen<'a>(
     file: &'a GgufFile,
     arch: &'static str,
     qk_norm: bool,
     n_ctx_train_default: usize,
+    moe: Option<MoeParams>,
 ) -> Result<Decoder<'a>, ModelError> {
     let hp = Common::read(
         file,
@@ -42,6 +43,7 @@ pub(super) fn load_qwen<'a>(
             freq_factors: None,
         },
         qk_norm,
+        moe,
         hp,
     };
     Decoder::load(file, spec)

@@ -415,6 +415,7 @@ impl super::ForwardBody for Qwen35<'_> {
             kv_dim,
             n_ff: self.n_ff,
             head_dim: a.head_dim,
+            moe: None,
         };
         let widest = [self.info.n_embd, q_dim, self.n_ff, self.dn.value_dim()]
             .into_iter()

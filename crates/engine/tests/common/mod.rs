@@ -229,3 +229,61 @@ pub fn id_list(v: &serde_json::Value) -> Vec<u32> {
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
+
+/// Synapse's logits for the golden ids against llama.cpp's: the bounds, then the bits;
+/// then G1 (batch sizes 1, 7, 64, 93) and D1 (1 to 64 threads), bit for bit, and a prefill for
+/// the last logits alone against them ([`last_logits_match_all`]).
+pub fn check_golden(file_name: &str, arch: &str) {
+    let file = GgufFile::open(data(&format!("{file_name}.gguf"))).unwrap();
+    let model = synapse_engine::load(&file).unwrap();
+    assert_eq!(model.info().arch, arch);
+    let golden = GgufFile::open(data(&format!("{file_name}.logits.gguf"))).unwrap();
+    let ids = ints(&golden, "ids");
+    let want = floats(&golden, "logits");
+    let n_vocab = model.info().n_vocab;
+    assert!(
+        ids.len() > 93,
+        "the golden ids must outrun the largest batch"
+    );
+
+    let got = run(model.as_ref(), &ids, 1, 1);
+    let (mut kl_sum, mut agree) = (0.0, 0);
+    for (g, w) in got.chunks(n_vocab).zip(want.chunks(n_vocab)) {
+        let (lg, lw) = (log_softmax(g), log_softmax(w));
+        kl_sum += lw
+            .iter()
+            .zip(&lg)
+            .map(|(a, b)| a.exp() * (a - b))
+            .sum::<f64>();
+        agree += (argmax(g) == argmax(w)) as usize;
+    }
+    let mean_kl = kl_sum / ids.len() as f64;
+    let exact = got
+        .chunks(n_vocab)
+        .zip(want.chunks(n_vocab))
+        .filter(|(g, w)| g == w)
+        .count();
+    eprintln!(
+        "{file_name}: mean KL {mean_kl:.2e}, top-1 {agree}/{n}, bit-identical positions {exact}/{n}",
+        n = ids.len()
+    );
+    assert!(mean_kl <= 1e-3, "{file_name}: mean KL {mean_kl:.3e}");
+    assert!(
+        agree as f64 >= 0.99 * ids.len() as f64,
+        "{file_name}: top-1 {agree}/{}",
+        ids.len()
+    );
+    // Stronger than the bounds: synapse does llama.cpp's arithmetic in its order (x86 AVX-512
+    // build), so the logits are its, to the bit.
+    assert!(got == want, "{file_name}: logits differ from llama.cpp's");
+
+    for batch in [7, 64, 93] {
+        assert!(
+            run(model.as_ref(), &ids, batch, 1) == got,
+            "{file_name}: batch {batch} differs from token by token"
+        );
+    }
+    assert_d1(file_name, model.as_ref(), &ids, &got);
+    let all = run(model.as_ref(), &with_next(model.as_ref(), &ids), 1, 1);
+    last_logits_match_all(file_name, model.as_ref(), &ids, &all);
+}

@@ -1,0 +1,387 @@
+//! The routed feed-forward block of a mixture of experts (`qwen3moe`, Mixtral-style `llama`), as
+//! llama.cpp's `build_moe_ffn` computes it with softmax gating:
+//!
+//! ```text
+//! p          = softmax(Wrouter · h)                  (one probability per expert)
+//! e_1 .. e_k = the k most probable experts, most probable first
+//! w_i        = p[e_i] / max(p[e_1] + .. + p[e_k], 2^-14)     (where the model normalises)
+//! out        = w_1 · down_e1(silu(gate_e1 · h) * (up_e1 · h)) + .. + w_k · down_ek(..)
+//! ```
+//!
+//! The experts' matrices are read in place from the stacked `ffn_{gate,up,down}_exps` tensors. A
+//! pass gathers the rows routed to each expert and multiplies each expert's matrices once for all
+//! of them, so a batch reads an expert's weights once. A token's output is still its own: each
+//! product is the one dot product per row and token whatever else the expert was given, and the
+//! routing and the weighted sum are per token, in its own rank order. So it keeps G1 and D1.
+
+use synapse_gguf::GgufFile;
+
+use super::blocks::{glu_rows, matrix, packed, Activation};
+use super::hparams::MoeParams;
+use super::{bytes, mm, Scratch};
+use crate::matmul::{matmul_grouped, Acts, Job, Matrix, Threads};
+use crate::ops::{expf_ggml, reduce_add_16};
+use crate::{ModelError, Tap};
+
+/// One expert: a gated feed-forward block.
+struct Expert<'a> {
+    gate: Matrix<'a>,
+    up: Matrix<'a>,
+    down: Matrix<'a>,
+}
+
+/// A layer's router and experts.
+pub(crate) struct Moe<'a> {
+    /// `ffn_gate_inp`: one row of logits per expert (F32 in the files llama.cpp writes).
+    router: Matrix<'a>,
+    experts: Vec<Expert<'a>>,
+    n_used: usize,
+    /// Whether the chosen experts' probabilities are divided by their sum.
+    norm: bool,
+}
+
+impl<'a> Moe<'a> {
+    /// Layer `i`'s `ffn_gate_inp` and `ffn_{gate,up,down}_exps`, each expert packed as a matrix
+    /// of its own.
+    pub fn load(
+        file: &'a GgufFile,
+        i: usize,
+        n_embd: usize,
+        p: &MoeParams,
+        norm: bool,
+    ) -> Result<Moe<'a>, ModelError> {
+        let name = |s: &str| format!("blk.{i}.{s}.weight");
+        let stack = |s: &str, cols: usize, rows: usize| -> Result<Vec<Matrix<'a>>, ModelError> {
+            let name = name(s);
+            let t = file.tensor(&name).map_err(|_| ModelError::MissingTensor {
+                tensor: name.clone(),
+            })?;
+            Matrix::stacked(t, cols, rows, p.n_expert)?
+                .into_iter()
+                .map(|m| packed(file, m, &name))
+                .collect()
+        };
+        let (d, f) = (n_embd, p.n_ff_exp);
+        let gates = stack("ffn_gate_exps", d, f)?;
+        let ups = stack("ffn_up_exps", d, f)?;
+        let downs = stack("ffn_down_exps", f, d)?;
+        let experts = gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| Expert { gate, up, down })
+            .collect();
+        Ok(Moe {
+            router: matrix(file, &name("ffn_gate_inp"), d, Some(p.n_expert))?,
+            experts,
+            n_used: p.n_used,
+            norm,
+        })
+    }
+
+    /// Its matrices: the router, then each expert's gate, up and down.
+    pub fn matrices(&self) -> impl Iterator<Item = &Matrix<'a>> {
+        let experts = self.experts.iter();
+        std::iter::once(&self.router).chain(experts.flat_map(|e| [&e.gate, &e.up, &e.down]))
+    }
+
+    /// `s.o` of the `n` normed rows in `s.h`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        act: Activation,
+        s: &mut Scratch,
+        n: usize,
+        threads: &Threads,
+        tap: &Tap,
+        l: usize,
+        pos0: usize,
+    ) {
+        let (n_expert, k) = (self.experts.len(), self.n_used);
+        let d = self.router.cols;
+        let f = self.experts[0].gate.rows;
+        let b = &mut s.moe;
+        mm(
+            "ffn_moe_logits",
+            &self.router,
+            &s.h,
+            n,
+            &mut s.acts,
+            &mut b.logits,
+            threads,
+        );
+        tap.rows("ffn_moe_logits", l, pos0, &b.logits[..n * n_expert], n);
+        for t in 0..n {
+            let logits = &b.logits[t * n_expert..(t + 1) * n_expert];
+            route(
+                logits,
+                &mut b.probs,
+                &mut b.chosen[t * k..(t + 1) * k],
+                self.norm,
+            );
+        }
+        let rows = b.group(n, k, n_expert);
+        crate::profile::mark("ffn_moe_route");
+
+        // Gate and up: `h` quantized once, its rows gathered expert by expert.
+        let (gate_ty, up_ty) = (
+            self.experts[0].gate.act_type(),
+            self.experts[0].up.act_type(),
+        );
+        s.acts.quantize(gate_ty, &s.h[..n * d], d, threads);
+        b.acts.gather(&s.acts, &b.src[..rows]);
+        if up_ty == gate_ty {
+            let mut all = self.jobs(&b.starts, |e| &e.gate, 0);
+            all.extend(self.jobs(&b.starts, |e| &e.up, 1));
+            matmul_grouped(&all, &b.acts, &mut [&mut b.gate, &mut b.up], threads);
+        } else {
+            matmul_grouped(
+                &self.jobs(&b.starts, |e| &e.gate, 0),
+                &b.acts,
+                &mut [&mut b.gate],
+                threads,
+            );
+            s.acts.quantize(up_ty, &s.h[..n * d], d, threads);
+            b.acts.gather(&s.acts, &b.src[..rows]);
+            matmul_grouped(
+                &self.jobs(&b.starts, |e| &e.up, 0),
+                &b.acts,
+                &mut [&mut b.up],
+                threads,
+            );
+        }
+        self.mark_products("ffn_moe_gate_up", b, |e| [&e.gate, &e.up]);
+
+        glu_rows(act, &mut b.gate[..rows * f], &b.up[..rows * f], f, threads);
+        crate::profile::mark("ffn_moe_glu");
+
+        let down_ty = self.experts[0].down.act_type();
+        b.acts.quantize(down_ty, &b.gate[..rows * f], f, threads);
+        crate::profile::mark("quantize activations");
+        matmul_grouped(
+            &self.jobs(&b.starts, |e| &e.down, 0),
+            &b.acts,
+            &mut [&mut b.down],
+            threads,
+        );
+        self.mark_products("ffn_moe_down", b, |e| [&e.down]);
+
+        // Each token's experts weighted and added in its rank order, as ggml adds the views.
+        for t in 0..n {
+            let o = &mut s.o[t * d..(t + 1) * d];
+            for i in 0..k {
+                let (r, (_, w)) = (b.slot[t * k + i], b.chosen[t * k + i]);
+                let y = &b.down[r * d..(r + 1) * d];
+                if i == 0 {
+                    o.iter_mut().zip(y).for_each(|(o, &y)| *o = y * w);
+                } else {
+                    o.iter_mut().zip(y).for_each(|(o, &y)| *o += y * w);
+                }
+            }
+        }
+        crate::profile::mark("ffn_moe_sum");
+        tap.rows("ffn_moe_out", l, pos0, &s.o[..n * d], n);
+    }
+
+    /// One product for each expert given tokens: its matrix `pick` with its rows (`starts`,
+    /// [`MoeBuffers::group`]), into output `out`.
+    fn jobs<'m>(
+        &'m self,
+        starts: &[usize],
+        pick: impl Fn(&'m Expert<'a>) -> &'m Matrix<'a>,
+        out: usize,
+    ) -> Vec<Job<'m, 'a>> {
+        let given = |e: &usize| starts[*e] < starts[*e + 1];
+        (0..self.experts.len())
+            .filter(given)
+            .map(|e| Job {
+                w: pick(&self.experts[e]),
+                tokens: starts[e]..starts[e + 1],
+                out,
+            })
+            .collect()
+    }
+
+    /// The profile's count of the weights the experts given tokens read, and their products.
+    fn mark_products<const M: usize>(
+        &self,
+        name: &'static str,
+        b: &MoeBuffers,
+        pick: impl for<'e> Fn(&'e Expert<'a>) -> [&'e Matrix<'a>; M],
+    ) {
+        let (mut weight_bytes, mut macs) = (0u64, 0u64);
+        for (e, x) in self.experts.iter().enumerate() {
+            let tokens = (b.starts[e + 1] - b.starts[e]) as u64;
+            if tokens > 0 {
+                for w in pick(x) {
+                    weight_bytes += w.bytes() as u64;
+                    macs += tokens * (w.rows * w.cols) as u64;
+                }
+            }
+        }
+        crate::profile::mark_product(name, weight_bytes, macs);
+    }
+}
+
+/// The scratch of a mixture's pass of up to `n` tokens.
+#[derive(Default)]
+pub(crate) struct MoeBuffers {
+    /// `(n, n_expert)`: the router's logits.
+    logits: Vec<f32>,
+    /// `(n_expert)`: one token's probabilities.
+    probs: Vec<f32>,
+    /// `(n, n_used)`: each token's experts, most probable first, and their weights.
+    chosen: Vec<(u32, f32)>,
+    /// Where each expert's rows start among the gathered rows (`n_expert + 1` entries).
+    starts: Vec<usize>,
+    /// `(n * n_used)`: the token of each gathered row.
+    src: Vec<usize>,
+    /// `(n, n_used)`: the gathered row of each token's expert of each rank.
+    slot: Vec<usize>,
+    /// `(n * n_used, n_ff_exp)`: the experts' gate (then GLU) and up rows.
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// `(n * n_used, n_embd)`: the experts' outputs.
+    down: Vec<f32>,
+    /// The gathered rows, quantized.
+    acts: Acts,
+}
+
+impl MoeBuffers {
+    pub fn new(n: usize, n_embd: usize, p: &MoeParams) -> MoeBuffers {
+        let rows = n * p.n_used;
+        MoeBuffers {
+            logits: vec![0.0; n * p.n_expert],
+            probs: vec![0.0; p.n_expert],
+            chosen: vec![(0, 0.0); rows],
+            starts: vec![0; p.n_expert + 1],
+            src: vec![0; rows],
+            slot: vec![0; rows],
+            gate: vec![0.0; rows * p.n_ff_exp],
+            up: vec![0.0; rows * p.n_ff_exp],
+            down: vec![0.0; rows * n_embd],
+            acts: Acts::with_capacity(rows, n_embd.max(p.n_ff_exp)),
+        }
+    }
+
+    /// The bytes [`MoeBuffers::new`] allocates, or `None` where that overflows.
+    pub fn bytes(n: usize, n_embd: usize, p: &MoeParams) -> Option<usize> {
+        let rows = n.checked_mul(p.n_used)?;
+        let widest = n_embd.max(p.n_ff_exp);
+        [
+            bytes(4, &[n, p.n_expert]),
+            bytes(24, &[rows]),
+            bytes(4 * 2, &[rows, p.n_ff_exp]),
+            bytes(4, &[rows, n_embd]),
+            // Acts: the rows and at most three spare ones, four bytes a value at most.
+            bytes(4, &[rows.checked_add(6)?, widest]),
+        ]
+        .into_iter()
+        .try_fold(0usize, |a, b| a.checked_add(b?))
+    }
+
+    /// Lay out the `n * k` rows the tokens' choices make, expert by expert and, within an
+    /// expert, token by token: `starts`, `src` and `slot`. Returns the number of rows.
+    fn group(&mut self, n: usize, k: usize, n_expert: usize) -> usize {
+        let rows = n * k;
+        self.starts.fill(0);
+        for &(e, _) in &self.chosen[..rows] {
+            self.starts[e as usize + 1] += 1;
+        }
+        for e in 0..n_expert {
+            self.starts[e + 1] += self.starts[e];
+        }
+        // `slot` holds each expert's next free row while it is filled; the starts stay.
+        let mut next = self.starts.clone();
+        for (i, &(e, _)) in self.chosen[..rows].iter().enumerate() {
+            let r = next[e as usize];
+            next[e as usize] += 1;
+            self.src[r] = i / k;
+            self.slot[i] = r;
+        }
+        rows
+    }
+}
+
+/// Softmax of one token's router logits (`probs`), computed as ggml's `soft_max` does on the
+/// reference CPU (an AVX-512 build): `e^(x - max)` by [`expf_ggml`] in groups of sixteen,
+/// each group's sum added to an f64 total in `_mm512_reduce_add_ps`'s order, libm's `expf` on
+/// the tail; then each value times the f32 of the total's inverse. Then the `chosen.len()` most
+/// probable experts, most probable first (of equal probabilities, the lower index first: the
+/// order llama.cpp's sort gives up to sixteen experts), with their probabilities, divided by
+/// their sum (added in f64, at least 2^-14) where `norm`.
+fn route(logits: &[f32], probs: &mut [f32], chosen: &mut [(u32, f32)], norm: bool) {
+    let max = logits
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+    let body = logits.len() / 16 * 16;
+    let mut sum = 0.0f64;
+    for (x, p) in logits[..body]
+        .chunks_exact(16)
+        .zip(probs.chunks_exact_mut(16))
+    {
+        let v: [f32; 16] = std::array::from_fn(|i| expf_ggml(x[i] - max));
+        p.copy_from_slice(&v);
+        sum += reduce_add_16(v) as f64;
+    }
+    for (x, p) in logits[body..].iter().zip(&mut probs[body..]) {
+        *p = (x - max).exp();
+        sum += *p as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    probs.iter_mut().for_each(|p| *p *= inv);
+
+    for i in 0..chosen.len() {
+        let taken = &chosen[..i];
+        let mut best: Option<usize> = None;
+        for (e, &p) in probs.iter().enumerate() {
+            if taken.iter().any(|&(c, _)| c as usize == e) {
+                continue;
+            }
+            if best.is_none_or(|b| p > probs[b]) {
+                best = Some(e);
+            }
+        }
+        let e = best.expect("no more experts used than there are");
+        chosen[i] = (e as u32, probs[e]);
+    }
+    if norm {
+        let sum = chosen.iter().map(|&(_, w)| w as f64).sum::<f64>() as f32;
+        // ggml's clamp to F16's smallest normal, 2^-14, against a division by zero.
+        const LEAST: f32 = 1.0 / 16384.0;
+        let sum = if sum > LEAST { sum } else { LEAST };
+        chosen.iter_mut().for_each(|(_, w)| *w /= sum);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_picks_the_most_probable_in_order_and_normalises() {
+        let logits: Vec<f32> = (0..20).map(|i| ((i * 7) % 20) as f32 * 0.3).collect();
+        let mut probs = vec![0.0; 20];
+        let mut chosen = vec![(0, 0.0); 3];
+        route(&logits, &mut probs, &mut chosen, false);
+        let total: f32 = probs.iter().sum();
+        assert!((total - 1.0).abs() < 1e-5);
+        let mut order: Vec<usize> = (0..20).collect();
+        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+        let got: Vec<usize> = chosen.iter().map(|&(e, _)| e as usize).collect();
+        assert_eq!(got, order[..3]);
+        assert_eq!(chosen[0].1, probs[order[0]]);
+        route(&logits, &mut probs, &mut chosen, true);
+        let s: f32 = chosen.iter().map(|c| c.1).sum();
+        assert!((s - 1.0).abs() < 1e-6 && chosen[0].1 > chosen[1].1);
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_expert() {
+        let logits = [1.0, 2.0, 2.0, 0.5, 2.0];
+        let (mut probs, mut chosen) = (vec![0.0; 5], vec![(0, 0.0); 4]);
+        route(&logits, &mut probs, &mut chosen, true);
+        let got: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+        assert_eq!(got, [1, 2, 4, 0]);
+    }
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Make golden data for the mixture-of-experts architectures under crates/engine/tests/data/forward/
+from llama.cpp.
+
+Like forward_qwen.py: small random-weight GGUFs with the real layer structure and metadata,
+quantized with llama-quantize --pure (which leaves the routers, `ffn_gate_inp`, in F32 as in real
+files), and llama.cpp's full logits for a token-by-token run over fixed ids. Not run by the test
+suite (the outputs are committed); run it again only to refresh them:
+
+    scripts/build-llama.sh
+    PYTHONPATH=third_party/llama.cpp/gguf-py .venv/bin/python scripts/golden/forward_moe.py
+
+Outputs:
+- tiny-qwen3moe-Q4_K.gguf: Qwen3-30B-A3B's layer (qwen3's attention with QK-norm, tied output) with
+  a routed FFN of 8 experts, 3 used a token, 256 wide (`expert_feed_forward_length`); Q4_K experts
+  of 256 rows each, which llama.cpp repacks (its mul_mat_id takes the repacked gemv).
+- tiny-llamamoe-Q8_0.gguf: a Mixtral-style `llama` file: 4 experts, 2 used, each as wide as
+  `feed_forward_length`; Q8_0 (not repacked).
+- their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
+  thread.
+"""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forward import BIN, OUT, TINY_IDS, TOOL, build_tool, logits_of, write_gguf  # noqa: E402
+from forward_qwen import N_VOCAB, Tiny  # noqa: E402
+
+
+def experts(t, i, n_expert, n_ff):
+    d = t.n_embd
+    # The router's rows far apart enough that the top experts differ from token to token.
+    t.add(f"blk.{i}.ffn_gate_inp.weight", t.mat(n_expert, d, 0.2))
+    t.add(f"blk.{i}.ffn_gate_exps.weight", (t.rng.standard_normal((n_expert, n_ff, d)) * 0.1).astype(np.float32))
+    t.add(f"blk.{i}.ffn_up_exps.weight", (t.rng.standard_normal((n_expert, n_ff, d)) * 0.1).astype(np.float32))
+    t.add(f"blk.{i}.ffn_down_exps.weight", (t.rng.standard_normal((n_expert, d, n_ff)) * 0.05).astype(np.float32))
+
+
+def qwen3moe(path):
+    n_expert, n_used, n_ff_exp = 8, 3, 256
+    t = Tiny(path, "qwen3moe", 3003, n_ff=768)
+    n_head, n_head_kv, hd, d = 4, 2, 64, t.n_embd
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_q.weight", t.mat(n_head * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+        t.add(f"blk.{i}.attn_q_norm.weight", t.vec(hd))
+        t.add(f"blk.{i}.attn_k_norm.weight", t.vec(hd))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
+        experts(t, i, n_expert, n_ff_exp)
+    t.finish(tied=True)
+
+
+def llamamoe(path):
+    n_expert, n_used = 4, 2
+    t = Tiny(path, "llama", 3004)
+    n_head, d = 4, t.n_embd
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_q.weight", t.mat(d, d, 0.15))
+        t.add(f"blk.{i}.attn_k.weight", t.mat(d, d, 0.15))
+        t.add(f"blk.{i}.attn_v.weight", t.mat(d, d, 0.1))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, d, 0.05))
+        t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
+        experts(t, i, n_expert, t.n_ff)
+    t.finish()
+
+
+FILES = [("qwen3moe", "Q4_K", "Q4_K_M", qwen3moe), ("llamamoe", "Q8_0", "Q8_0", llamamoe)]
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not TOOL.exists():
+        build_tool()
+    only = set(sys.argv[1:])
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch, name, ftype, make in FILES:
+            if only and arch not in only:
+                continue
+            f32 = Path(tmp) / f"{arch}-f32.gguf"
+            make(f32)
+            out = OUT / f"tiny-{arch}-{name}.gguf"
+            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
+                           check=True, capture_output=True)
+            logits = logits_of(out, TINY_IDS, N_VOCAB)
+            assert np.isfinite(logits).all(), arch
+            write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
+                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
+                [("golden.source", "llama.cpp token by token, 1 thread")])
+            print(f"  {arch} {name}: {out.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
