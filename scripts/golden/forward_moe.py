@@ -16,6 +16,9 @@ Outputs:
   of 256 rows each, which llama.cpp repacks (its mul_mat_id takes the repacked gemv).
 - tiny-llamamoe-Q8_0.gguf: a Mixtral-style `llama` file: 4 experts, 2 used, each as wide as
   `feed_forward_length`; Q8_0 (not repacked).
+- tiny-qwen35moe-Q4_K.gguf: forward_qwen.py's Qwen 3.5 hybrid (4 layers) with Qwen3.5-35B-A3B's
+  feed-forward block: 4 experts, 2 used, and a shared expert scaled by the sigmoid of its own
+  gate (`ffn_gate_inp_shexp`, one row).
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -88,7 +91,65 @@ def llamamoe(path):
     t.finish()
 
 
-FILES = [("qwen3moe", "Q4_K", "Q4_K_M", qwen3moe), ("llamamoe", "Q8_0", "Q8_0", llamamoe)]
+def qwen35moe(path):
+    """forward_qwen.py's Qwen 3.5 hybrid with Qwen3.5-35B-A3B's feed-forward block: routed
+    experts plus a shared expert scaled by a sigmoid gate of its own."""
+    n_expert, n_used, n_ff_exp, n_ff_shexp = 4, 2, 256, 256
+    # Build the dense file's tensors with the MoE arch name, then swap each FFN for experts.
+    t = Tiny(path, "qwen35moe", 3035, n_layer=4, n_ff=512)
+    d = t.n_embd
+    n_head, n_head_kv, hd, n_rot = 4, 2, 64, 16
+    d_state, n_k_heads, n_v_heads, d_conv = 64, 2, 4, 4
+    d_inner = d_state * n_v_heads
+    conv_dim = 2 * d_state * n_k_heads + d_inner
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(n_rot)
+    w.add_rope_dimension_sections([2, 2, 1, 1])
+    w.add_ssm_conv_kernel(d_conv)
+    w.add_ssm_inner_size(d_inner)
+    w.add_ssm_state_size(d_state)
+    w.add_ssm_time_step_rank(n_v_heads)
+    w.add_ssm_group_count(n_k_heads)
+    w.add_full_attention_interval(2)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_feed_forward_length(n_ff_shexp)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.post_attention_norm.weight", t.vec(d))
+        if (i + 1) % 2 != 0:  # gated delta net
+            t.add(f"blk.{i}.attn_qkv.weight", t.mat(conv_dim, d, 0.1))
+            t.add(f"blk.{i}.attn_gate.weight", t.mat(d_inner, d, 0.1))
+            t.add(f"blk.{i}.ssm_conv1d.weight", t.mat(conv_dim, d_conv, 0.5))
+            t.add(f"blk.{i}.ssm_dt.bias", t.mat(1, n_v_heads, 0.5)[0])
+            t.add(f"blk.{i}.ssm_a", -t.vec(n_v_heads, 0.2, 1.5))
+            t.add(f"blk.{i}.ssm_beta.weight", t.mat(n_v_heads, d, 0.1))
+            t.add(f"blk.{i}.ssm_alpha.weight", t.mat(n_v_heads, d, 0.1))
+            t.add(f"blk.{i}.ssm_norm.weight", t.vec(d_state))
+            t.add(f"blk.{i}.ssm_out.weight", t.mat(d, d_inner, 0.05))
+        else:
+            t.add(f"blk.{i}.attn_q.weight", t.mat(2 * n_head * hd, d, 0.15))
+            t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+            t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+            t.add(f"blk.{i}.attn_q_norm.weight", t.vec(hd))
+            t.add(f"blk.{i}.attn_k_norm.weight", t.vec(hd))
+            t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        experts(t, i, n_expert, n_ff_exp)
+        t.add(f"blk.{i}.ffn_gate_inp_shexp.weight", t.mat(1, d, 0.1)[0])
+        t.add(f"blk.{i}.ffn_gate_shexp.weight", t.mat(n_ff_shexp, d, 0.1))
+        t.add(f"blk.{i}.ffn_up_shexp.weight", t.mat(n_ff_shexp, d, 0.1))
+        t.add(f"blk.{i}.ffn_down_shexp.weight", t.mat(d, n_ff_shexp, 0.05))
+    t.finish()
+
+
+FILES = [("qwen3moe", "Q4_K", "Q4_K_M", qwen3moe), ("llamamoe", "Q8_0", "Q8_0", llamamoe),
+         ("qwen35moe", "Q4_K", "Q4_K_M", qwen35moe)]
 
 
 def main():

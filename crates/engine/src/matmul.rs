@@ -64,6 +64,19 @@ impl<'a> Matrix<'a> {
         )
     }
 
+    /// A 1-D tensor of `cols` values as a matrix of one row (a gate with one output).
+    pub fn one_row(t: TensorView<'a>, cols: usize) -> Result<Matrix<'a>, ModelError> {
+        let info = t.info;
+        if info.shape != [cols as u64] {
+            return Err(ModelError::Shape {
+                tensor: info.name.clone(),
+                shape: info.shape.clone(),
+                expected: format!("[{cols}]"),
+            });
+        }
+        Self::from_bytes(&info.name, info.ggml_type, 1, cols, t.data)
+    }
+
     /// The `n` matrices of `rows` outputs by `cols` inputs a 3-D tensor stacks (`[cols, rows,
     /// n]`: a mixture's experts), each a view of its own bytes, checked like [`Matrix::new`].
     pub fn stacked(

@@ -17,3 +17,8 @@ fn qwen3moe_matches_llama_cpp_and_keeps_g1_and_d1() {
 fn mixtral_style_llama_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-llamamoe-Q8_0", "llama");
 }
+
+#[test]
+fn qwen35moe_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-qwen35moe-Q4_K", "qwen35moe");
+}

@@ -9,8 +9,8 @@
 //! llama-bench's `avg_ts`, `stddev_ts`, `avg_ns`, `stddev_ns`.
 //!
 //! Weight bandwidth (tg only): the bytes of weights one decode step reads (every matrix once;
-//! of the token embedding one row, unless it is also the output projection) times the steps per
-//! second. KV-cache and activation traffic are not counted, so at long contexts the true traffic
+//! of the token embedding one row, unless it is also the output projection; of a mixture's
+//! stacked experts the share a token is routed to) times the steps per second. KV-cache and activation traffic are not counted, so at long contexts the true traffic
 //! is higher. The ceiling is `synapse_engine::membw`'s probe at the same thread count.
 
 use std::io::Write;
@@ -326,12 +326,20 @@ fn facts(file: &GgufFile, path: &Path) -> ModelFacts {
     let size: u64 = file.tensor_infos().iter().map(|t| t.size).sum();
     let n_params: u64 = file.tensor_infos().iter().map(|t| t.n_elements()).sum();
     let tied = file.tensor("output.weight").is_err();
+    // A mixture's token reads the experts it is routed to: `used` of `n` of each stack.
+    let count = |k: &str| md.u64(&format!("{arch}.{k}")).ok().filter(|&n| n > 0);
+    let (used, n_expert) = match (count("expert_used_count"), count("expert_count")) {
+        (Some(u), Some(n)) => (u.min(n), n),
+        _ => (1, 1),
+    };
     let bytes_per_token = file
         .tensor_infos()
         .iter()
         .map(|t| {
             if t.name == "token_embd.weight" && !tied {
                 t.size / t.n_rows().max(1) // one row looked up
+            } else if t.name.ends_with("_exps.weight") {
+                t.size / n_expert * used
             } else {
                 t.size
             }

@@ -17,8 +17,9 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, gemma-3-270m,
-    /// smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-gemma3.
+    /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-30b-a3b
+    /// (a mixture of experts), gemma-3-270m, smollm2-135m, or the small test shapes tiny-llama,
+    /// tiny-qwen2, tiny-qwen3, tiny-qwen3moe, tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
     #[arg(short = 'o', long)]
@@ -79,6 +80,16 @@ pub struct Shape {
     pub gemma: Option<usize>,
     /// Layers from this one on have zero output projections (see `--inert-from`).
     pub inert_from: Option<usize>,
+    /// Every layer's FFN a mixture of these experts (stacked `ffn_*_exps`, an F32 router).
+    pub experts: Option<Experts>,
+}
+
+/// A mixture's experts: `n` of them, `used` a token, each `n_ff` wide.
+#[derive(Debug, Clone, Copy)]
+pub struct Experts {
+    pub n: usize,
+    pub used: usize,
+    pub n_ff: usize,
 }
 
 const BASE: Shape = Shape {
@@ -100,6 +111,7 @@ const BASE: Shape = Shape {
     qk_norm: false,
     gemma: None,
     inert_from: None,
+    experts: None,
 };
 
 /// The named shapes (from each model's config.json).
@@ -179,6 +191,28 @@ pub const SHAPES: &[Shape] = &[
         ..BASE
     },
     Shape {
+        name: "qwen3-30b-a3b",
+        arch: "qwen3moe",
+        n_embd: 2048,
+        n_layer: 48,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_ff: 6144,
+        n_vocab: 151936,
+        n_ctx: 40960,
+        rope_base: 1000000.0,
+        eps: 1e-6,
+        tied: false,
+        qk_norm: true,
+        experts: Some(Experts {
+            n: 128,
+            used: 8,
+            n_ff: 768,
+        }),
+        ..BASE
+    },
+    Shape {
         name: "gemma-3-270m",
         arch: "gemma3",
         n_embd: 640,
@@ -237,6 +271,26 @@ pub const SHAPES: &[Shape] = &[
         n_ctx: 256,
         eps: 1e-6,
         qk_norm: true,
+        ..BASE
+    },
+    Shape {
+        name: "tiny-qwen3moe",
+        arch: "qwen3moe",
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 768,
+        n_vocab: 1024,
+        n_ctx: 256,
+        eps: 1e-6,
+        qk_norm: true,
+        experts: Some(Experts {
+            n: 16,
+            used: 4,
+            n_ff: 256,
+        }),
         ..BASE
     },
     Shape {
@@ -432,6 +486,11 @@ pub fn build(
     if let Some(window) = s.gemma {
         w.set(key("attention.sliding_window"), Value::U32(window as u32));
     }
+    if let Some(e) = s.experts {
+        w.set(key("expert_count"), Value::U32(e.n as u32));
+        w.set(key("expert_used_count"), Value::U32(e.used as u32));
+        w.set(key("expert_feed_forward_length"), Value::U32(e.n_ff as u32));
+    }
     match vocab_from {
         Some(p) => borrowed_vocab(&mut w, p, s.n_vocab)?,
         None => generated_vocab(&mut w, s.n_vocab)?,
@@ -440,22 +499,36 @@ pub fn build(
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let f32_bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
     let ones = |n: usize| f32_bytes(&vec![1.0; n]);
-    let matrix =
-        |rng: &mut Rng, w: &mut GgufWriter, name: String, cols: usize, rows: usize| -> Result<()> {
-            let mut x = rng.fill(rows * cols);
-            let inert = |l: usize| s.inert_from.is_some_and(|from| l >= from);
-            let layer = name
-                .strip_prefix("blk.")
-                .and_then(|n| n.split('.').next()?.parse::<usize>().ok());
-            let projection =
-                name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight");
-            if projection && layer.is_some_and(inert) {
-                x.fill(0.0);
-            }
-            let data = synapse_quant::quantize(ty, &x).with_context(|| name.clone())?;
-            w.add_tensor(name, ty, &[cols as u64, rows as u64], data)?;
-            Ok(())
-        };
+    // `n` matrices of `rows` by `cols`, stacked in one tensor where `n > 1` (experts).
+    let stack = |rng: &mut Rng,
+                 w: &mut GgufWriter,
+                 name: String,
+                 [cols, rows, n]: [usize; 3],
+                 ty: GgmlType|
+     -> Result<()> {
+        let mut x = rng.fill(rows * cols * n);
+        let inert = |l: usize| s.inert_from.is_some_and(|from| l >= from);
+        let layer = name
+            .strip_prefix("blk.")
+            .and_then(|n| n.split('.').next()?.parse::<usize>().ok());
+        let projection = [
+            "attn_output.weight",
+            "ffn_down.weight",
+            "ffn_down_exps.weight",
+        ]
+        .iter()
+        .any(|p| name.ends_with(p));
+        if projection && layer.is_some_and(inert) {
+            x.fill(0.0);
+        }
+        let data = synapse_quant::quantize(ty, &x).with_context(|| name.clone())?;
+        let shape: &[u64] = &[cols as u64, rows as u64, n as u64];
+        w.add_tensor(name, ty, &shape[..if n > 1 { 3 } else { 2 }], data)?;
+        Ok(())
+    };
+    let matrix = |rng: &mut Rng, w: &mut GgufWriter, name: String, cols: usize, rows: usize| {
+        stack(rng, w, name, [cols, rows, 1], ty)
+    };
     let (q_dim, kv_dim) = (s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     matrix(
         &mut rng,
@@ -517,9 +590,25 @@ pub fn build(
             norm(&mut w, "post_attention_norm.weight", s.n_embd)?;
         }
         norm(&mut w, "ffn_norm.weight", s.n_embd)?;
-        matrix(&mut rng, &mut w, p("ffn_gate.weight"), s.n_embd, s.n_ff)?;
-        matrix(&mut rng, &mut w, p("ffn_up.weight"), s.n_embd, s.n_ff)?;
-        matrix(&mut rng, &mut w, p("ffn_down.weight"), s.n_ff, s.n_embd)?;
+        if let Some(e) = s.experts {
+            // The router stays F32, as llama-quantize leaves it.
+            let (d, f) = (s.n_embd, e.n_ff);
+            let router = [d, e.n, 1];
+            stack(
+                &mut rng,
+                &mut w,
+                p("ffn_gate_inp.weight"),
+                router,
+                GgmlType::F32,
+            )?;
+            stack(&mut rng, &mut w, p("ffn_gate_exps.weight"), [d, f, e.n], ty)?;
+            stack(&mut rng, &mut w, p("ffn_up_exps.weight"), [d, f, e.n], ty)?;
+            stack(&mut rng, &mut w, p("ffn_down_exps.weight"), [f, d, e.n], ty)?;
+        } else {
+            matrix(&mut rng, &mut w, p("ffn_gate.weight"), s.n_embd, s.n_ff)?;
+            matrix(&mut rng, &mut w, p("ffn_up.weight"), s.n_embd, s.n_ff)?;
+            matrix(&mut rng, &mut w, p("ffn_down.weight"), s.n_ff, s.n_embd)?;
+        }
         if s.gemma.is_some() {
             norm(&mut w, "post_ffw_norm.weight", s.n_embd)?;
         }

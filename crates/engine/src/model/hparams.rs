@@ -128,10 +128,14 @@ pub(crate) struct Dims {
 }
 
 impl Dims {
-    fn read(k: &Keys) -> Result<Dims, ModelError> {
+    /// `experts`: a mixture, whose `feed_forward_length` may be absent (0: no dense FFN).
+    fn read(k: &Keys, experts: bool) -> Result<Dims, ModelError> {
         let n_embd = k.nonzero("embedding_length", None)?;
         let n_layer = k.usize("block_count")?;
-        let n_ff = k.nonzero("feed_forward_length", None)?;
+        let n_ff = match experts {
+            true => k.usize_or("feed_forward_length", 0)?,
+            false => k.nonzero("feed_forward_length", None)?,
+        };
         let n_head = k.nonzero("attention.head_count", None)?;
         let n_head_kv = k.usize_or("attention.head_count_kv", n_head)?;
         if n_head_kv == 0 || n_head % n_head_kv != 0 {
@@ -209,6 +213,8 @@ pub(crate) struct Arch {
     /// Rows of the query projection per query dimension: 2 where each head carries its gate
     /// (Qwen 3.5).
     pub q_rows_per_dim: usize,
+    /// A mixture of experts only: `feed_forward_length` may be absent.
+    pub experts: bool,
 }
 
 /// The hyperparameters every architecture has, checked.
@@ -229,7 +235,7 @@ impl Common {
             md: file.metadata(),
             arch: arch.name,
         };
-        let dims = Dims::read(&k)?;
+        let dims = Dims::read(&k, arch.experts)?;
         check_layers(file, &k.key("block_count"), dims.n_layer)?;
         if arch.whole_head_rope && dims.n_rot != dims.head_dim {
             return Err(bad(
@@ -285,6 +291,8 @@ pub(crate) struct MoeParams {
     pub n_expert: usize,
     pub n_used: usize,
     pub n_ff_exp: usize,
+    /// The width of a shared expert every token also goes through, where the model has one.
+    pub n_ff_shared: Option<usize>,
 }
 
 impl MoeParams {
@@ -324,7 +332,26 @@ impl MoeParams {
             n_expert,
             n_used,
             n_ff_exp,
+            n_ff_shared: None,
         }))
+    }
+
+    /// With a shared expert of `expert_shared_feed_forward_length` (`default` where absent).
+    pub fn with_shared(
+        self,
+        file: &GgufFile,
+        arch: &str,
+        default: usize,
+    ) -> Result<Self, ModelError> {
+        let k = Keys {
+            md: file.metadata(),
+            arch,
+        };
+        let n = k.nonzero("expert_shared_feed_forward_length", Some(default))?;
+        Ok(MoeParams {
+            n_ff_shared: Some(n),
+            ..self
+        })
     }
 }
 
@@ -505,6 +532,7 @@ impl Gemma3Params {
                 linear_rope_scaling: true,
                 whole_head_rope: false,
                 q_rows_per_dim: 1,
+                experts: false,
             },
         )?;
         let k = Keys {
@@ -566,27 +594,31 @@ pub(crate) struct Qwen35Params {
     pub dn: DeltaNetShape,
     /// Which of the trunk's layers are recurrent (delta net).
     pub recurrent: Vec<bool>,
+    /// `qwen35moe`'s experts.
+    pub moe: Option<MoeParams>,
 }
 
 /// The widest delta-net head (`ssm.state_size`) accepted: its state is `S x S` per head.
 const MAX_DELTA_NET_HEAD: usize = 512;
 
 impl Qwen35Params {
-    pub fn read(file: &GgufFile) -> Result<Qwen35Params, ModelError> {
+    /// The keys of `arch`: `qwen35`, or `qwen35moe` (which adds its experts').
+    pub fn read(file: &GgufFile, arch: &'static str) -> Result<Qwen35Params, ModelError> {
         let common = Common::read(
             file,
             &Arch {
-                name: "qwen35",
+                name: arch,
                 eps: None,
                 n_ctx_train: 262144,
                 linear_rope_scaling: false,
                 whole_head_rope: false,
                 q_rows_per_dim: 2,
+                experts: arch != "qwen35",
             },
         )?;
         let k = Keys {
             md: file.metadata(),
-            arch: "qwen35",
+            arch,
         };
         let n_blocks = common.dims.n_layer;
         // `block_count` includes the multi-token-prediction blocks stored after the trunk
@@ -601,12 +633,27 @@ impl Qwen35Params {
         let sections = sections(&k)?;
         let dn = delta_net_shape(file, &k, n_layer)?;
         let recurrent = recurrent_layers(&k, n_layer)?;
+        let moe = match arch {
+            "qwen35" => None,
+            _ => {
+                // As llama.cpp: without the widths, the FFN's split among the experts a token
+                // uses, and the FFN's for the shared expert.
+                let n_ff = common.dims.n_ff;
+                let p = MoeParams::read(file, arch, |n_used| n_ff / n_used)?.ok_or_else(|| {
+                    ModelError::Hparams(format!(
+                        "{arch} needs experts: `{arch}.expert_count` is absent or 0"
+                    ))
+                })?;
+                Some(p.with_shared(file, arch, n_ff)?)
+            }
+        };
         Ok(Qwen35Params {
             common,
             n_layer,
             sections,
             dn,
             recurrent,
+            moe,
         })
     }
 }

@@ -27,6 +27,7 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
             linear_rope_scaling: true,
             whole_head_rope: false,
             q_rows_per_dim: 1,
+            experts: false,
         },
     )?;
     let n_rot = hp.dims.n_rot;

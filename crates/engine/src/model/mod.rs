@@ -39,7 +39,12 @@ const REGISTRY: &[(&str, Loader)] = &[
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
     ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),
-    ("qwen35", |f| Ok(Box::new(qwen35::Qwen35::load(f)?))),
+    ("qwen35", |f| {
+        Ok(Box::new(qwen35::Qwen35::load(f, "qwen35")?))
+    }),
+    ("qwen35moe", |f| {
+        Ok(Box::new(qwen35::Qwen35::load(f, "qwen35moe")?))
+    }),
 ];
 
 /// Names of the supported architectures.

@@ -1,11 +1,12 @@
-//! The routed feed-forward block of a mixture of experts (`qwen3moe`, Mixtral-style `llama`), as
-//! llama.cpp's `build_moe_ffn` computes it with softmax gating:
+//! The routed feed-forward block of a mixture of experts (`qwen3moe`, `qwen35moe`, Mixtral-style
+//! `llama`), as llama.cpp's `build_moe_ffn` computes it with softmax gating:
 //!
 //! ```text
 //! p          = softmax(Wrouter · h)                  (one probability per expert)
 //! e_1 .. e_k = the k most probable experts, most probable first
 //! w_i        = p[e_i] / max(p[e_1] + .. + p[e_k], 2^-14)     (where the model normalises)
 //! out        = w_1 · down_e1(silu(gate_e1 · h) * (up_e1 · h)) + .. + w_k · down_ek(..)
+//!              [ + sigmoid(Wshared_gate · h) * shared_ffn(h) ]     (Qwen 3.5's shared expert)
 //! ```
 //!
 //! The experts' matrices are read in place from the stacked `ffn_{gate,up,down}_exps` tensors. A
@@ -16,11 +17,11 @@
 
 use synapse_gguf::GgufFile;
 
-use super::blocks::{glu_rows, matrix, packed, Activation};
+use super::blocks::{glu_rows, matrix, packed, Activation, Ffn};
 use super::hparams::MoeParams;
 use super::{bytes, mm, Scratch};
 use crate::matmul::{matmul_grouped, Acts, Job, Matrix, Threads};
-use crate::ops::{expf_ggml, reduce_add_16};
+use crate::ops::{expf_ggml, reduce_add_16, sigmoid};
 use crate::{ModelError, Tap};
 
 /// One expert: a gated feed-forward block.
@@ -28,6 +29,14 @@ struct Expert<'a> {
     gate: Matrix<'a>,
     up: Matrix<'a>,
     down: Matrix<'a>,
+}
+
+/// A shared expert (Qwen 3.5's MoE): an FFN every token goes through, its output scaled by
+/// the sigmoid of a gate of its own before it joins the routed experts'.
+struct Shared<'a> {
+    /// `ffn_gate_inp_shexp`: one row.
+    gate: Matrix<'a>,
+    ffn: Ffn<'a>,
 }
 
 /// A layer's router and experts.
@@ -38,6 +47,7 @@ pub(crate) struct Moe<'a> {
     n_used: usize,
     /// Whether the chosen experts' probabilities are divided by their sum.
     norm: bool,
+    shared: Option<Shared<'a>>,
 }
 
 impl<'a> Moe<'a> {
@@ -62,6 +72,13 @@ impl<'a> Moe<'a> {
                 .collect()
         };
         let (d, f) = (n_embd, p.n_ff_exp);
+        if file.tensor(&name("ffn_gate_up_exps")).is_ok() {
+            return Err(ModelError::Hparams(format!(
+                "tensor `{}`: experts with fused gate and up matrices are not supported \
+                 (convert without --fuse-gate-up-exps)",
+                name("ffn_gate_up_exps")
+            )));
+        }
         let gates = stack("ffn_gate_exps", d, f)?;
         let ups = stack("ffn_up_exps", d, f)?;
         let downs = stack("ffn_down_exps", f, d)?;
@@ -71,18 +88,40 @@ impl<'a> Moe<'a> {
             .zip(downs)
             .map(|((gate, up), down)| Expert { gate, up, down })
             .collect();
+        let shared = match p.n_ff_shared {
+            Some(n_ff) => {
+                let gate = name("ffn_gate_inp_shexp");
+                let t = file.tensor(&gate).map_err(|_| ModelError::MissingTensor {
+                    tensor: gate.clone(),
+                })?;
+                let p = |s: &str| name(s);
+                Some(Shared {
+                    gate: Matrix::one_row(t, d)?,
+                    ffn: Ffn {
+                        gate: matrix(file, &p("ffn_gate_shexp"), d, Some(n_ff))?,
+                        up: matrix(file, &p("ffn_up_shexp"), d, Some(n_ff))?,
+                        down: matrix(file, &p("ffn_down_shexp"), n_ff, Some(d))?,
+                    },
+                })
+            }
+            None => None,
+        };
         Ok(Moe {
             router: matrix(file, &name("ffn_gate_inp"), d, Some(p.n_expert))?,
             experts,
             n_used: p.n_used,
             norm,
+            shared,
         })
     }
 
-    /// Its matrices: the router, then each expert's gate, up and down.
+    /// Its matrices: the router, each expert's gate, up and down, then the shared expert's.
     pub fn matrices(&self) -> impl Iterator<Item = &Matrix<'a>> {
         let experts = self.experts.iter();
-        std::iter::once(&self.router).chain(experts.flat_map(|e| [&e.gate, &e.up, &e.down]))
+        let shared = self.shared.iter();
+        std::iter::once(&self.router)
+            .chain(experts.flat_map(|e| [&e.gate, &e.up, &e.down]))
+            .chain(shared.flat_map(|s| [&s.gate, &s.ffn.gate, &s.ffn.up, &s.ffn.down]))
     }
 
     /// `s.o` of the `n` normed rows in `s.h`.
@@ -100,6 +139,21 @@ impl<'a> Moe<'a> {
         let (n_expert, k) = (self.experts.len(), self.n_used);
         let d = self.router.cols;
         let f = self.experts[0].gate.rows;
+        if let Some(sh) = &self.shared {
+            // First, while `s.o` is free: the shared expert's output, and its gate's logit.
+            sh.ffn.forward(act, s, n, threads, tap, l, pos0);
+            let b = &mut s.moe;
+            b.shared[..n * d].copy_from_slice(&s.o[..n * d]);
+            mm(
+                "ffn_shexp_gate",
+                &sh.gate,
+                &s.h,
+                n,
+                &mut s.acts,
+                &mut b.shared_gate,
+                threads,
+            );
+        }
         let b = &mut s.moe;
         mm(
             "ffn_moe_logits",
@@ -181,6 +235,16 @@ impl<'a> Moe<'a> {
         }
         crate::profile::mark("ffn_moe_sum");
         tap.rows("ffn_moe_out", l, pos0, &s.o[..n * d], n);
+        if self.shared.is_some() {
+            // ggml's `moe_out + ffn_shexp * sigmoid(gate)`.
+            for t in 0..n {
+                let g = sigmoid(b.shared_gate[t]);
+                let (o, y) = (&mut s.o[t * d..(t + 1) * d], &b.shared[t * d..(t + 1) * d]);
+                o.iter_mut().zip(y).for_each(|(o, &y)| *o += y * g);
+            }
+            crate::profile::mark("ffn_shexp_add");
+            tap.rows("ffn_out", l, pos0, &s.o[..n * d], n);
+        }
     }
 
     /// One product for each expert given tokens: its matrix `pick` with its rows (`starts`,
@@ -245,6 +309,10 @@ pub(crate) struct MoeBuffers {
     down: Vec<f32>,
     /// The gathered rows, quantized.
     acts: Acts,
+    /// `(n, n_embd)`, `(n)`: the shared expert's output and its gate's logits, where the
+    /// mixture has one.
+    shared: Vec<f32>,
+    shared_gate: Vec<f32>,
 }
 
 impl MoeBuffers {
@@ -261,6 +329,15 @@ impl MoeBuffers {
             up: vec![0.0; rows * p.n_ff_exp],
             down: vec![0.0; rows * n_embd],
             acts: Acts::with_capacity(rows, n_embd.max(p.n_ff_exp)),
+            shared: vec![
+                0.0;
+                if p.n_ff_shared.is_some() {
+                    n * n_embd
+                } else {
+                    0
+                }
+            ],
+            shared_gate: vec![0.0; if p.n_ff_shared.is_some() { n } else { 0 }],
         }
     }
 
@@ -275,6 +352,7 @@ impl MoeBuffers {
             bytes(4, &[rows, n_embd]),
             // Acts: the rows and at most three spare ones, four bytes a value at most.
             bytes(4, &[rows.checked_add(6)?, widest]),
+            bytes(4, &[n, n_embd.checked_add(1)?]),
         ]
         .into_iter()
         .try_fold(0usize, |a, b| a.checked_add(b?))

@@ -32,6 +32,7 @@ pub(super) fn load_qwen<'a>(
             linear_rope_scaling: false,
             whole_head_rope: true,
             q_rows_per_dim: 1,
+            experts: moe.is_some(),
         },
     )?;
     let spec = DecoderSpec {

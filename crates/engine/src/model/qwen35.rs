@@ -25,9 +25,10 @@ use synapse_gguf::GgufFile;
 
 use super::blocks::{
     attend_causal, embed, keep_last_rows, matrix, norm_rows, output_logits, output_matrix,
-    project_qkv, rope_and_store, Activation, Ffn,
+    project_qkv, rope_and_store, Activation, FeedForward, Ffn,
 };
-use super::hparams::Qwen35Params;
+use super::hparams::{MoeParams, Qwen35Params};
+use super::moe::Moe;
 use super::{
     attn_shape, bytes, mm, mm_many, scratch_rows, vector, Logits, ModelInfo, Scratch, ScratchDims,
     State, StateBytes,
@@ -81,12 +82,13 @@ struct Layer<'a> {
     attn_norm: Vec<f32>,
     mixer: Mixer<'a>,
     post_norm: Vec<f32>,
-    ffn: Ffn<'a>,
+    ffn: FeedForward<'a>,
 }
 
 pub struct Qwen35<'a> {
     info: ModelInfo,
     n_ff: usize,
+    moe: Option<MoeParams>,
     eps: f32,
     attn: AttnShape,
     rope: Rope,
@@ -128,8 +130,9 @@ fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Rope {
 }
 
 impl<'a> Qwen35<'a> {
-    pub fn load(file: &'a GgufFile) -> Result<Qwen35<'a>, ModelError> {
-        let q = Qwen35Params::read(file)?;
+    /// `arch`: `qwen35`, or `qwen35moe` (every FFN a mixture of experts with a shared one).
+    pub fn load(file: &'a GgufFile, arch: &'static str) -> Result<Qwen35<'a>, ModelError> {
+        let q = Qwen35Params::read(file, arch)?;
         let (hp, dn) = (&q.common, q.dn);
         let dims = &hp.dims;
         let (n_embd, n_layer, n_ff, eps) = (dims.n_embd, q.n_layer, dims.n_ff, hp.eps);
@@ -187,12 +190,17 @@ impl<'a> Qwen35<'a> {
                 attn_norm: vector(file, &p("attn_norm.weight"), n_embd)?,
                 mixer,
                 post_norm: vector(file, &p("post_attention_norm.weight"), n_embd)?,
-                ffn: Ffn::load(file, i, n_embd, n_ff)?,
+                ffn: match &q.moe {
+                    Some(p) => FeedForward::Routed(Moe::load(file, i, n_embd, p, true)?),
+                    None => FeedForward::Dense(Ffn::load(file, i, n_embd, n_ff)?),
+                },
             });
         }
         Ok(Qwen35 {
-            info: ModelInfo::new("qwen35", n_vocab, hp.n_ctx_train, n_embd, n_layer),
-            n_ff,
+            info: ModelInfo::new(arch, n_vocab, hp.n_ctx_train, n_embd, n_layer),
+            // The widest dense FFN the scratch holds: a mixture's shared expert's.
+            n_ff: q.moe.map_or(n_ff, |p| p.n_ff_shared.unwrap_or(p.n_ff_exp)),
+            moe: q.moe,
             eps,
             attn,
             rope,
@@ -415,7 +423,7 @@ impl super::ForwardBody for Qwen35<'_> {
             kv_dim,
             n_ff: self.n_ff,
             head_dim: a.head_dim,
-            moe: None,
+            moe: self.moe,
         };
         let widest = [self.info.n_embd, q_dim, self.n_ff, self.dn.value_dim()]
             .into_iter()
