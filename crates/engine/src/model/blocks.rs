@@ -454,6 +454,8 @@ fn glu_dispatch(act: Activation, gate: &mut [f32], up: &[f32]) {
 }
 
 /// A layer's feed-forward block: one gated FFN, or a mixture of experts.
+// One a layer, and every model's layers of one kind: the size of the other kind costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum FeedForward<'a> {
     Dense(Ffn<'a>),
     Routed(Moe<'a>),
