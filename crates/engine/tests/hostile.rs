@@ -505,3 +505,38 @@ fn a_kv_cache_the_system_will_not_hold_is_an_error() {
         .forward(&mut st, &[1], Logits::Last, &mut out, &threads)
         .unwrap();
 }
+
+/// A mixture's counts: more experts used than there are, experts past llama.cpp's 512, a count
+/// or a width the stacked tensors do not have, and a `qwen3moe` file without experts are each
+/// an error naming the key (or the tensor and its shape), before anything is sized by them.
+#[test]
+fn expert_counts_and_widths_are_checked() {
+    let moe = open("tiny-qwen3moe-Q4_K.gguf");
+    let f = rewrite(&moe, &[("qwen3moe.expert_used_count", Value::U32(9))], &[]);
+    load_error(&f, &["qwen3moe.expert_used_count", "= 9", "8 experts"]);
+    let f = rewrite(&moe, &[("qwen3moe.expert_used_count", Value::U32(0))], &[]);
+    load_error(&f, &["qwen3moe.expert_used_count", "at least 1"]);
+    let f = rewrite(&moe, &[("qwen3moe.expert_count", Value::U64(1 << 40))], &[]);
+    load_error(&f, &["qwen3moe.expert_count", "at most 512"]);
+    let f = rewrite(&moe, &[("qwen3moe.expert_count", Value::U32(4))], &[]);
+    load_error(&f, &["blk.0.ffn_gate_exps.weight", "[256, 256, 8]", "[256, 256, 4]"]);
+    let width = ("qwen3moe.expert_feed_forward_length", Value::U64(1 << 40));
+    let f = rewrite(&moe, &[width], &[]);
+    load_error(&f, &["blk.0.ffn_gate_exps.weight", "1099511627776"]);
+    let f = rewrite(&moe, &[("qwen3moe.expert_count", Value::U32(0))], &[]);
+    load_error(&f, &["qwen3moe.expert_count", "needs experts"]);
+    let mixtral = open("tiny-llamamoe-Q8_0.gguf");
+    let f = rewrite(&mixtral, &[("llama.expert_used_count", Value::U32(5))], &[]);
+    load_error(&f, &["llama.expert_used_count", "4 experts"]);
+    // A file whose stacked experts are missing names the tensor.
+    let mut w = GgufWriter::new();
+    w.set_all(mixtral.metadata());
+    for t in mixtral.tensors() {
+        if t.info.name != "blk.1.ffn_up_exps.weight" {
+            w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+                .unwrap();
+        }
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    load_error(&f, &["blk.1.ffn_up_exps.weight"]);
+}
