@@ -1,7 +1,7 @@
 //! Batched passes over several sequences (what a server's step runs) give each sequence the
 //! bits it gets alone: prompts split into chunks of any size beside other sequences' chunks
-//! and decode steps, on SmolLM2 (a joint pass) and Gemma 3 (one sequence after another), at
-//! 1 to 13 threads.
+//! and decode steps, on SmolLM2, Gemma 3 and the mixtures of experts (joint passes) and Qwen
+//! 3.5's mixture (one sequence after another), at 1 to 13 threads.
 
 mod common;
 use common::*;
@@ -69,8 +69,8 @@ fn batched(
     rows
 }
 
-fn check(file: &str, joint: bool) {
-    let file = GgufFile::open(model_path(file)).unwrap();
+fn check(path: std::path::PathBuf, joint: bool) {
+    let file = GgufFile::open(path).unwrap();
     let model = load(&file).unwrap();
     let seqs = prompts(model.info().n_vocab);
     let alone: Vec<Vec<f32>> = seqs.iter().map(|s| run(model.as_ref(), s, 64, 1)).collect();
@@ -107,12 +107,21 @@ fn check(file: &str, joint: bool) {
 
 #[test]
 fn smollm2_joint_passes_give_each_sequence_its_own_bits() {
-    check("SmolLM2-135M-Instruct.Q4_1.gguf", true);
+    check(model_path("SmolLM2-135M-Instruct.Q4_1.gguf"), true);
 }
 
 #[test]
 fn gemma3_joint_passes_give_each_sequence_its_own_bits() {
-    check("gemma-3-270m-q4_k_m.gguf", true);
+    check(model_path("gemma-3-270m-q4_k_m.gguf"), true);
+}
+
+/// Mixtures of experts: sequences whose tokens share experts in one pass (and Qwen 3.5's, one
+/// after another) give each sequence its own bits.
+#[test]
+fn mixtures_give_each_sequence_its_own_bits() {
+    check(data("tiny-qwen3moe-Q4_K.gguf"), true);
+    check(data("tiny-llamamoe-Q8_0.gguf"), true);
+    check(data("tiny-qwen35moe-Q4_K.gguf"), false);
 }
 
 /// Past Gemma 3's sliding window (512 positions): the local layers' runs see only their last

@@ -519,7 +519,14 @@ fn expert_counts_and_widths_are_checked() {
     let f = rewrite(&moe, &[("qwen3moe.expert_count", Value::U64(1 << 40))], &[]);
     load_error(&f, &["qwen3moe.expert_count", "at most 512"]);
     let f = rewrite(&moe, &[("qwen3moe.expert_count", Value::U32(4))], &[]);
-    load_error(&f, &["blk.0.ffn_gate_exps.weight", "[256, 256, 8]", "[256, 256, 4]"]);
+    load_error(
+        &f,
+        &[
+            "blk.0.ffn_gate_exps.weight",
+            "[256, 256, 8]",
+            "[256, 256, 4]",
+        ],
+    );
     let width = ("qwen3moe.expert_feed_forward_length", Value::U64(1 << 40));
     let f = rewrite(&moe, &[width], &[]);
     load_error(&f, &["blk.0.ffn_gate_exps.weight", "1099511627776"]);

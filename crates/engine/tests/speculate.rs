@@ -250,8 +250,9 @@ fn gemma3_lookup_and_draft_give_plain_output() {
 }
 
 /// Random-weight files, drafted by themselves perturbed (often right) and by lookup in their
-/// output (seldom right). The Qwen3 file's output is one token over and over, which lookup
-/// always guesses: a Qwen2 file with the same vocabulary drafts it, seldom right.
+/// output (seldom right). The Qwen3 files' output (the dense and the mixture) is one token over
+/// and over, which lookup always guesses: a Qwen2 file with the same vocabulary drafts them,
+/// seldom right.
 #[test]
 fn random_weight_architectures_roll_back_exactly() {
     let ids: Vec<u32> = (0..24).map(|i| 1 + (i * 37) % 250).collect();
@@ -260,6 +261,8 @@ fn random_weight_architectures_roll_back_exactly() {
         ("tiny-qwen2-Q8_0", None),
         ("tiny-qwen3-Q4_K", Some("tiny-qwen2-Q8_0")),
         ("tiny-qwen35-Q4_K", None),
+        ("tiny-qwen3moe-Q4_K", Some("tiny-qwen2-Q8_0")),
+        ("tiny-qwen35moe-Q4_K", None),
     ] {
         let path = |name: &str| data(&format!("{name}.gguf"));
         let (model, tok) = open(path(name));
