@@ -12,6 +12,9 @@ use synapse_gguf::GgufFile;
 /// Vocabularies whose every case is checked.
 const SUPPORTED: &[&str] = &[
     "command-r",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
     "gpt-2",
     "llama-bpe",
     "llama-spm",
@@ -24,13 +27,7 @@ const SUPPORTED: &[&str] = &[
 ];
 
 /// Vocabularies refused today (pre-tokenizers or tokenizer models not written yet).
-const REFUSED: &[&str] = &[
-    "bert-bge",
-    "deepseek-coder",
-    "deepseek-llm",
-    "falcon",
-    "gemma-4",
-];
+const REFUSED: &[&str] = &["bert-bge", "gemma-4"];
 
 fn vocab_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/vocab");

@@ -29,6 +29,14 @@ pub enum PreTokenizer {
     Qwen35,
     /// `smollm`, `starcoder` and kin: every `\p{N}` on its own, then GPT-2's.
     StarCoder,
+    /// `falcon`: `[\p{P}\$\+<=>\^~\|`]+`, then GPT-2's, then `[0-9][0-9][0-9]`.
+    Falcon,
+    /// `deepseek-coder`: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}`.
+    DeepSeekCoder,
+    /// `deepseek-llm`: `[\r\n]`, `\s?` and a run of letters of an explicit set (Latin, Greek,
+    /// Cyrillic, Armenian, Georgian, Cherokee, ...), `\s?` and a run of ASCII or full-width
+    /// punctuation, `\s+$`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}+`.
+    DeepSeekLlm,
 }
 
 /// What a `tokenizer.ggml.pre` value selects, with the flags llama.cpp sets alongside.
@@ -97,6 +105,9 @@ const PRE_TABLE: &[(&str, PreTokenizer, bool, bool, bool)] = {
         ("exaone", StarCoder, true, false, false),
         ("minerva-7b", StarCoder, true, false, false),
         ("mellum2", StarCoder, true, false, false),
+        ("falcon", Falcon, true, false, false),
+        ("deepseek-coder", DeepSeekCoder, false, false, false),
+        ("deepseek-llm", DeepSeekLlm, false, false, false),
     ]
 };
 
@@ -135,6 +146,14 @@ enum Stage {
     NumberRuns,
     /// `[0-9][0-9][0-9]`
     AsciiDigitTriples,
+    /// Runs of a class (`[...]+`).
+    Runs(fn(u32) -> bool),
+    /// Each code point of a class on its own (`[...]`).
+    Each(fn(u32) -> bool),
+    /// An optional whitespace, then a run of a class (`\s?[...]+`).
+    SpaceThenRun(fn(u32) -> bool),
+    /// The whitespace that ends a piece (`\s+$`).
+    TrailingSpace,
 }
 
 impl PreTokenizer {
@@ -160,6 +179,26 @@ impl PreTokenizer {
                 marks: true,
             }],
             PreTokenizer::StarCoder => &[Stage::EachNumber, Stage::Gpt2],
+            PreTokenizer::Falcon => &[
+                Stage::Runs(is_falcon_punctuation),
+                Stage::Gpt2,
+                Stage::AsciiDigitTriples,
+            ],
+            PreTokenizer::DeepSeekCoder => &[
+                Stage::Each(is_cr_lf),
+                Stage::SpaceThenRun(is_letter),
+                Stage::SpaceThenRun(is_punctuation),
+                Stage::Runs(is_cjk),
+                Stage::EachNumber,
+            ],
+            PreTokenizer::DeepSeekLlm => &[
+                Stage::Each(is_cr_lf),
+                Stage::SpaceThenRun(is_deepseek_letter),
+                Stage::SpaceThenRun(is_deepseek_punctuation),
+                Stage::TrailingSpace,
+                Stage::Runs(is_cjk),
+                Stage::NumberRuns,
+            ],
         }
     }
 
@@ -198,6 +237,12 @@ impl PreTokenizer {
                     Stage::AsciiDigitTriples => {
                         text_cps.isolate_digit_triples(start, end, &mut out)
                     }
+                    Stage::Runs(class) => text_cps.isolate_runs(start, end, class, &mut out),
+                    Stage::Each(class) => text_cps.isolate_each(start, end, class, &mut out),
+                    Stage::SpaceThenRun(class) => {
+                        text_cps.space_then_runs(start, end, class, &mut out)
+                    }
+                    Stage::TrailingSpace => text_cps.trailing_space(start, end, &mut out),
                 }
                 out.emit(end);
             }
@@ -223,6 +268,151 @@ fn is_default_punctuation(cp: u32) -> bool {
         return b"!\"#$%&'()*+,-./:;<=>?@[\\]^_{|}~".contains(&(cp as u8));
     }
     Flags::of(cp).category() == Flags::PUNCTUATION
+}
+
+/// `[\p{P}\$\+<=>\^~\|`]`: [`is_default_punctuation`] and the backtick.
+fn is_falcon_punctuation(cp: u32) -> bool {
+    cp == '`' as u32 || is_default_punctuation(cp)
+}
+
+fn is_cr_lf(cp: u32) -> bool {
+    cp == '\r' as u32 || cp == '\n' as u32
+}
+
+/// `\s` as `std::regex` sees llama.cpp's texts: ASCII whitespace, and the non-ASCII whitespace
+/// it rewrites to a vertical tab first.
+fn is_space(cp: u32) -> bool {
+    Flags::of(cp).is_whitespace()
+}
+
+/// `\p{L}` on the collapsed text: ASCII letters, and non-ASCII letters (whitespace is
+/// collapsed to a vertical tab whatever its category).
+fn is_letter(cp: u32) -> bool {
+    let f = Flags::of(cp);
+    f.category() == Flags::LETTER && !f.is_whitespace()
+}
+
+/// `\p{P}` on the collapsed text: the ASCII punctuation llama.cpp maps it to
+/// (`!-#%-*,-/:-;?-@[-]_{}`, the symbols `$+<=>^`|~` left out) and non-ASCII punctuation.
+fn is_punctuation(cp: u32) -> bool {
+    let f = Flags::of(cp);
+    f.category() == Flags::PUNCTUATION && !f.is_whitespace()
+}
+
+/// `[一-龥ࠀ-一가-퟿]` (as `std::wregex` ranges: U+4E00-U+9FA5, U+0800-U+4E00, U+AC00-U+D7FF),
+/// after llama.cpp rewrites non-ASCII whitespace to a vertical tab.
+fn is_cjk(cp: u32) -> bool {
+    let ranges = [(0x4E00, 0x9FA5), (0x0800, 0x4E00), (0xAC00, 0xD7FF)];
+    !is_space(cp) && ranges.iter().any(|&(a, b)| (a..=b).contains(&cp))
+}
+
+/// DeepSeek LLM's explicit letter set, as code point ranges (its regex's bracket, in order).
+const DEEPSEEK_LETTERS: &[(u32, u32)] = &[
+    (0x41, 0x5A),
+    (0x61, 0x7A),
+    (0xB5, 0xB5),
+    (0xC0, 0xD6),
+    (0xD8, 0xF6),
+    (0xF8, 0x1BA),
+    (0x1BC, 0x1BF),
+    (0x1C4, 0x293),
+    (0x295, 0x2AF),
+    (0x370, 0x373),
+    (0x376, 0x376),
+    (0x377, 0x377),
+    (0x37B, 0x37D),
+    (0x37F, 0x37F),
+    (0x386, 0x386),
+    (0x388, 0x38A),
+    (0x38C, 0x38C),
+    (0x38E, 0x3A1),
+    (0x3A3, 0x3F5),
+    (0x3F7, 0x481),
+    (0x48A, 0x52F),
+    (0x531, 0x556),
+    (0x10A0, 0x10C5),
+    (0x13A0, 0x13F5),
+    (0x13F8, 0x13FD),
+    (0x1C90, 0x1CBA),
+    (0x1CBD, 0x1CBF),
+    (0x1D00, 0x1D2B),
+    (0x1D6B, 0x1D77),
+    (0x1D79, 0x1D9A),
+    (0x1E00, 0x1F15),
+    (0x1F18, 0x1F1D),
+    (0x1F20, 0x1F45),
+    (0x1F48, 0x1F4D),
+    (0x1F50, 0x1F57),
+    (0x1F59, 0x1F59),
+    (0x1F5B, 0x1F5B),
+    (0x1F5D, 0x1F5D),
+    (0x1F5F, 0x1F7D),
+    (0x1F80, 0x1FB4),
+    (0x1FB6, 0x1FBC),
+    (0x1FBE, 0x1FBE),
+    (0x1FC2, 0x1FC4),
+    (0x1FC6, 0x1FCC),
+    (0x1FD0, 0x1FD3),
+    (0x1FD6, 0x1FDB),
+    (0x1FE0, 0x1FEC),
+    (0x1FF2, 0x1FF4),
+    (0x1FF6, 0x1FFC),
+    (0x2102, 0x2102),
+    (0x2107, 0x2107),
+    (0x210A, 0x2113),
+    (0x2115, 0x2115),
+    (0x2119, 0x211D),
+    (0x2124, 0x2124),
+    (0x2126, 0x2126),
+    (0x2128, 0x2128),
+    (0x212A, 0x212D),
+    (0x212F, 0x2134),
+    (0x2139, 0x2139),
+    (0x213C, 0x213F),
+    (0x2145, 0x2149),
+    (0x214E, 0x214E),
+    (0x2183, 0x2183),
+    (0x2184, 0x2184),
+    (0x2C00, 0x2C7B),
+    (0x2C7E, 0x2CE4),
+    (0x2CEB, 0x2CEE),
+    (0x2CF2, 0x2CF2),
+    (0x2CF3, 0x2CF3),
+    (0xA640, 0xA66D),
+    (0xA680, 0xA69B),
+    (0xA722, 0xA76F),
+    (0xA771, 0xA787),
+    (0xA78B, 0xA78E),
+    (0xAB70, 0xABBF),
+    (0xFB00, 0xFB06),
+    (0xFB13, 0xFB17),
+    (0xFF21, 0xFF3A),
+    (0xFF41, 0xFF5A),
+    (0x10400, 0x1044F),
+    (0x104B0, 0x104D3),
+    (0x104D8, 0x104FB),
+    (0x10C80, 0x10CB2),
+    (0x10CC0, 0x10CF2),
+    (0x118A0, 0x118DF),
+    (0x1E900, 0x1E943),
+];
+
+fn is_deepseek_letter(cp: u32) -> bool {
+    DEEPSEEK_LETTERS.iter().any(|&(a, b)| (a..=b).contains(&cp))
+}
+
+/// `[!-/:-~！-／：-～‘-‟　-。]`, after llama.cpp rewrites non-ASCII whitespace (U+3000 among
+/// them) to a vertical tab.
+fn is_deepseek_punctuation(cp: u32) -> bool {
+    let ranges = [
+        (0x21, 0x2F),
+        (0x3A, 0x7E),
+        (0xFF01, 0xFF0F),
+        (0xFF1A, 0xFF5E),
+        (0x2018, 0x201F),
+        (0x3000, 0x3002),
+    ];
+    !is_space(cp) && ranges.iter().any(|&(a, b)| (a..=b).contains(&cp))
 }
 
 /// Collects pieces: each `emit(end)` closes the piece that runs from the previous end.
@@ -272,6 +462,41 @@ impl Cps<'_> {
             } else {
                 pos += 1;
             }
+        }
+    }
+
+    /// `\s?X+` as `std::regex` searches it: the leftmost position where a run of `class`
+    /// starts, or a whitespace followed by one; the match takes the whole run.
+    fn space_then_runs(&self, start: usize, end: usize, class: fn(u32) -> bool, out: &mut Out) {
+        let is = |p: usize, f: fn(u32) -> bool| p < end && f(self.cps[p]);
+        let mut pos = start;
+        while pos < end {
+            let first = if is(pos, class) {
+                pos
+            } else if is(pos, is_space) && is(pos + 1, class) {
+                pos + 1
+            } else {
+                pos += 1;
+                continue;
+            };
+            out.emit(pos);
+            pos = first;
+            while is(pos, class) {
+                pos += 1;
+            }
+            out.emit(pos);
+        }
+    }
+
+    /// `\s+$`: the whitespace that ends the piece, if any.
+    fn trailing_space(&self, start: usize, end: usize, out: &mut Out) {
+        let mut pos = end;
+        while pos > start && is_space(self.cps[pos - 1]) {
+            pos -= 1;
+        }
+        if pos < end {
+            out.emit(pos);
+            out.emit(end);
         }
     }
 
