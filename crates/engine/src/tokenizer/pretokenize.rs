@@ -722,3 +722,30 @@ impl Cps<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PreTokenizer::*;
+
+    /// Splits the vocabulary suite's cases do not tell apart (their merges give the same ids
+    /// either way), checked against the regexes by hand.
+    #[test]
+    fn regex_stages_split_as_llama_cpps_regexes() {
+        // Falcon's first regex takes the backtick into punctuation runs.
+        assert_eq!(Falcon.split("'''```"), ["'''```"]);
+        // `\s?\p{L}+` takes one space before a letter run; the rest stays between matches.
+        assert_eq!(DeepSeekCoder.split("a  bc"), ["a", " ", " bc"]);
+        // `[\r\n]` alone; CJK runs (U+0800-U+4E00 counts as CJK there: the arrow, not the
+        // currency sign); digits one by one.
+        assert_eq!(
+            DeepSeekCoder.split("x\r\n→¤12"),
+            ["x", "\r", "\n", "→", "¤", "1", "2"]
+        );
+        // A combining mark is no `\p{L}`: it ends a letter run.
+        assert_eq!(DeepSeekCoder.split("क्ष"), ["क", "\u{94d}", "ष"]);
+        // `\s+$`: the whitespace ending a piece, after a full-width punctuation run.
+        assert_eq!(DeepSeekLlm.split("ab！？ \t"), ["ab", "！？", " \t"]);
+        // U+3000 is whitespace: it leads the run after it, it is not punctuation.
+        assert_eq!(DeepSeekLlm.split("。\u{3000}Ab"), ["。", "\u{3000}Ab"]);
+    }
+}
