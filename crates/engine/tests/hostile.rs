@@ -547,3 +547,25 @@ fn expert_counts_and_widths_are_checked() {
     let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     load_error(&f, &["blk.1.ffn_up_exps.weight"]);
 }
+
+/// Granite's scales: a logit scale of 0, below 0 or not finite (it divides the logits), or a
+/// residual scale that is not finite, is named; so are the biases and experts it does not run.
+#[test]
+fn granite_scales_are_checked() {
+    let g = open("tiny-granite-Q6_K.gguf");
+    for bad in [0.0, -8.0, f32::NAN, f32::INFINITY] {
+        let f = rewrite(&g, &[("granite.logit_scale", Value::F32(bad))], &[]);
+        load_error(&f, &["granite.logit_scale", "finite number above 0"]);
+    }
+    let f = rewrite(&g, &[("granite.residual_scale", Value::F32(f32::NAN))], &[]);
+    load_error(&f, &["granite.residual_scale", "finite"]);
+    let f = rewrite(
+        &g,
+        &[("granite.rope.scaling.finetuned", Value::U32(1))],
+        &[],
+    );
+    load_error(&f, &["granite.rope.scaling.finetuned", "bool"]);
+    let bias = f32_tensor("blk.0.ffn_up.bias", &[512], 0.0);
+    let f = rewrite(&g, &[], &[bias]);
+    load_error(&f, &["blk.0.ffn_up.bias", "not supported"]);
+}

@@ -18,8 +18,8 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-30b-a3b
-    /// (a mixture of experts), gemma-3-270m, smollm2-135m, or the small test shapes tiny-llama,
-    /// tiny-qwen2, tiny-qwen3, tiny-qwen3moe, tiny-gemma3.
+    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, gemma-3-270m, smollm2-135m, or the
+    /// small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen3moe, tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
     #[arg(short = 'o', long)]
@@ -82,6 +82,8 @@ pub struct Shape {
     pub inert_from: Option<usize>,
     /// Every layer's FFN a mixture of these experts (stacked `ffn_*_exps`, an F32 router).
     pub experts: Option<Experts>,
+    /// Granite's embedding, residual, attention and logit scales.
+    pub granite_scales: Option<[f32; 4]>,
 }
 
 /// A mixture's experts: `n` of them, `used` a token, each `n_ff` wide.
@@ -112,6 +114,7 @@ const BASE: Shape = Shape {
     gemma: None,
     inert_from: None,
     experts: None,
+    granite_scales: None,
 };
 
 /// The named shapes (from each model's config.json).
@@ -210,6 +213,36 @@ pub const SHAPES: &[Shape] = &[
             used: 8,
             n_ff: 768,
         }),
+        ..BASE
+    },
+    Shape {
+        name: "smollm3-3b",
+        arch: "smollm3",
+        n_embd: 2048,
+        n_layer: 36,
+        n_head: 16,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_ff: 11008,
+        n_vocab: 128256,
+        n_ctx: 65536,
+        rope_base: 5000000.0,
+        eps: 1e-6,
+        ..BASE
+    },
+    Shape {
+        name: "granite-3.3-2b",
+        arch: "granite",
+        n_embd: 2048,
+        n_layer: 40,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 8192,
+        n_vocab: 49159,
+        n_ctx: 131072,
+        rope_base: 10000000.0,
+        granite_scales: Some([12.0, 0.22, 0.015625, 8.0]),
         ..BASE
     },
     Shape {
@@ -485,6 +518,12 @@ pub fn build(
     w.set(key("attention.layer_norm_rms_epsilon"), Value::F32(s.eps));
     if let Some(window) = s.gemma {
         w.set(key("attention.sliding_window"), Value::U32(window as u32));
+    }
+    if let Some([embd, residual, attn, logit]) = s.granite_scales {
+        w.set(key("embedding_scale"), Value::F32(embd));
+        w.set(key("residual_scale"), Value::F32(residual));
+        w.set(key("attention.scale"), Value::F32(attn));
+        w.set(key("logit_scale"), Value::F32(logit));
     }
     if let Some(e) = s.experts {
         w.set(key("expert_count"), Value::U32(e.n as u32));

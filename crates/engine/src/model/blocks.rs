@@ -542,7 +542,17 @@ pub(crate) struct DecoderLayer<'a> {
     pub attn: Attention<'a>,
     pub ffn_norm: Vec<f32>,
     pub ffn: FeedForward<'a>,
+    /// Whether its queries and keys take RoPE (SmolLM3's every fourth layer does not).
+    pub rotates: bool,
 }
+
+/// RoPE over no dimensions: what a layer without RoPE applies.
+const NO_ROPE: Rope = Rope {
+    style: crate::ops::RopeStyle::Adjacent,
+    n_rot: 0,
+    base: 1.0,
+    freq_factors: None,
+};
 
 /// What a [`DecoderLayer`] needs besides its weights.
 pub(crate) struct LayerCtx<'r> {
@@ -550,6 +560,8 @@ pub(crate) struct LayerCtx<'r> {
     pub rope: &'r Rope,
     pub eps: f32,
     pub act: Activation,
+    /// Multiplies each block's output before its residual add (Granite).
+    pub residual_scale: Option<f32>,
     pub threads: &'r Threads,
     pub tap: &'r Tap,
 }
@@ -569,6 +581,7 @@ impl<'a> DecoderLayer<'a> {
             attn: Attention::load(file, i, dims.n_embd, a, qk_norm)?,
             ffn_norm: vector(file, &p("ffn_norm"), dims.n_embd)?,
             ffn: FeedForward::load(file, i, dims, moe)?,
+            rotates: true,
         })
     }
 
@@ -595,7 +608,7 @@ impl<'a> DecoderLayer<'a> {
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
         let (first, m) = (n - keep, keep);
         self.norm_qkv(c, l, s, pos0, n, first);
-        rope_and_store(c.rope, s, kv, l, pos0, (n, first), a);
+        rope_and_store(self.rope(c), s, kv, l, pos0, (n, first), a);
         let p = pos0 + first;
         c.tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
         c.tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
@@ -622,9 +635,18 @@ impl<'a> DecoderLayer<'a> {
         n: usize,
     ) {
         self.norm_qkv(c, l, s, 0, n, 0);
-        rope_and_store_runs(c.rope, s, runs, l, c.a);
+        rope_and_store_runs(self.rope(c), s, runs, l, c.a);
         attend_runs(c.a, s, runs, l, None, c.threads);
         self.output_and_ffn(c, l, s, 0, n);
+    }
+
+    /// The RoPE this layer applies: the model's, or none.
+    fn rope<'r>(&self, c: &LayerCtx<'r>) -> &'r Rope {
+        if self.rotates {
+            c.rope
+        } else {
+            &NO_ROPE
+        }
     }
 
     /// The normed rows in `s.h`, and their queries, keys and values ([`Attention::qkv`]).
@@ -654,6 +676,7 @@ impl<'a> DecoderLayer<'a> {
         let d = self.attn_norm.len();
         self.attn.output(s, m, c.threads);
         c.tap.rows("attn_out", l, p, &s.o[..m * d], m);
+        scale_rows(&mut s.o[..m * d], c.residual_scale);
         add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
         crate::profile::mark("residual");
         c.tap.rows("ffn_inp", l, p, &s.x[..m * d], m);
@@ -662,9 +685,18 @@ impl<'a> DecoderLayer<'a> {
         crate::profile::mark("norm");
         c.tap.rows("ffn_norm", l, p, &s.h[..m * d], m);
         self.ffn.forward(c.act, s, m, c.threads, c.tap, l, p);
+        scale_rows(&mut s.o[..m * d], c.residual_scale);
         add_inplace(&mut s.x[..m * d], &s.o[..m * d]);
         crate::profile::mark("residual");
         c.tap.rows("l_out", l, p, &s.x[..m * d], m);
+    }
+}
+
+/// `x` times `scale` where there is one (ggml's `ggml_scale`: one f32 product each).
+#[inline(always)]
+fn scale_rows(x: &mut [f32], scale: Option<f32>) {
+    if let Some(scale) = scale {
+        x.iter_mut().for_each(|v| *v *= scale);
     }
 }
 

@@ -34,12 +34,32 @@ pub(crate) struct DecoderSpec {
     pub qk_norm: bool,
     /// Every layer's feed-forward block a mixture of these experts, where it is one.
     pub moe: Option<MoeParams>,
+    /// Scales and RoPE-less layers some members of the family add.
+    pub extras: Extras,
+}
+
+/// What some members of the family add to the llama layer; the default adds nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Extras {
+    /// Every `n`-th layer (the `n`-th, `2n`-th, ...) takes no RoPE (SmolLM3's NoPE layers).
+    pub nope_every: Option<usize>,
+    /// No layer takes RoPE (Granite's `rope.scaling.finetuned = false`).
+    pub no_rope: bool,
+    /// Multiplies the token embeddings (Granite).
+    pub embd_scale: Option<f32>,
+    /// Multiplies each block's output before its residual add (Granite).
+    pub residual_scale: Option<f32>,
+    /// Multiplies `q . k` instead of `1 / sqrt(head_dim)` (Granite's `attention.scale`).
+    pub attn_scale: Option<f32>,
+    /// Divides the logits (Granite's `logit_scale`: they are multiplied by its f32 inverse).
+    pub logit_scale: Option<f32>,
 }
 
 pub struct Decoder<'a> {
     info: ModelInfo,
     n_ff: usize,
     moe: Option<MoeParams>,
+    extras: Extras,
     eps: f32,
     attn: AttnShape,
     rope: Rope,
@@ -55,11 +75,23 @@ impl<'a> Decoder<'a> {
     pub(crate) fn load(file: &'a GgufFile, spec: DecoderSpec) -> Result<Decoder<'a>, ModelError> {
         let dims = &spec.hp.dims;
         let n_embd = dims.n_embd;
-        let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
+        let mut attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
+        if let Some(scale) = spec.extras.attn_scale {
+            attn.scale = scale;
+        }
+        let x = spec.extras;
+        let rotates = |l: usize| !x.no_rope && x.nope_every.is_none_or(|n| (l + 1) % n != 0);
         let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(spec.hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
         let layers = (0..dims.n_layer)
-            .map(|i| DecoderLayer::load(file, i, dims, &attn, spec.qk_norm, spec.moe.as_ref()))
+            .map(|i| {
+                let layer =
+                    DecoderLayer::load(file, i, dims, &attn, spec.qk_norm, spec.moe.as_ref());
+                layer.map(|l| DecoderLayer {
+                    rotates: rotates(i),
+                    ..l
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Decoder {
             info: ModelInfo::new(
@@ -72,6 +104,7 @@ impl<'a> Decoder<'a> {
             // A mixture's layers have no dense block to size the scratch for.
             n_ff: spec.moe.map_or(dims.n_ff, |p| p.n_ff_exp),
             moe: spec.moe,
+            extras: spec.extras,
             eps: spec.hp.eps,
             attn,
             rope: spec.rope,
@@ -86,6 +119,15 @@ impl<'a> Decoder<'a> {
 }
 
 impl Decoder<'_> {
+    /// The token embeddings times the model's embedding scale, where it has one (ggml's
+    /// `ggml_scale`: one f32 product each).
+    #[inline(always)]
+    fn scale_embeddings(&self, x: &mut [f32]) {
+        if let Some(scale) = self.extras.embd_scale {
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
+    }
+
     /// The logits of the last `rows` of the `n` rows of `s.x`, the output bias added.
     #[inline(always)]
     fn logits(&self, s: &mut Scratch, n: usize, rows: usize, out: &mut [f32], threads: &Threads) {
@@ -93,6 +135,12 @@ impl Decoder<'_> {
         output_logits(norm, eps, &self.output, s, n, rows, out, threads);
         if let Some(b) = &self.output_bias {
             add_bias_rows(out, b, rows);
+        }
+        if let Some(scale) = self.extras.logit_scale {
+            let inv = 1.0 / scale;
+            out[..rows * self.info.n_vocab]
+                .iter_mut()
+                .for_each(|v| *v *= inv);
         }
     }
 }
@@ -125,11 +173,13 @@ impl ForwardBody for Decoder<'_> {
         let d = self.info.n_embd;
         let (s, pos0) = (&mut st.s, st.pos);
         embed(&self.tok_embd, tokens, &mut s.x)?;
+        self.scale_embeddings(&mut s.x[..n * d]);
         let c = LayerCtx {
             a: &self.attn,
             rope: &self.rope,
             eps: self.eps,
             act: Activation::Silu,
+            residual_scale: self.extras.residual_scale,
             threads,
             tap: &self.tap,
         };
@@ -173,6 +223,7 @@ impl ForwardBody for Decoder<'_> {
     ) -> Result<(), ModelError> {
         let d = self.info.n_embd;
         let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
+        self.scale_embeddings(&mut s.x[..n * d]);
         // The taps name rows by one sequence's positions: a batched pass has several.
         let off = crate::Tap::default();
         let c = LayerCtx {
@@ -180,6 +231,7 @@ impl ForwardBody for Decoder<'_> {
             rope: &self.rope,
             eps: self.eps,
             act: Activation::Silu,
+            residual_scale: self.extras.residual_scale,
             threads,
             tap: &off,
         };

@@ -281,6 +281,47 @@ impl Common {
     }
 }
 
+/// Granite's scales (`{arch}.logit_scale`, required; `residual_scale`, `embedding_scale`,
+/// `attention.scale`, where present and not 0) and whether it takes RoPE at all
+/// (`rope.scaling.finetuned`, true where absent).
+pub(crate) struct GraniteParams {
+    pub logit_scale: f32,
+    pub residual_scale: Option<f32>,
+    pub embd_scale: Option<f32>,
+    pub attn_scale: Option<f32>,
+    pub rope: bool,
+}
+
+impl GraniteParams {
+    pub fn read(file: &GgufFile, arch: &str) -> Result<GraniteParams, ModelError> {
+        let k = Keys {
+            md: file.metadata(),
+            arch,
+        };
+        // llama.cpp takes 0 for "no such scale".
+        let optional = |suffix: &str| -> Result<Option<f32>, ModelError> {
+            let v = k.f32(suffix, Some(0.0))?;
+            if !v.is_finite() {
+                return Err(bad(&k.key(suffix), v, "must be a finite number"));
+            }
+            Ok((v != 0.0).then_some(v))
+        };
+        let rope = match k.get("rope.scaling.finetuned") {
+            None => true,
+            Some(v) => v
+                .as_bool()
+                .ok_or_else(|| bad(&k.key("rope.scaling.finetuned"), v, "must be a bool"))?,
+        };
+        Ok(GraniteParams {
+            logit_scale: k.positive("logit_scale", None)?,
+            residual_scale: optional("residual_scale")?,
+            embd_scale: optional("embedding_scale")?,
+            attn_scale: optional("attention.scale")?,
+            rope,
+        })
+    }
+}
+
 /// The most experts a layer may have (llama.cpp's `LLAMA_MAX_EXPERTS`).
 const MAX_EXPERTS: usize = 512;
 

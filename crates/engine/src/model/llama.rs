@@ -12,17 +12,28 @@
 
 use synapse_gguf::GgufFile;
 
-use super::decoder::{Decoder, DecoderSpec};
+use super::decoder::{Decoder, DecoderSpec, Extras};
 use super::hparams::{rope_factors, Arch, Common, MoeParams};
 use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
+    load_llama_like(file, "llama", Some(1e-5), Extras::default())
+}
+
+/// A llama layer under another architecture's name and keys, with what it adds (`extras`);
+/// `eps`: the norm epsilon where the file has none (`None`: required).
+pub(super) fn load_llama_like<'a>(
+    file: &'a GgufFile,
+    arch: &'static str,
+    eps: Option<f32>,
+    extras: Extras,
+) -> Result<Decoder<'a>, ModelError> {
     let hp = Common::read(
         file,
         &Arch {
-            name: "llama",
-            eps: Some(1e-5),
+            name: arch,
+            eps,
             n_ctx_train: 2048,
             linear_rope_scaling: true,
             whole_head_rope: false,
@@ -38,7 +49,7 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
         ff.iter_mut().for_each(|f| *f *= factor);
     }
     let spec = DecoderSpec {
-        arch: "llama",
+        arch,
         rope: Rope {
             style: RopeStyle::Adjacent,
             n_rot,
@@ -46,8 +57,9 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
             freq_factors,
         },
         qk_norm: false,
+        extras,
         // Mixtral-style files: every expert as wide as `feed_forward_length`.
-        moe: MoeParams::read(file, "llama", |_| hp.dims.n_ff)?,
+        moe: MoeParams::read(file, arch, |_| hp.dims.n_ff)?,
         hp,
     };
     Decoder::load(file, spec)

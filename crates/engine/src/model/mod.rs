@@ -20,6 +20,7 @@ mod batch;
 mod blocks;
 mod decoder;
 pub mod gemma3;
+pub mod granite;
 mod hparams;
 pub mod llama;
 mod moe;
@@ -27,6 +28,7 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
 pub mod qwen3moe;
+pub mod smollm3;
 
 /// Loads one architecture from a file, borrowing its weights.
 type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
@@ -36,6 +38,7 @@ type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError
 const REGISTRY: &[(&str, Loader)] = &[
     ("llama", |f| Ok(Box::new(llama::load(f)?))),
     ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
+    ("granite", |f| Ok(Box::new(granite::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
     ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),
@@ -45,6 +48,7 @@ const REGISTRY: &[(&str, Loader)] = &[
     ("qwen35moe", |f| {
         Ok(Box::new(qwen35::Qwen35::load(f, "qwen35moe")?))
     }),
+    ("smollm3", |f| Ok(Box::new(smollm3::load(f)?))),
 ];
 
 /// Names of the supported architectures.

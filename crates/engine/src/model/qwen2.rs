@@ -45,6 +45,7 @@ pub(super) fn load_qwen<'a>(
         },
         qk_norm,
         moe,
+        extras: Default::default(),
         hp,
     };
     Decoder::load(file, spec)

@@ -1,0 +1,17 @@
+//! The dense llama-family architectures beyond llama itself against llama.cpp: `smollm3` (a
+//! layer in four without RoPE) and `granite` (embedding, residual, attention and logit scales),
+//! small random-weight files with the real metadata, and G1 and D1 on each. Golden data:
+//! `scripts/golden/forward_dense.py` (llama.cpp token by token, one thread).
+
+mod common;
+use common::*;
+
+#[test]
+fn smollm3_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-smollm3-Q5_K", "smollm3");
+}
+
+#[test]
+fn granite_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-granite-Q6_K", "granite");
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Make golden data for the dense llama-family architectures beyond llama itself (smollm3,
+granite) under crates/engine/tests/data/forward/ from llama.cpp.
+
+Like forward_qwen.py: small random-weight GGUFs with the real layer structure and metadata,
+quantized with llama-quantize --pure, and llama.cpp's full logits for a token-by-token run over
+fixed ids. Not run by the test suite (the outputs are committed); run it again only to refresh
+them:
+
+    scripts/build-llama.sh
+    PYTHONPATH=third_party/llama.cpp/gguf-py .venv/bin/python scripts/golden/forward_dense.py
+
+Outputs:
+- tiny-smollm3-Q5_K.gguf: 4 layers (the fourth takes no RoPE, SmolLM3's NoPE step), 4 query / 2
+  KV heads of 64, tied output.
+- tiny-granite-Q6_K.gguf: 2 layers with Granite 3's scales (embedding 12, residual 0.22,
+  attention 1/128, logits 1/8), 4 query / 2 KV heads of 64, separate output matrix.
+- their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
+  thread.
+"""
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from forward import BIN, OUT, TINY_IDS, TOOL, build_tool, logits_of, write_gguf  # noqa: E402
+from forward_qwen import N_VOCAB, Tiny  # noqa: E402
+
+
+def llama_layers(t, n_head, n_head_kv, hd):
+    d = t.n_embd
+    t.w.add_head_count(n_head)
+    t.w.add_head_count_kv(n_head_kv)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_q.weight", t.mat(n_head * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
+        t.ffn(i)
+
+
+def smollm3(path):
+    t = Tiny(path, "smollm3", 4003, n_ff=512, n_layer=4)
+    llama_layers(t, 4, 2, 64)
+    t.finish(tied=True)
+
+
+def granite(path):
+    t = Tiny(path, "granite", 4004, n_ff=512)
+    t.w.add_logit_scale(8.0)
+    t.w.add_residual_scale(0.22)
+    t.w.add_embedding_scale(12.0)
+    t.w.add_attention_scale(0.0078125)
+    llama_layers(t, 4, 2, 64)
+    t.finish()
+
+
+FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite)]
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not TOOL.exists():
+        build_tool()
+    only = set(sys.argv[1:])
+    with tempfile.TemporaryDirectory() as tmp:
+        for arch, name, ftype, make in FILES:
+            if only and arch not in only:
+                continue
+            f32 = Path(tmp) / f"{arch}-f32.gguf"
+            make(f32)
+            out = OUT / f"tiny-{arch}-{name}.gguf"
+            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
+                           check=True, capture_output=True)
+            logits = logits_of(out, TINY_IDS, N_VOCAB)
+            assert np.isfinite(logits).all(), arch
+            write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
+                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
+                [("golden.source", "llama.cpp token by token, 1 thread")])
+            print(f"  {arch} {name}: {out.stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
