@@ -51,10 +51,14 @@ pub(crate) fn decode_byte_level(text: &str) -> Option<Vec<u8>> {
     text.chars().map(char_to_byte).collect()
 }
 
-/// The merge tables of a byte-level BPE vocabulary, in raw bytes.
+/// The merge tables of a BPE vocabulary, in raw bytes: a byte-level one (GPT-2's alphabet,
+/// mapped back to bytes), or one whose tokens are UTF-8 text (Gemma 4's, [`Bpe::new_utf8`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Bpe {
     pub pre: PreTokenizer,
+    /// The tokens are UTF-8 text: a pre-token starts as its characters, not its bytes, and a
+    /// run of newlines that is a token is taken whole (llama.cpp's Gemma 4 rules).
+    utf8: bool,
     /// A pre-token that is itself a token is taken whole (`ignore_merges`).
     pub ignore_merges: bool,
     /// Every byte string that is a token or a side of a merge, by raw bytes. Ids below
@@ -67,7 +71,8 @@ pub(crate) struct Bpe {
     byte_pieces: [Option<u32>; 256],
     /// The token a lone byte falls back to when a merged symbol is not a token. llama.cpp looks
     /// the byte up as a one-byte string of the byte-level alphabet, which only printable ASCII
-    /// can be; any other byte of such a symbol is dropped.
+    /// can be (any other byte of such a symbol is dropped); a UTF-8 vocabulary's byte tokens
+    /// are `<0xHH>`.
     byte_fallback: [Option<u32>; 256],
 }
 
@@ -79,11 +84,33 @@ impl Bpe {
         pre: PreTokenizer,
         ignore_merges: bool,
     ) -> Bpe {
+        Self::build(tokens, merges, pre, ignore_merges, false)
+    }
+
+    /// A vocabulary whose tokens and merges are UTF-8 text itself (Gemma 4's).
+    pub fn new_utf8(tokens: &[String], merges: &[String], pre: PreTokenizer) -> Bpe {
+        Self::build(tokens, merges, pre, false, true)
+    }
+
+    fn build(
+        tokens: &[String],
+        merges: &[String],
+        pre: PreTokenizer,
+        ignore_merges: bool,
+        utf8: bool,
+    ) -> Bpe {
+        let raw = |text: &str| -> Option<Vec<u8>> {
+            if utf8 {
+                Some(text.as_bytes().to_vec())
+            } else {
+                decode_byte_level(text)
+            }
+        };
         let n_vocab = tokens.len() as u32;
         let mut pieces: FxHashMap<Box<[u8]>, u32> = FxHashMap::default();
         pieces.reserve(tokens.len());
         for (id, text) in tokens.iter().enumerate() {
-            if let Some(raw) = decode_byte_level(text) {
+            if let Some(raw) = raw(text) {
                 pieces.insert(raw.into_boxed_slice(), id as u32);
             }
         }
@@ -101,10 +128,7 @@ impl Bpe {
             let Some(sp) = merge.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1) else {
                 continue; // no two sides: never applies
             };
-            let (Some(left), Some(right)) = (
-                decode_byte_level(&merge[..sp]),
-                decode_byte_level(&merge[sp + 1..]),
-            ) else {
+            let (Some(left), Some(right)) = (raw(&merge[..sp]), raw(&merge[sp + 1..])) else {
                 continue; // a side outside the alphabet can never be formed
             };
             if left.is_empty() || right.is_empty() {
@@ -121,12 +145,20 @@ impl Bpe {
         let mut byte_pieces = [None; 256];
         for b in 0..=255u8 {
             byte_pieces[b as usize] = pieces.get([b].as_slice()).copied();
-            if (0x21..=0x7E).contains(&b) {
-                byte_fallback[b as usize] = byte_pieces[b as usize].filter(|&id| id < n_vocab);
+            byte_fallback[b as usize] = if utf8 {
+                // A UTF-8 vocabulary falls back to its byte tokens, `<0xHH>`.
+                let text = format!("<0x{b:02X}>");
+                pieces.get(text.as_bytes()).copied()
+            } else if (0x21..=0x7E).contains(&b) {
+                byte_pieces[b as usize]
+            } else {
+                None
             }
+            .filter(|&id| id < n_vocab);
         }
         Bpe {
             pre,
+            utf8,
             ignore_merges,
             pieces,
             n_vocab,
@@ -143,35 +175,53 @@ impl Bpe {
             .filter(|&id| id < self.n_vocab)
     }
 
-    /// Tokenize one raw-text fragment: pre-tokenize, then merge each pre-token.
+    /// Tokenize one raw-text fragment: pre-tokenize, then merge each pre-token. A UTF-8
+    /// vocabulary's text has its spaces spelled `▁` first, as its tokens do.
     pub fn encode(&self, text: &str, out: &mut Vec<u32>) {
         let mut scratch = Scratch::default();
+        let escaped;
+        let text = if self.utf8 {
+            escaped = text.replace(' ', "\u{2581}");
+            escaped.as_str()
+        } else {
+            text
+        };
         for word in self.pre.split(text) {
-            self.encode_word(word.as_bytes(), out, &mut scratch);
+            self.encode_word(word, out, &mut scratch);
         }
     }
 
-    fn encode_word(&self, word: &[u8], out: &mut Vec<u32>, s: &mut Scratch) {
-        if self.ignore_merges {
-            if let Some(id) = self.token(word) {
-                out.push(id);
-                return;
-            }
+    fn encode_word(&self, text: &str, out: &mut Vec<u32>, s: &mut Scratch) {
+        let word = text.as_bytes();
+        let whole = (self.ignore_merges || (self.utf8 && word.iter().all(|&b| b == b'\n')))
+            .then(|| self.token(word))
+            .flatten();
+        if let Some(id) = whole {
+            out.push(id);
+            return;
         }
         s.symbols.clear();
         s.queue.clear();
-        for i in 0..word.len() {
+        // The first symbols: the bytes (byte-level), or the characters (UTF-8 tokens).
+        let mut push = |start: usize, len: usize, piece: Option<u32>| {
+            let i = s.symbols.len() as i32;
             s.symbols.push(Symbol {
-                start: i as u32,
-                len: 1,
-                prev: i as i32 - 1,
-                next: if i + 1 == word.len() {
-                    -1
-                } else {
-                    i as i32 + 1
-                },
-                piece: self.byte_pieces[word[i] as usize],
+                start: start as u32,
+                len: len as u32,
+                prev: i - 1,
+                next: if start + len == word.len() { -1 } else { i + 1 },
+                piece,
             });
+        };
+        if self.utf8 {
+            for (i, c) in text.char_indices() {
+                let bytes = &word[i..i + c.len_utf8()];
+                push(i, bytes.len(), self.pieces.get(bytes).copied());
+            }
+        } else {
+            for (i, &b) in word.iter().enumerate() {
+                push(i, 1, self.byte_pieces[b as usize]);
+            }
         }
         for i in 1..s.symbols.len() {
             self.push_pair(s, i as i32 - 1, i as i32);

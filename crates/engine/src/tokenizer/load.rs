@@ -21,7 +21,7 @@ const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 const KEY_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 
-const SUPPORTED_MODELS: &str = "llama (SentencePiece), gpt2 (byte-level BPE)";
+const SUPPORTED_MODELS: &str = "llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (UTF-8 BPE)";
 
 /// Texts llama.cpp takes for an end-of-turn token when the metadata names none.
 const EOT_TEXTS: &[&str] = &[
@@ -107,10 +107,16 @@ const EOG_TEXTS: &[&str] = &[
 pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let model_name =
         opt_str(md, KEY_MODEL)?.ok_or(TokenizerError::MissingKey { key: KEY_MODEL })?;
-    let pre_name = opt_str(md, KEY_PRE)?.unwrap_or("");
+    let mut pre_name = opt_str(md, KEY_PRE)?.unwrap_or("");
+    // Gemma 4's BPE: tokens in UTF-8 with `▁` for spaces, its own pre-tokenizer whatever the
+    // metadata says (as llama.cpp sets it).
+    let utf8 = model_name == "gemma4";
+    if utf8 {
+        pre_name = "gemma4";
+    }
     let vocab_type = match model_name {
         "llama" => VocabType::Spm,
-        "gpt2" => VocabType::Bpe,
+        "gpt2" | "gemma4" => VocabType::Bpe,
         other => {
             return Err(TokenizerError::UnsupportedModel {
                 model: other.to_string(),
@@ -135,8 +141,11 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
             add_eos = false;
         }
         VocabType::Bpe => {
-            ids.bos = Some(11);
-            ids.eos = Some(11);
+            // GPT-2's defaults; Gemma 4's come from the metadata alone.
+            if !utf8 {
+                ids.bos = Some(11);
+                ids.eos = Some(11);
+            }
             // A missing pre-tokenizer is llama.cpp's "default" (it warns); an unknown one is an
             // error there too.
             let name = if pre_name.is_empty() {
@@ -248,12 +257,11 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
                 ignore_merges: false,
                 add_bos: false,
             });
-            Model::Bpe(Box::new(Bpe::new(
-                &texts,
-                merges,
-                config.kind,
-                config.ignore_merges,
-            )))
+            Model::Bpe(Box::new(if utf8 {
+                Bpe::new_utf8(&texts, merges, config.kind)
+            } else {
+                Bpe::new(&texts, merges, config.kind, config.ignore_merges)
+            }))
         }
         VocabType::Spm => {
             let mut byte_tokens = [None; 256];
@@ -296,7 +304,8 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
         read_id(md, "tokenizer.ggml.middle_token_id", &mut ids.fim_mid, n32)?;
     }
     if let Some(v) = opt_bool(md, KEY_ADD_BOS)? {
-        add_bos = v;
+        // llama.cpp overrides a `false` for Gemma 4.
+        add_bos = v || utf8;
     }
     if let Some(v) = opt_bool(md, KEY_ADD_EOS)? {
         add_eos = v;
@@ -401,7 +410,9 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let mut pieces = Vec::new();
     let mut piece_ends = Vec::with_capacity(n);
     for (i, text) in texts.iter().enumerate() {
-        append_piece(&mut pieces, vocab_type, text, attrs[i], i as u32)?;
+        // Gemma 4's tokens spell spaces as SentencePiece's do.
+        let style = if utf8 { VocabType::Spm } else { vocab_type };
+        append_piece(&mut pieces, style, text, attrs[i], i as u32)?;
         let end =
             u32::try_from(pieces.len()).map_err(|_| TokenizerError::TooManyTokens { count: n })?;
         piece_ends.push(end);

@@ -33,6 +33,9 @@ pub enum PreTokenizer {
     Falcon,
     /// `deepseek-coder`: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}`.
     DeepSeekCoder,
+    /// `gemma4` (Gemma 4's SentencePiece-style BPE, spaces already `▁`): `[^\n]+|[\n]+`, runs
+    /// of newlines and of everything else.
+    Gemma4,
     /// `deepseek-llm`: `[\r\n]`, `\s?` and a run of letters of an explicit set (Latin, Greek,
     /// Cyrillic, Armenian, Georgian, Cherokee, ...), `\s?` and a run of ASCII or full-width
     /// punctuation, `\s+$`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}+`.
@@ -108,6 +111,7 @@ const PRE_TABLE: &[(&str, PreTokenizer, bool, bool, bool)] = {
         ("falcon", Falcon, true, false, false),
         ("deepseek-coder", DeepSeekCoder, false, false, false),
         ("deepseek-llm", DeepSeekLlm, false, false, false),
+        ("gemma4", Gemma4, true, false, true),
     ]
 };
 
@@ -191,6 +195,9 @@ impl PreTokenizer {
                 Stage::Runs(is_cjk),
                 Stage::EachNumber,
             ],
+            // Runs of newlines and of the rest: the text between the matches of `[\n]+` is
+            // every `[^\n]+` run.
+            PreTokenizer::Gemma4 => &[Stage::Runs(is_lf)],
             PreTokenizer::DeepSeekLlm => &[
                 Stage::Each(is_cr_lf),
                 Stage::SpaceThenRun(is_deepseek_letter),
@@ -273,6 +280,10 @@ fn is_default_punctuation(cp: u32) -> bool {
 /// `[\p{P}\$\+<=>\^~\|`]`: [`is_default_punctuation`] and the backtick.
 fn is_falcon_punctuation(cp: u32) -> bool {
     cp == '`' as u32 || is_default_punctuation(cp)
+}
+
+fn is_lf(cp: u32) -> bool {
+    cp == '\n' as u32
 }
 
 fn is_cr_lf(cp: u32) -> bool {
