@@ -138,6 +138,7 @@ fn check_ids(v: &Vocab, ids: &[u32], text: Option<&str>, label: &str) {
                 .filter(|&b| v.byte_has_token[b as usize])
                 .collect(),
             VocabType::Spm => text.replace('\u{2581}', " ").into_bytes(),
+            VocabType::Wpm => unreachable!("no WordPiece vocabulary is fuzzed here"),
         };
         assert!(
             p == want,

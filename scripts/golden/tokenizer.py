@@ -27,7 +27,8 @@ add_space_prefix on: vocabulary-only GGUF copies with the metadata overridden (n
 in a temporary folder and never committed. The test applies the same overrides to the real
 model's metadata.
 
-unicode: the code point categories and the white-space set are taken from llama.cpp's
+unicode: the code point categories, the white-space set, the lower-case map and the NFD ranges
+(WordPiece's normalizer) are taken from llama.cpp's
 src/unicode-data.cpp (generated there from the UCD), so that synapse's pre-tokenizers classify
 every code point exactly as llama.cpp does, whatever the Unicode version of the machine.
 """
@@ -226,6 +227,29 @@ def unicode_table() -> None:
     spaces = sorted(spaces)
     for i in range(0, len(spaces), 8):
         lines.append("    " + " ".join(f"0x{c:04X}," for c in spaces[i:i + 8]))
+    lines += ["];", ""]
+    # WordPiece's normalizer (BERT vocabularies): llama.cpp's lower-case map and its one-code-point
+    # NFD (each range of code points maps to the first code point of its decomposition).
+    lines += [
+        "/// `(code point, lower case)`, sorted: llama.cpp's `unicode_tolower` map.",
+        "#[rustfmt::skip]",
+        "pub(super) static LOWERCASE: &[(u32, u32)] = &[",
+    ]
+    for i in range(0, len(lower), 6):
+        lines.append("    " + " ".join(f"(0x{a:05X}, 0x{b:05X})," for a, b in lower[i:i + 6]))
+    lines += ["];", ""]
+    nfd = [(int(a, 16), int(b, 16), int(c, 16)) for a, b, c in
+           re.findall(r"\{0x([0-9A-Fa-f]+), 0x([0-9A-Fa-f]+), 0x([0-9A-Fa-f]+)\}",
+                      block("unicode_ranges_nfd"))]
+    assert nfd == sorted(nfd) and lower == sorted(lower)
+    lines += [
+        "/// `(first, last, nfd)`, sorted: llama.cpp's `unicode_cpts_normalize_nfd` ranges, each code",
+        "/// point of a range mapping to one code point.",
+        "#[rustfmt::skip]",
+        "pub(super) static NFD_RANGES: &[(u32, u32, u32)] = &[",
+    ]
+    for i in range(0, len(nfd), 4):
+        lines.append("    " + " ".join(f"(0x{a:05X}, 0x{b:05X}, 0x{c:05X})," for a, b, c in nfd[i:i + 4]))
     lines += ["];", ""]
     UNICODE_OUT.write_text("\n".join(lines))
     print(f"{UNICODE_OUT}: {len(merged)} ranges, {len(spaces)} white-space code points",

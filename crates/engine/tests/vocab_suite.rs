@@ -11,6 +11,7 @@ use synapse_gguf::GgufFile;
 
 /// Vocabularies whose every case is checked.
 const SUPPORTED: &[&str] = &[
+    "bert-bge",
     "command-r",
     "deepseek-coder",
     "deepseek-llm",
@@ -28,7 +29,7 @@ const SUPPORTED: &[&str] = &[
 ];
 
 /// Vocabularies refused today (pre-tokenizers or tokenizer models not written yet).
-const REFUSED: &[&str] = &["bert-bge"];
+const REFUSED: &[&str] = &[];
 
 fn vocab_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/vocab");

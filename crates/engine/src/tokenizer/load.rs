@@ -9,6 +9,7 @@ use super::fxhash::FxHashMap;
 use super::pretokenize::{PreConfig, PreTokenizer};
 use super::special::{Special, SpecialMatcher};
 use super::spm::Spm;
+use super::wpm::Wpm;
 use super::{Model, SpecialIds, TokenAttr, Tokenizer, TokenizerError, VocabType};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -21,7 +22,9 @@ const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 const KEY_ADD_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 
-const SUPPORTED_MODELS: &str = "llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (UTF-8 BPE)";
+const SUPPORTED_MODELS: &str =
+    "llama (SentencePiece), gpt2 (byte-level BPE), gemma4 (UTF-8 BPE), bert (WordPiece)";
+const KEY_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
 
 /// Texts llama.cpp takes for an end-of-turn token when the metadata names none.
 const EOT_TEXTS: &[&str] = &[
@@ -117,6 +120,7 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let vocab_type = match model_name {
         "llama" => VocabType::Spm,
         "gpt2" | "gemma4" => VocabType::Bpe,
+        "bert" => VocabType::Wpm,
         other => {
             return Err(TokenizerError::UnsupportedModel {
                 model: other.to_string(),
@@ -163,6 +167,18 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
             clean_spaces = config.clean_spaces;
             add_bos = config.add_bos;
             add_eos = false;
+        }
+        VocabType::Wpm => {
+            ids.bos = Some(101);
+            ids.unk = Some(100);
+            ids.sep = Some(102);
+            ids.pad = Some(0);
+            ids.mask = Some(103);
+            add_space_prefix = false;
+            clean_spaces = true;
+            // With special tokens, WordPiece always wraps the text in [CLS] .. [SEP].
+            add_bos = true;
+            add_eos = true;
         }
     }
     if let Some(v) = opt_bool(md, KEY_ADD_PREFIX)? {
@@ -263,6 +279,11 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
                 Bpe::new(&texts, merges, config.kind, config.ignore_merges)
             }))
         }
+        VocabType::Wpm => Model::Wpm(Box::new(Wpm {
+            // Where absent, llama.cpp lower-cases (and strips accents).
+            lowercase: opt_bool(md, KEY_LOWERCASE)?.unwrap_or(true),
+            max_token_len: texts.iter().map(String::len).max().unwrap_or(0),
+        })),
         VocabType::Spm => {
             let mut byte_tokens = [None; 256];
             for (b, slot) in byte_tokens.iter_mut().enumerate() {
@@ -303,12 +324,15 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
         read_id(md, "tokenizer.ggml.suffix_token_id", &mut ids.fim_suf, n32)?;
         read_id(md, "tokenizer.ggml.middle_token_id", &mut ids.fim_mid, n32)?;
     }
-    if let Some(v) = opt_bool(md, KEY_ADD_BOS)? {
-        // llama.cpp overrides a `false` for Gemma 4.
-        add_bos = v || utf8;
-    }
-    if let Some(v) = opt_bool(md, KEY_ADD_EOS)? {
-        add_eos = v;
+    // llama.cpp's WordPiece ignores both keys.
+    if vocab_type != VocabType::Wpm {
+        if let Some(v) = opt_bool(md, KEY_ADD_BOS)? {
+            // llama.cpp overrides a `false` for Gemma 4.
+            add_bos = v || utf8;
+        }
+        if let Some(v) = opt_bool(md, KEY_ADD_EOS)? {
+            add_eos = v;
+        }
     }
 
     // Ids the metadata does not name, found by text. llama.cpp walks a hash map, so which of
@@ -410,8 +434,11 @@ pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let mut pieces = Vec::new();
     let mut piece_ends = Vec::with_capacity(n);
     for (i, text) in texts.iter().enumerate() {
-        // Gemma 4's tokens spell spaces as SentencePiece's do.
-        let style = if utf8 { VocabType::Spm } else { vocab_type };
+        // Gemma 4's and WordPiece's tokens spell spaces as SentencePiece's do.
+        let style = match vocab_type {
+            VocabType::Bpe if !utf8 => VocabType::Bpe,
+            _ => VocabType::Spm,
+        };
         append_piece(&mut pieces, style, text, attrs[i], i as u32)?;
         let end =
             u32::try_from(pieces.len()).map_err(|_| TokenizerError::TooManyTokens { count: n })?;
@@ -524,7 +551,9 @@ fn append_piece(
         out.extend_from_slice(text.as_bytes());
     } else if attr.intersects(TokenAttr::NORMAL) {
         match vocab_type {
-            VocabType::Spm => out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes()),
+            VocabType::Spm | VocabType::Wpm => {
+                out.extend_from_slice(text.replace('\u{2581}', " ").as_bytes())
+            }
             VocabType::Bpe => {
                 for c in text.chars() {
                     match bpe::char_to_byte(c) {

@@ -25,6 +25,7 @@ mod spm;
 mod stream;
 mod unicode;
 mod unicode_data;
+mod wpm;
 
 pub use error::TokenizerError;
 pub use pretokenize::{PreConfig, PreTokenizer};
@@ -38,8 +39,10 @@ use special::{Fragment, SpecialMatcher};
 pub enum VocabType {
     /// SentencePiece BPE (`llama`).
     Spm,
-    /// Byte-level BPE (`gpt2`).
+    /// Byte-level BPE (`gpt2`), or Gemma 4's UTF-8 BPE (`gemma4`).
     Bpe,
+    /// WordPiece (`bert`).
+    Wpm,
 }
 
 /// Token attributes, llama.cpp's `llama_token_attr` bits: the token type from
@@ -117,6 +120,7 @@ pub struct SpecialIds {
 enum Model {
     Spm(Box<spm::Spm>),
     Bpe(Box<bpe::Bpe>),
+    Wpm(Box<wpm::Wpm>),
 }
 
 /// A tokenizer for one GGUF vocabulary. Immutable once built; share it freely across threads.
@@ -214,9 +218,23 @@ impl Tokenizer {
                     }
                 }
             }
+            Model::Wpm(wpm) => {
+                for fragment in &fragments {
+                    match fragment {
+                        Fragment::Text(r) => {
+                            wpm.encode(&self.token_to_id, self.ids.unk, slice(r), &mut out)
+                        }
+                        Fragment::Token(id) => out.push(*id),
+                    }
+                }
+            }
         }
         if eos {
-            out.extend(self.ids.eos);
+            // WordPiece ends with [SEP].
+            out.extend(match self.model {
+                Model::Wpm(_) => self.ids.sep,
+                _ => self.ids.eos,
+            });
         }
         out
     }
@@ -249,7 +267,7 @@ impl Tokenizer {
     pub fn pre_tokenizer(&self) -> Option<PreTokenizer> {
         match &self.model {
             Model::Bpe(b) => Some(b.pre),
-            Model::Spm(_) => None,
+            Model::Spm(_) | Model::Wpm(_) => None,
         }
     }
 
