@@ -63,6 +63,7 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     quiet_on_closed_pipe();
+    configure_from_env();
     // llama-server's `-np N` for `serve`, whose arguments hold no free text (clap's short
     // flags are one letter).
     let serve = std::env::args_os().nth(1).is_some_and(|a| a == "serve");
@@ -82,6 +83,38 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {}", cmd::common::printable(&format!("{e:#}")));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// The environment variables synapse reads (README, "Environment"), handed to the libraries
+/// as values before anything is loaded: the kernel tier cap and the kernels' forms
+/// (`SYNAPSE_ISA`, `SYNAPSE_PACK`, `SYNAPSE_PAIRED`, `SYNAPSE_PREFETCH`), how the bandwidth
+/// probe reads (`SYNAPSE_MEMBW_STREAMS`, `SYNAPSE_MEMBW_NO_HUGEPAGES`), and where models dump
+/// their intermediates (`SYNAPSE_DUMP_DIR`). None changes a bit of any output.
+fn configure_from_env() {
+    let var = |k: &str| std::env::var(k).ok();
+    let (kernels, notes) = synapse_quant::KernelConfig::from_vars(var);
+    for n in notes {
+        eprintln!("synapse: {n}");
+    }
+    // Nothing has chosen a kernel yet: this cannot be refused.
+    let _ = synapse_quant::configure(kernels);
+    let one_stream = match var("SYNAPSE_MEMBW_STREAMS") {
+        None => false,
+        Some(v) if v.trim() == "1" => true,
+        Some(v) if v.trim() == "4" => false,
+        Some(v) => {
+            eprintln!("synapse: SYNAPSE_MEMBW_STREAMS={v:?} is not 1 or 4; four streams");
+            false
+        }
+    };
+    let probe = synapse_engine::membw::ProbeOptions {
+        one_stream,
+        huge_pages: var("SYNAPSE_MEMBW_NO_HUGEPAGES").is_none(),
+    };
+    let _ = synapse_engine::membw::configure(probe);
+    if let Some(dir) = std::env::var_os("SYNAPSE_DUMP_DIR") {
+        synapse_engine::set_dump_dir(dir.into());
     }
 }
 

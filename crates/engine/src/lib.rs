@@ -27,15 +27,24 @@ pub use model::{
 };
 
 /// Dumps named intermediates (`attn_norm-3`, `l_out-3`, ...) per position as raw f32 files into
-/// the directory `SYNAPSE_DUMP_DIR` names, with llama.cpp's graph names, so that a layer's
-/// activations can be diffed against the reference (`scripts/golden/llama_golden.c dump`).
-/// Off, it costs one branch per layer.
+/// the directory [`set_dump_dir`] names (the binary's `SYNAPSE_DUMP_DIR`), with llama.cpp's
+/// graph names, so that a layer's activations can be diffed against the reference
+/// (`scripts/golden/llama_golden.c dump`). Off, it costs one branch per layer.
 #[derive(Debug, Clone, Default)]
 pub struct Tap(Option<std::path::PathBuf>);
 
+static DUMP_DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+/// Have the models loaded from now on dump their intermediates into `dir` (see [`Tap`]). For
+/// debugging; once a process.
+pub fn set_dump_dir(dir: std::path::PathBuf) {
+    let _ = DUMP_DIR.set(Some(dir));
+}
+
 impl Tap {
-    pub fn from_env() -> Tap {
-        Tap(std::env::var_os("SYNAPSE_DUMP_DIR").map(Into::into))
+    /// The tap of a model being loaded: on where [`set_dump_dir`] named a directory.
+    pub fn configured() -> Tap {
+        Tap(DUMP_DIR.get().cloned().flatten())
     }
 
     /// Write each of the `n` rows of `x` as `{name}-{layer}.{pos}.f32`, positions from `pos0`.
@@ -45,7 +54,7 @@ impl Tap {
             let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
             let path = dir.join(format!("{name}-{layer}.{}.f32", pos0 + t));
             if let Err(e) = std::fs::write(&path, bytes) {
-                eprintln!("SYNAPSE_DUMP_DIR: {}: {e}", path.display());
+                eprintln!("synapse: dump: {}: {e}", path.display());
             }
         }
     }

@@ -33,8 +33,46 @@ pub fn isa() -> &'static str {
 
 type ReadFn = fn(&[Line]) -> u64;
 
-/// The widest loop this CPU runs, chosen once: on x86-64 four streams a thread, or one with
-/// `SYNAPSE_MEMBW_STREAMS=1` ([`one_stream`]).
+/// How the probe reads, set once by a program before its first probe ([`configure`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// On x86-64, one stream a thread in address order instead of four: what a kernel that
+    /// reads its weights once, in order, meets. Decode's kernels each read one; on the Zen 5 VM
+    /// of docs/perf-log.md (section "One stream against four") decode read 94-97% of this probe
+    /// and 87-92% of the four-stream one in the same minutes.
+    pub one_stream: bool,
+    /// Ask for transparent huge pages for the buffer (Linux).
+    pub huge_pages: bool,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> ProbeOptions {
+        ProbeOptions {
+            one_stream: false,
+            huge_pages: true,
+        }
+    }
+}
+
+static OPTIONS: std::sync::OnceLock<ProbeOptions> = std::sync::OnceLock::new();
+
+/// Set how the probe reads. It is fixed by the first probe: set it before. `Err` holds the
+/// options in force where different ones already are.
+pub fn configure(o: ProbeOptions) -> Result<(), ProbeOptions> {
+    let now = *OPTIONS.get_or_init(|| o);
+    if now == o {
+        Ok(())
+    } else {
+        Err(now)
+    }
+}
+
+fn options() -> ProbeOptions {
+    *OPTIONS.get_or_init(ProbeOptions::default)
+}
+
+/// The widest loop this CPU runs, chosen once: on x86-64 four streams a thread, or one
+/// ([`ProbeOptions::one_stream`]).
 fn kernel() -> (&'static str, ReadFn) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -63,23 +101,9 @@ fn kernel() -> (&'static str, ReadFn) {
     ("portable", read_portable)
 }
 
-/// Whether the x86-64 probe reads one stream a thread, in address order, instead of four
-/// (`SYNAPSE_MEMBW_STREAMS=1`, read once): what a kernel that reads its weights once, in order,
-/// meets. Decode's kernels each read one; on the Zen 5 VM of docs/perf-log.md (section "One stream
-/// against four") decode read 94-97% of this probe and 87-92% of the four-stream one in the
-/// same minutes. Any other value is reported and ignored.
 #[cfg(target_arch = "x86_64")]
 fn one_stream() -> bool {
-    static ONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ONE.get_or_init(|| match std::env::var("SYNAPSE_MEMBW_STREAMS") {
-        Err(_) => false,
-        Ok(v) if v.trim() == "1" => true,
-        Ok(v) if v.trim() == "4" => false,
-        Ok(v) => {
-            eprintln!("synapse: SYNAPSE_MEMBW_STREAMS={v:?} is not 1 or 4; four streams");
-            false
-        }
-    })
+    options().one_stream
 }
 
 /// XOR of every word, eight independent lanes (compilers vectorise it to the baseline ISA).
@@ -319,7 +343,7 @@ impl ProbeBuffer {
         let n = (bytes / 64).max(1);
         let mut map = memmap2::MmapMut::map_anon(n * 64).expect("map the probe buffer");
         #[cfg(target_os = "linux")]
-        if std::env::var_os("SYNAPSE_MEMBW_NO_HUGEPAGES").is_none() {
+        if options().huge_pages {
             // Only a hint: without huge pages the probe still runs.
             let _ = map.advise(memmap2::Advice::HugePage);
         }

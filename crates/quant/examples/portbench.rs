@@ -575,6 +575,10 @@ mod x86 {
 }
 
 fn main() {
+    // SYNAPSE_ISA and its kin, as the synapse binary reads them.
+    let (kernels, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
+    notes.iter().for_each(|n| eprintln!("portbench: {n}"));
+    let _ = synapse_quant::configure(kernels);
     #[cfg(target_arch = "x86_64")]
     x86::run();
     #[cfg(not(target_arch = "x86_64"))]

@@ -18,6 +18,10 @@ use std::time::Instant;
 use synapse_quant::GgmlType;
 
 fn main() {
+    // SYNAPSE_ISA and its kin, as the synapse binary reads them.
+    let (kernels, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
+    notes.iter().for_each(|n| eprintln!("tilebench: {n}"));
+    let _ = synapse_quant::configure(kernels);
     let args: Vec<String> = std::env::args().collect();
     let ty = GgmlType::from_name(&args[1]).expect("a ggml type name");
     let rows: usize = args[2].parse().unwrap();

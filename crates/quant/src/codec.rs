@@ -527,10 +527,10 @@ pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
     Ok(reference)
 }
 
-/// Whether `SYNAPSE_ISA` lets code outside this crate use x86 tier `tier` (`reference`,
-/// `avx2`, `avxvnni` or `avx512vnni`; AVX-512 in general for the last), so that capping the
-/// tier caps the engine's own vector code (attention, the forward pass) with the kernels.
-/// True where it is unset; it says nothing of what the CPU has.
+/// Whether the kernel configuration ([`crate::configure`]) lets code outside this crate use x86
+/// tier `tier` (`reference`, `avx2`, `avxvnni` or `avx512vnni`; AVX-512 in general for the
+/// last), so that capping the tier caps the engine's own vector code (attention, the forward
+/// pass) with the kernels. True where it is uncapped; it says nothing of what the CPU has.
 #[cfg(target_arch = "x86_64")]
 pub fn isa_tier_allowed(tier: &str) -> bool {
     crate::x86::tier_allowed(tier)

@@ -15,6 +15,7 @@
 mod aarch64;
 pub mod blocks;
 pub mod codec;
+pub mod config;
 pub mod packed;
 pub mod pages;
 pub mod reference;
@@ -30,6 +31,7 @@ pub use codec::{
     llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,
     GemmFn, GemvFn, QuantizeBlock, VecDot,
 };
+pub use config::{config, configure, KernelConfig, PrefetchDistances, Tier};
 pub use packed::{pack_matrix, PackedMatrix, PACK_GROUP_ROWS};
 pub use synapse_gguf::GgmlType;
 

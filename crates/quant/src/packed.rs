@@ -38,10 +38,10 @@ impl std::fmt::Debug for PackedMatrix {
     }
 }
 
-/// Whether `SYNAPSE_PACK=0` turns packing off (to measure what it brings).
+/// Whether the kernel configuration packs weights (it may leave them unpacked, to measure what
+/// packing brings).
 fn packing_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPSE_PACK").map_or(true, |v| v != "0"))
+    !crate::config().no_pack
 }
 
 /// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
@@ -64,7 +64,7 @@ fn packed_format(
 
 /// Pack the whole groups of sixteen rows of a weight matrix of type `ty` (`repacked` as for
 /// [`crate::matrix_kernel`]; `w`: its rows, `row_bytes` each), if this CPU has a packed kernel
-/// for that format (and `SYNAPSE_PACK` is not `0`). `Ok(None)`: no packed form; the matrix
+/// for that format (and the kernel configuration packs). `Ok(None)`: no packed form; the matrix
 /// stays with the kernels of [`crate::matrix_kernel`] and [`crate::gemm_kernel`].
 ///
 /// Packing goes piece by piece over the machine's cores; `release` is given the bytes of `w`

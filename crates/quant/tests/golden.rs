@@ -51,6 +51,7 @@ fn check_dequantize_exact(fixture: &str) -> Vec<GgmlType> {
 
 #[test]
 fn real_model_blocks_dequantize_exactly() {
+    kernels_from_env();
     let mut seen = check_dequantize_exact("real_smollm2");
     seen.extend(check_dequantize_exact("real_gemma3"));
     for ty in [
@@ -87,6 +88,7 @@ const FORMATS: &[GgmlType] = &[
 
 #[test]
 fn every_format_dequantizes_exactly() {
+    kernels_from_env();
     for &ty in FORMATS {
         let seen = check_dequantize_exact(&format!("fmt_{}", ty.name()));
         assert!(
@@ -108,6 +110,7 @@ fn every_format_dequantizes_exactly() {
 /// bits per weight give on these weights; a decoder that mixed up values would blow them.
 #[test]
 fn round_trip_error_within_budget() {
+    kernels_from_env();
     // Observed maxima over these rows (2026-11-30) in comments; budgets about 1.2x those.
     let budget = |ty: GgmlType| match ty {
         GgmlType::F16 => 3e-4,                                          // 0.00022
@@ -151,6 +154,7 @@ fn round_trip_error_within_budget() {
 
 #[test]
 fn activation_quantizers_match_ggml_bit_for_bit() {
+    kernels_from_env();
     let f = open("act.gguf");
     let x = floats(&f, "x");
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
@@ -175,6 +179,7 @@ fn activation_quantizers_match_ggml_bit_for_bit() {
 /// match those byte for byte.
 #[test]
 fn runtime_activation_quantizers_match_ggml_cpu_bit_for_bit() {
+    kernels_from_env();
     let f = open("act.gguf");
     let x = floats(&f, "x");
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
@@ -207,6 +212,7 @@ fn runtime_activation_quantizers_match_ggml_cpu_bit_for_bit() {
 
 #[test]
 fn dot_products_match_ggml() {
+    kernels_from_env();
     let f = open("dot.gguf");
     let mut n = 0;
     for t in f.tensors().filter(|t| t.info.name.ends_with(".w")) {
@@ -264,4 +270,12 @@ fn dot_products_match_ggml() {
         }
     }
     assert!(n >= 14 * 2 * 6, "only {n} dot products checked");
+}
+
+/// The kernel configuration `scripts/test.sh` runs these tests under (`SYNAPSE_ISA=avx2`, ...),
+/// set before any kernel is chosen.
+fn kernels_from_env() {
+    let (c, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
+    assert!(notes.is_empty(), "{notes:?}");
+    synapse_quant::configure(c).expect("one configuration for the whole test binary");
 }

@@ -87,6 +87,7 @@ const WEIGHT_TYPES: &[GgmlType] = &[
 
 #[test]
 fn dot_agrees_with_dot_of_decoded_values() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(1);
     for &ty in WEIGHT_TYPES {
         let act = vec_dot_type(ty).unwrap();
@@ -122,6 +123,7 @@ fn dot_agrees_with_dot_of_decoded_values() {
 
 #[test]
 fn activation_quantizers_round_to_half_a_step() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(2);
     for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
         for _ in 0..200 {
@@ -161,6 +163,7 @@ fn activation_quantizers_round_to_half_a_step() {
 /// (Q8_K takes the first), and NaN, infinities and subnormals among the values.
 #[test]
 fn chosen_activation_quantizer_is_bit_identical_to_the_reference() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(5);
     let special = [
         f32::NAN,
@@ -212,6 +215,7 @@ fn chosen_activation_quantizer_is_bit_identical_to_the_reference() {
 /// lengths with and without a vector tail.
 #[test]
 fn chosen_bf16_activation_conversion_is_bit_identical_to_the_reference() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(6);
     let fast = synapse_quant::act_quantizer(GgmlType::BF16).unwrap();
     for n in [1, 7, 8, 16, 33, 100, 2048 + 5] {
@@ -241,6 +245,7 @@ fn chosen_bf16_activation_conversion_is_bit_identical_to_the_reference() {
 
 #[test]
 fn q8_k_block_sums_and_q8_1_sum_are_consistent() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(3);
     let x: Vec<f32> = (0..1024).map(|_| rng.gen_range(-1.0..1.0)).collect();
     let q = quantize(GgmlType::Q8_K, &x).unwrap();
@@ -262,6 +267,7 @@ fn q8_k_block_sums_and_q8_1_sum_are_consistent() {
 
 #[test]
 fn bad_lengths_and_alignment_are_errors() {
+    kernels_from_env();
     let ty = GgmlType::Q4_K;
     let bytes = vec![0u8; 2 * 144 + 1];
     assert!(matches!(
@@ -303,6 +309,7 @@ fn bad_lengths_and_alignment_are_errors() {
 
 #[test]
 fn bf16_conversion_rounds_to_nearest_even_and_keeps_nan() {
+    kernels_from_env();
     let cases: [(f32, u16); 5] = [
         (1.0, 0x3F80),
         (f32::from_bits(0x3F80_8000), 0x3F80), // tie, even stays
@@ -352,6 +359,7 @@ fn bf16_values(rng: &mut StdRng, n: usize, odd: bool, tiny: bool) -> Vec<u8> {
 /// one value to past several 64-value steps, and with values at the edges of f32's range.
 #[test]
 fn bf16_kernels_are_bit_identical_to_the_reference() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(11);
     let ty = GgmlType::BF16;
     let kernel = synapse_quant::vec_dot_kernel(ty).unwrap();
@@ -428,6 +436,7 @@ fn bf16_kernels_are_bit_identical_to_the_reference() {
 /// gives the reference's bits, on every format and odd block counts.
 #[test]
 fn chosen_kernel_is_bit_identical_to_the_reference() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(4);
     for &ty in WEIGHT_TYPES {
         let act = vec_dot_type(ty).unwrap();
@@ -451,6 +460,7 @@ fn chosen_kernel_is_bit_identical_to_the_reference() {
 /// The kernels for matrices llama.cpp repacks give the bits of the reference in that order.
 #[test]
 fn repacked_order_kernels_are_bit_identical_to_their_reference() {
+    kernels_from_env();
     use synapse_quant::codec::cast_blocks;
     use synapse_quant::reference::dot as r;
     let mut rng = StdRng::seed_from_u64(5);
@@ -506,6 +516,7 @@ fn repacked_order_kernels_are_bit_identical_to_their_reference() {
 /// the single-row kernel of that matrix: odd row counts, tails of the tiles, batch sizes 1..100.
 #[test]
 fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(6);
     let mut tested = Vec::new();
     for &ty in WEIGHT_TYPES {
@@ -661,6 +672,7 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
 /// repacked-order kernel for matrices llama.cpp repacks.
 #[test]
 fn chosen_gemv_is_row_by_row_bit_identical() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(6);
     for &ty in WEIGHT_TYPES {
         let act = vec_dot_type(ty).unwrap();
@@ -700,6 +712,7 @@ fn chosen_gemv_is_row_by_row_bit_identical() {
 /// is not whole groups, or operands that do not fit, are errors.
 #[test]
 fn packed_matrices_are_bit_identical_to_the_row_kernel() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(7);
     let mut packed_types = Vec::new();
     for &ty in WEIGHT_TYPES {
@@ -778,7 +791,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
     // The formats with a packed kernel on this CPU (AVX-512 VNNI, or AVX2 for fewer, unless
     // SYNAPSE_ISA or SYNAPSE_PACK=0 say otherwise) are all packed, in the orders they have.
     #[cfg(target_arch = "x86_64")]
-    let packing = std::env::var("SYNAPSE_PACK").as_deref() != Ok("0");
+    let packing = !synapse_quant::config().no_pack;
     #[cfg(target_arch = "x86_64")]
     if ["avx2", "avxvnni"].contains(&synapse_quant::kernel_isa()) && packing {
         let want = [
@@ -838,6 +851,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
 /// packs F16 at all.
 #[test]
 fn packed_float_matrices_are_bit_identical_to_the_row_kernel() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(9);
     for ty in [GgmlType::F16, GgmlType::BF16] {
         let row_kernel = synapse_quant::matrix_kernel(ty, false).unwrap();
@@ -888,7 +902,7 @@ fn packed_float_matrices_are_bit_identical_to_the_row_kernel() {
         }
         #[cfg(target_arch = "x86_64")]
         if synapse_quant::kernel_isa() == "avx512vnni"
-            && std::env::var("SYNAPSE_PACK").as_deref() != Ok("0")
+            && !synapse_quant::config().no_pack
             && (ty == GgmlType::F16 || std::arch::is_x86_feature_detected!("avx512bf16"))
         {
             assert_eq!(
@@ -904,6 +918,7 @@ fn packed_float_matrices_are_bit_identical_to_the_row_kernel() {
 /// each) gives the row kernel's bits in every row, and hands every packed row back once.
 #[test]
 fn packing_a_large_matrix_over_threads_keeps_every_row() {
+    kernels_from_env();
     let mut rng = StdRng::seed_from_u64(8);
     for (ty, repacked) in [
         (GgmlType::Q8_0, false),
@@ -957,4 +972,12 @@ fn packing_a_large_matrix_over_threads_keeps_every_row() {
             }
         }
     }
+}
+
+/// The kernel configuration `scripts/test.sh` runs these tests under (`SYNAPSE_ISA=avx2`, ...),
+/// set before any kernel is chosen.
+fn kernels_from_env() {
+    let (c, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
+    assert!(notes.is_empty(), "{notes:?}");
+    synapse_quant::configure(c).expect("one configuration for the whole test binary");
 }

@@ -113,7 +113,7 @@ impl<'a> Decoder<'a> {
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output: output_matrix(file, tok_embd, n_embd)?,
             output_bias: optional_vector(file, "output.bias", n_vocab)?,
-            tap: crate::Tap::from_env(),
+            tap: crate::Tap::configured(),
         })
     }
 }

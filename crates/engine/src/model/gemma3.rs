@@ -168,7 +168,7 @@ impl<'a> Gemma3<'a> {
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output,
-            tap: crate::Tap::from_env(),
+            tap: crate::Tap::configured(),
         })
     }
 }

@@ -211,7 +211,7 @@ impl<'a> Qwen35<'a> {
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
             output: output_matrix(file, tok_embd, n_embd)?,
-            tap: Tap::from_env(),
+            tap: Tap::configured(),
         })
     }
 

@@ -10,8 +10,21 @@ use synapse_engine::tokenizer::Tokenizer;
 use synapse_engine::{Logits, Model, Threads};
 use synapse_gguf::{GgmlType, GgufFile};
 
+/// The kernel configuration `scripts/test.sh` runs these tests under (`SYNAPSE_ISA=avx2`,
+/// ...), as the synapse binary takes it; and `SYNAPSE_DUMP_DIR`, to debug a test. Set before
+/// the first model loads: every test opens its files through [`data`] or [`model_path`].
+pub fn kernels_from_env() {
+    let (c, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
+    assert!(notes.is_empty(), "{notes:?}");
+    synapse_quant::configure(c).expect("one configuration for the whole test binary");
+    if let Some(dir) = std::env::var_os("SYNAPSE_DUMP_DIR") {
+        synapse_engine::set_dump_dir(dir.into());
+    }
+}
+
 /// A file under `tests/data/forward`.
 pub fn data(name: &str) -> PathBuf {
+    kernels_from_env();
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/forward")
         .join(name)
@@ -19,6 +32,7 @@ pub fn data(name: &str) -> PathBuf {
 
 /// A model the fetch script brings; a missing one fails the test with the command to run.
 pub fn model_path(name: &str) -> PathBuf {
+    kernels_from_env();
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../models")
         .join(name);

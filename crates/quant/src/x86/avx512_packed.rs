@@ -1317,16 +1317,11 @@ pass_entries!(
 /// prefill 0.87-1.00x the time at one thread and 0.90-1.03x at two, alternated in one process
 /// over four runs). Elsewhere the plain form, the one
 /// measured before: the shift and the logic operation may take the multipliers' own port
-/// (Intel's 512-bit shifts do), where the paired form would be the slower. `SYNAPSE_PAIRED=1`
-/// or `0` chooses (to compare the forms, and to test the one this CPU would not take); only
-/// the speed depends on it.
+/// (Intel's 512-bit shifts do), where the paired form would be the slower. The kernel
+/// configuration may choose (`paired`: to compare the forms, and to test the one this CPU
+/// would not take); only the speed depends on it.
 fn shifts_beside_multiplies() -> bool {
-    static PAIRED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *PAIRED.get_or_init(|| match std::env::var("SYNAPSE_PAIRED").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => super::is_amd(),
-    })
+    crate::config().paired.unwrap_or_else(super::is_amd)
 }
 
 /// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for

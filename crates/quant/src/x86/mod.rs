@@ -102,29 +102,15 @@ pub fn bf16_avx2(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16_avx2_row(x, y) })
 }
 
-/// The kernel tiers, lowest first.
-const TIERS: [&str; 4] = ["reference", "avx2", "avxvnni", "avx512vnni"];
-
-/// Whether the environment lets the dispatch use kernel tier `tier` (one of [`TIERS`]):
-/// `SYNAPSE_ISA=avx2`, say, caps the x86 kernels at AVX2 on a machine that has more, so that
-/// every tier can be measured (and run) on one machine. Unset, every tier the CPU has is used.
-/// The tiers give the same bits; this changes only the speed.
+/// Whether the kernel configuration lets the dispatch use kernel tier `tier` (a
+/// [`crate::Tier`] name): a cap of `avx2`, say, keeps the x86 kernels at AVX2 on a machine that
+/// has more, so that every tier can be measured (and run) on one machine. Uncapped, every tier
+/// the CPU has is used. The tiers give the same bits; this changes only the speed.
 pub(crate) fn tier_allowed(tier: &str) -> bool {
-    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cap = *CAP.get_or_init(|| match std::env::var("SYNAPSE_ISA") {
-        Err(_) => TIERS.len() - 1,
-        Ok(v) => TIERS.iter().position(|&t| t == v).unwrap_or_else(|| {
-            eprintln!(
-                "synapse: SYNAPSE_ISA={v:?} is not one of {}; ignored",
-                TIERS.join(", ")
-            );
-            TIERS.len() - 1
-        }),
-    });
-    TIERS
-        .iter()
-        .position(|&t| t == tier)
-        .is_some_and(|i| i <= cap)
+    let Some(t) = crate::Tier::from_name(tier) else {
+        return false;
+    };
+    crate::config().isa_cap.is_none_or(|cap| t <= cap)
 }
 
 /// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C (and
@@ -258,15 +244,10 @@ pub(crate) fn prefetch_plan() -> Prefetch {
     Ahead::Plan.plan()
 }
 
-/// The distances `SYNAPSE_PREFETCH` sets, if it is set and well formed (a value that is not
-/// two distances is reported and ignored). Read once, by [`Ahead::plan`].
+/// The distances the kernel configuration sets, if any. Read once, by [`Ahead::plan`].
 fn prefetch_override() -> Option<Prefetch> {
-    let v = std::env::var("SYNAPSE_PREFETCH").ok()?;
-    let plan = parse_prefetch(&v);
-    if plan.is_none() {
-        eprintln!("synapse: SYNAPSE_PREFETCH={v:?} is not two byte distances \"L1,L2\"; ignored");
-    }
-    plan
+    let d = crate::config().prefetch?;
+    Some(Prefetch { l1: d.l1, l2: d.l2 })
 }
 
 /// The CPU family of an AMD CPU (CPUID leaf 1: the base family, plus the extended family
@@ -291,15 +272,6 @@ pub(crate) fn is_amd() -> bool {
     *AMD.get_or_init(|| {
         let id = std::arch::x86_64::__cpuid(0);
         [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD"
-    })
-}
-
-/// `"L1,L2"`: two distances in bytes.
-fn parse_prefetch(v: &str) -> Option<Prefetch> {
-    let (l1, l2) = v.split_once(',')?;
-    Some(Prefetch {
-        l1: l1.trim().parse().ok()?,
-        l2: l2.trim().parse().ok()?,
     })
 }
 

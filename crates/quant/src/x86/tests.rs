@@ -187,18 +187,3 @@ fn float_kernels<E: f16::Elem>(
         }
     }
 }
-
-#[test]
-fn prefetch_distances_parse_as_two_byte_counts() {
-    assert_eq!(parse_prefetch("8192,0"), Some(Prefetch { l1: 8192, l2: 0 }));
-    assert_eq!(
-        parse_prefetch(" 4096 , 16384 "),
-        Some(Prefetch {
-            l1: 4096,
-            l2: 16384
-        })
-    );
-    for bad in ["", "8192", "8192,", "a,b", "1,2,3", "-1,0"] {
-        assert_eq!(parse_prefetch(bad), None, "{bad:?}");
-    }
-}
