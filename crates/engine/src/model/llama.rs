@@ -1,5 +1,5 @@
 //! `llama`: Llama 2/3.x, SmolLM2, Mistral-style models, and Mixtral-style mixtures of experts
-//! (`expert_count` > 0: every layer's FFN routed, [`super::moe`]).
+//! (`expert_count` > 0: every layer's FFN routed, `model/moe.rs`).
 //!
 //! ```text
 //! x = token_embd[token]

@@ -2,7 +2,7 @@
 //! `src/models/qwen3moe.cpp` runs them.
 //!
 //! Qwen3's layer (`super::qwen3`: QK-norm, NeoX RoPE over whole heads) with every feed-forward
-//! block a mixture ([`super::moe`]): softmax routing to `expert_used_count` of `expert_count`
+//! block a mixture (`model/moe.rs`): softmax routing to `expert_used_count` of `expert_count`
 //! SwiGLU experts, their weights normalised to sum to one.
 
 use synapse_gguf::GgufFile;

@@ -29,7 +29,7 @@ pub enum PreTokenizer {
     Qwen35,
     /// `smollm`, `starcoder` and kin: every `\p{N}` on its own, then GPT-2's.
     StarCoder,
-    /// `falcon`: `[\p{P}\$\+<=>\^~\|`]+`, then GPT-2's, then `[0-9][0-9][0-9]`.
+    /// `falcon`: ``[\p{P}\$\+<=>\^~\|`]+``, then GPT-2's, then `[0-9][0-9][0-9]`.
     Falcon,
     /// `deepseek-coder`: `[\r\n]`, `\s?\p{L}+`, `\s?\p{P}+`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}`.
     DeepSeekCoder,
@@ -277,7 +277,7 @@ fn is_default_punctuation(cp: u32) -> bool {
     Flags::of(cp).category() == Flags::PUNCTUATION
 }
 
-/// `[\p{P}\$\+<=>\^~\|`]`: [`is_default_punctuation`] and the backtick.
+/// ``[\p{P}\$\+<=>\^~\|`]``: [`is_default_punctuation`] and the backtick.
 fn is_falcon_punctuation(cp: u32) -> bool {
     cp == '`' as u32 || is_default_punctuation(cp)
 }
@@ -304,7 +304,7 @@ fn is_letter(cp: u32) -> bool {
 }
 
 /// `\p{P}` on the collapsed text: the ASCII punctuation llama.cpp maps it to
-/// (`!-#%-*,-/:-;?-@[-]_{}`, the symbols `$+<=>^`|~` left out) and non-ASCII punctuation.
+/// (`!-#%-*,-/:-;?-@[-]_{}`, the symbols ``$+<=>^`|~`` left out) and non-ASCII punctuation.
 fn is_punctuation(cp: u32) -> bool {
     let f = Flags::of(cp);
     f.category() == Flags::PUNCTUATION && !f.is_whitespace()
