@@ -43,10 +43,12 @@ for paired in 0 1; do
     SYNAPSE_PAIRED=$paired cargo test -p synapse-quant --locked --test properties packed
 done
 # The engine on the AVX2 tier, which has its own packed kernels and attention path: every
-# format's logits against llama.cpp's, G1 and D1, SmolLM2's greedy continuations, and Gemma 3's
-# and Qwen's (heads of 256 and 128 values, ggml's F16 path, emulated there).
+# format's logits against llama.cpp's, G1 and D1, SmolLM2's greedy continuations, Gemma 3's
+# and Qwen's (heads of 256 and 128 values, ggml's F16 path, emulated there), the mixtures' and
+# Gemma 2's soft-capped attention.
 echo "test.sh: synapse-engine forward tests with SYNAPSE_ISA=avx2"
-SYNAPSE_ISA=avx2 cargo test -p synapse-engine --test forward --test gemma3 --test qwen --locked
+SYNAPSE_ISA=avx2 cargo test -p synapse-engine --test forward --test gemma3 --test qwen \
+    --test dense --test moe --locked
 # And on the AVX-VNNI tier (its Q4_K and Q3_K batch kernels), where this CPU runs it.
 if [[ $flags == *" avx_vnni "* || $flags == *" avx512_vnni "* ]]; then
     echo "test.sh: synapse-engine forward tests with SYNAPSE_ISA=avxvnni"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Make golden data for the dense llama-family architectures beyond llama itself (smollm3,
-granite) under crates/engine/tests/data/forward/ from llama.cpp.
+"""Make golden data for the dense architectures beyond llama and Gemma 3 (smollm3, granite,
+gemma2) under crates/engine/tests/data/forward/ from llama.cpp.
 
 Like forward_qwen.py: small random-weight GGUFs with the real layer structure and metadata,
 quantized with llama-quantize --pure, and llama.cpp's full logits for a token-by-token run over
@@ -15,6 +15,9 @@ Outputs:
   KV heads of 64, tied output.
 - tiny-granite-Q6_K.gguf: 2 layers with Granite 3's scales (embedding 12, residual 0.22,
   attention 1/128, logits 1/8), 4 query / 2 KV heads of 64, separate output matrix.
+- tiny-gemma2-Q4_0.gguf: 4 layers, every other one local with a window of 16 (the ids outrun
+  it), 2 query / 1 KV heads of 256, attention scores soft-capped at 4 and logits at 3, tied
+  output (Q4_0: a repacked format).
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -62,7 +65,35 @@ def granite(path):
     t.finish()
 
 
-FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite)]
+def gemma2(path):
+    t = Tiny(path, "gemma2", 4005, n_ff=512, n_layer=4)
+    n_head, n_head_kv, hd, d = 2, 1, 256, t.n_embd
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    # A window the 96 fixed ids outrun, and caps low enough to bend these weights' scores and
+    # logits (the defaults, 50 and 30, barely would).
+    w.add_sliding_window(16)
+    w.add_attn_logit_softcapping(4.0)
+    w.add_final_logit_softcapping(3.0)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_q.weight", t.mat(n_head * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.post_attention_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
+        t.ffn(i)
+        t.add(f"blk.{i}.post_ffw_norm.weight", t.vec(d))
+    t.finish(tied=True)
+
+
+FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite),
+         ("gemma2", "Q4_0", "Q4_0", gemma2)]
 
 
 def main():

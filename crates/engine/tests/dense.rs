@@ -15,3 +15,8 @@ fn smollm3_matches_llama_cpp_and_keeps_g1_and_d1() {
 fn granite_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-granite-Q6_K", "granite");
 }
+
+#[test]
+fn gemma2_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-gemma2-Q4_0", "gemma2");
+}

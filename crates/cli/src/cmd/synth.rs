@@ -18,8 +18,9 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-30b-a3b
-    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, gemma-3-270m, smollm2-135m, or the
-    /// small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen3moe, tiny-gemma3.
+    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, gemma-2-2b, gemma-3-270m,
+    /// smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen3moe,
+    /// tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
     #[arg(short = 'o', long)]
@@ -243,6 +244,21 @@ pub const SHAPES: &[Shape] = &[
         n_ctx: 131072,
         rope_base: 10000000.0,
         granite_scales: Some([12.0, 0.22, 0.015625, 8.0]),
+        ..BASE
+    },
+    Shape {
+        name: "gemma-2-2b",
+        arch: "gemma2",
+        n_embd: 2304,
+        n_layer: 26,
+        n_head: 8,
+        n_head_kv: 4,
+        head_dim: 256,
+        n_ff: 9216,
+        n_vocab: 256000,
+        n_ctx: 8192,
+        eps: 1e-6,
+        gemma: Some(4096),
         ..BASE
     },
     Shape {

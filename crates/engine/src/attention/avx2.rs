@@ -159,6 +159,7 @@ fn by_width<const CH: usize>(
             i = e;
         }
         for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+            super::cap_scores(s, &mut sc.scores[..job.n_pos]);
             weights(job.n_pos, sc);
         }
         let values = rows.map(|r| r.1);

@@ -237,6 +237,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             }
         }
         for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
+            super::cap_scores(s, &mut sc.scores[..job.n_pos]);
             weights(job.n_pos, sc);
         }
         for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {

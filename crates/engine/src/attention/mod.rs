@@ -18,6 +18,17 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// Multiplies `q . k` before the softmax (`1 / sqrt(head_dim)` unless the model says).
     pub scale: f32,
+    /// Gemma 2's logit soft-capping: each scaled score `s` becomes `cap * tanh(s)` (with
+    /// `scale` already divided by `cap`, as ggml's flash attention divides it).
+    pub softcap: Option<f32>,
+}
+
+/// The soft-cap of `s` on a head's scores, in place (libm's `tanhf`, as ggml's op).
+#[inline]
+pub(crate) fn cap_scores(s: &AttnShape, scores: &mut [f32]) {
+    if let Some(cap) = s.softcap {
+        scores.iter_mut().for_each(|x| *x = cap * x.tanh());
+    }
 }
 
 impl AttnShape {
@@ -583,6 +594,7 @@ fn attend_heads<O: HeadOps, const N: usize>(
             // SAFETY: see above.
             *score = unsafe { O::dot_h(qf, k) } * s.scale;
         }
+        cap_scores(s, &mut sc.scores[..job.n_pos]);
     }
     let mut m = [f32::NEG_INFINITY; N];
     let mut sum = [0.0f32; N];

@@ -364,6 +364,7 @@ fn v4_head_ops_match_scalar() {
             n_head_kv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
+            softcap: None,
         };
         let len = n_head_kv * n_pos * hd;
         let f16s = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<half::f16> {
@@ -441,6 +442,7 @@ fn fast_heads_match_scalar(
             n_head_kv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
+            softcap: None,
         };
         // The cache's layout: KV head `g`'s row of position `p` at `(g * n_pos + p) * hd`.
         let (head, len) = (n_pos * hd, n_head_kv * n_pos * hd);

@@ -15,6 +15,11 @@
 //! alternate with one global one (`attention.sliding_window_pattern`: a period, 6 if absent, or
 //! one flag per layer).
 //!
+//! `gemma2` (Gemma 2, llama.cpp's `src/models/gemma2.cpp`) is the same layer without QK-norm,
+//! its attention scores soft-capped (`50 * tanh(q . k / 50)` by default, as ggml's flash
+//! attention computes it), every other layer local (a window of 4096) with the global RoPE base,
+//! and its logits soft-capped at 30 by default.
+//!
 //! The arithmetic follows ggml's order: the embedding scale and the query scale are separate f32
 //! multiplications (the query's before its F16 rounding in flash attention, whose own scale is
 //! then 1), and GELU is ggml's F16 table lookup ([`geglu`](crate::ops::geglu)).
@@ -100,8 +105,10 @@ pub struct Gemma3<'a> {
 }
 
 impl<'a> Gemma3<'a> {
-    pub fn load(file: &'a GgufFile) -> Result<Gemma3<'a>, ModelError> {
-        let g = Gemma3Params::read(file)?;
+    /// `arch`: `gemma3`, or `gemma2` (no QK-norm; attention scores soft-capped).
+    pub fn load(file: &'a GgufFile, arch: &'static str) -> Result<Gemma3<'a>, ModelError> {
+        let g = Gemma3Params::read(file, arch)?;
+        let gemma2 = arch == "gemma2";
         let hp = &g.common;
         let dims = &hp.dims;
         let (n_embd, n_layer, n_ff, n_rot) = (dims.n_embd, dims.n_layer, dims.n_ff, dims.n_rot);
@@ -123,18 +130,20 @@ impl<'a> Gemma3<'a> {
         }
         // llama.cpp (after gemma_pytorch's config): 27B scales queries by 1/sqrt(n_embd/n_head),
         // the others by 1/sqrt(head_dim).
-        let q_scale_dim = if n_layer == 62 {
+        let q_scale_dim = if n_layer == if gemma2 { 46 } else { 62 } {
             n_embd / n_head
         } else {
             head_dim
         };
 
         // Attention with scale 1: the query is scaled before it (`q_scale`), as llama.cpp does.
+        // Gemma 2's soft-cap divides flash attention's scale, as ggml's does.
         let attn = AttnShape {
             n_head,
             n_head_kv,
             head_dim,
-            scale: 1.0,
+            scale: g.attn_softcap.map_or(1.0, |cap| 1.0 / cap),
+            softcap: g.attn_softcap,
         };
         let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
@@ -144,7 +153,7 @@ impl<'a> Gemma3<'a> {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(Layer {
                 attn_norm: vector(file, &p("attn_norm"), n_embd)?,
-                attn: Attention::load(file, i, n_embd, &attn, true)?,
+                attn: Attention::load(file, i, n_embd, &attn, !gemma2)?,
                 attn_post_norm: vector(file, &p("post_attention_norm"), n_embd)?,
                 ffn_norm: vector(file, &p("ffn_norm"), n_embd)?,
                 ffn: Ffn::load(file, i, n_embd, n_ff)?,
@@ -154,7 +163,7 @@ impl<'a> Gemma3<'a> {
         }
         let output = output_matrix(file, tok_embd.clone(), n_embd)?;
         Ok(Gemma3 {
-            info: ModelInfo::new("gemma3", n_vocab, hp.n_ctx_train, n_embd, n_layer),
+            info: ModelInfo::new(arch, n_vocab, hp.n_ctx_train, n_embd, n_layer),
             n_ff,
             eps,
             attn,

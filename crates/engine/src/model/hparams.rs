@@ -560,17 +560,23 @@ pub(crate) struct Gemma3Params {
     pub rope_base_local: f32,
     /// `final_logit_softcapping`, where it is not 0.
     pub softcap: Option<f32>,
+    /// Gemma 2's attention logit soft-capping (`attn_logit_softcapping`); none for Gemma 3.
+    pub attn_softcap: Option<f32>,
 }
 
 impl Gemma3Params {
-    pub fn read(file: &GgufFile) -> Result<Gemma3Params, ModelError> {
+    /// The keys of `arch`: `gemma3`, or `gemma2` with its defaults (llama.cpp's): a window of
+    /// 4096 on every other layer, the global RoPE base on the local layers too, logits soft-capped
+    /// at 30 and attention scores at 50.
+    pub fn read(file: &GgufFile, arch: &'static str) -> Result<Gemma3Params, ModelError> {
+        let gemma2 = arch == "gemma2";
         let common = Common::read(
             file,
             &Arch {
-                name: "gemma3",
+                name: arch,
                 eps: Some(1e-6),
-                n_ctx_train: 32768,
-                linear_rope_scaling: true,
+                n_ctx_train: if gemma2 { 8192 } else { 32768 },
+                linear_rope_scaling: !gemma2,
                 whole_head_rope: false,
                 q_rows_per_dim: 1,
                 experts: false,
@@ -578,34 +584,48 @@ impl Gemma3Params {
         )?;
         let k = Keys {
             md: file.metadata(),
-            arch: "gemma3",
+            arch,
         };
         let n_layer = common.dims.n_layer;
-        let window = k.usize_or("attention.sliding_window", 0)?;
-        let local = local_layers(&k, n_layer, window)?;
-        let rope_base_local = k.positive("rope.freq_base_swa", Some(10000.0))?;
-        let cap = k.f32("final_logit_softcapping", Some(0.0))?;
-        if !(cap.is_finite() && cap >= 0.0) {
-            return Err(bad(
-                &k.key("final_logit_softcapping"),
-                cap,
-                "must be a finite number, 0 (none) or above",
-            ));
-        }
+        let window = k.usize_or("attention.sliding_window", if gemma2 { 4096 } else { 0 })?;
+        let local = local_layers(&k, n_layer, window, if gemma2 { 2 } else { 6 })?;
+        let base_local = if gemma2 { common.rope_base } else { 10000.0 };
+        let rope_base_local = k.positive("rope.freq_base_swa", Some(base_local))?;
+        let cap = |key: &str, default: f32| -> Result<Option<f32>, ModelError> {
+            let cap = k.f32(key, Some(default))?;
+            if !(cap.is_finite() && cap >= 0.0) {
+                return Err(bad(
+                    &k.key(key),
+                    cap,
+                    "must be a finite number, 0 (none) or above",
+                ));
+            }
+            Ok(Some(cap).filter(|&c| c != 0.0))
+        };
         Ok(Gemma3Params {
             common,
             window,
             local,
             rope_base_local,
-            softcap: Some(cap).filter(|&c| c != 0.0),
+            softcap: cap("final_logit_softcapping", if gemma2 { 30.0 } else { 0.0 })?,
+            attn_softcap: if gemma2 {
+                cap("attn_logit_softcapping", 50.0)?
+            } else {
+                None
+            },
         })
     }
 }
 
-/// Which of Gemma 3's layers are local: `attention.sliding_window_pattern` as one flag per
-/// layer, or as a period `p` (layer `i` is local unless `i % p == p - 1`), 6 when absent; none
-/// without a window.
-fn local_layers(k: &Keys, n_layer: usize, window: usize) -> Result<Vec<bool>, ModelError> {
+/// Which of a Gemma's layers are local: `attention.sliding_window_pattern` as one flag per
+/// layer, or as a period `p` (layer `i` is local unless `i % p == p - 1`), `default_period`
+/// when absent (6 for Gemma 3, 2 for Gemma 2); none without a window.
+fn local_layers(
+    k: &Keys,
+    n_layer: usize,
+    window: usize,
+    default_period: usize,
+) -> Result<Vec<bool>, ModelError> {
     if window == 0 {
         return Ok(vec![false; n_layer]);
     }
@@ -618,7 +638,7 @@ fn local_layers(k: &Keys, n_layer: usize, window: usize) -> Result<Vec<bool>, Mo
             ))),
         };
     }
-    let period = k.usize_or("attention.sliding_window_pattern", 6)?;
+    let period = k.usize_or("attention.sliding_window_pattern", default_period)?;
     Ok((0..n_layer)
         .map(|i| period == 0 || i % period < period - 1)
         .collect())

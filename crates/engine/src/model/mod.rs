@@ -37,7 +37,12 @@ type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError
 /// directory and a line here.
 const REGISTRY: &[(&str, Loader)] = &[
     ("llama", |f| Ok(Box::new(llama::load(f)?))),
-    ("gemma3", |f| Ok(Box::new(gemma3::Gemma3::load(f)?))),
+    ("gemma2", |f| {
+        Ok(Box::new(gemma3::Gemma3::load(f, "gemma2")?))
+    }),
+    ("gemma3", |f| {
+        Ok(Box::new(gemma3::Gemma3::load(f, "gemma3")?))
+    }),
     ("granite", |f| Ok(Box::new(granite::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
@@ -867,6 +872,7 @@ pub(crate) fn attn_shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> At
         n_head_kv,
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        softcap: None,
     }
 }
 
