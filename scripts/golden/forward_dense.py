@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Make golden data for the dense architectures beyond llama and Gemma 3 (smollm3, granite,
-gemma2) under crates/engine/tests/data/forward/ from llama.cpp.
+gemma2, olmo2) under crates/engine/tests/data/forward/ from llama.cpp.
 
 Like forward_qwen.py: small random-weight GGUFs with the real layer structure and metadata,
 quantized with llama-quantize --pure, and llama.cpp's full logits for a token-by-token run over
@@ -18,6 +18,8 @@ Outputs:
 - tiny-gemma2-Q4_0.gguf: 4 layers, every other one local with a window of 16 (the ids outrun
   it), 2 query / 1 KV heads of 256, attention scores soft-capped at 4 and logits at 3, tied
   output (Q4_0: a repacked format).
+- tiny-olmo2-IQ4_NL.gguf: 2 layers without pre-norms, the queries and keys RMS-normed over all
+  their heads, post-norms on both blocks, 4 query / 2 KV heads of 64 (IQ4_NL: repacked).
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -92,8 +94,27 @@ def gemma2(path):
     t.finish(tied=True)
 
 
+def olmo2(path):
+    t = Tiny(path, "olmo2", 4006, n_ff=512)
+    n_head, n_head_kv, hd, d = 4, 2, 64, t.n_embd
+    t.w.add_head_count(n_head)
+    t.w.add_head_count_kv(n_head_kv)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_q.weight", t.mat(n_head * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+        t.add(f"blk.{i}.attn_q_norm.weight", t.vec(n_head * hd))
+        t.add(f"blk.{i}.attn_k_norm.weight", t.vec(n_head_kv * hd))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.post_attention_norm.weight", t.vec(d))
+        t.ffn(i)
+        t.add(f"blk.{i}.post_ffw_norm.weight", t.vec(d))
+    t.finish()
+
+
 FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite),
-         ("gemma2", "Q4_0", "Q4_0", gemma2)]
+         ("gemma2", "Q4_0", "Q4_0", gemma2), ("olmo2", "IQ4_NL", "IQ4_NL", olmo2)]
 
 
 def main():

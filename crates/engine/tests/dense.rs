@@ -1,6 +1,7 @@
-//! The dense llama-family architectures beyond llama itself against llama.cpp: `smollm3` (a
-//! layer in four without RoPE) and `granite` (embedding, residual, attention and logit scales),
-//! small random-weight files with the real metadata, and G1 and D1 on each. Golden data:
+//! The dense architectures beyond llama and Gemma 3 against llama.cpp: `smollm3` (a layer in four
+//! without RoPE), `granite` (embedding, residual, attention and logit scales), `gemma2`
+//! (soft-capped attention) and `olmo2` (post-norms, whole-vector QK-norm), small random-weight
+//! files with the real metadata, and G1 and D1 on each. Golden data:
 //! `scripts/golden/forward_dense.py` (llama.cpp token by token, one thread).
 
 mod common;
@@ -19,4 +20,9 @@ fn granite_matches_llama_cpp_and_keeps_g1_and_d1() {
 #[test]
 fn gemma2_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-gemma2-Q4_0", "gemma2");
+}
+
+#[test]
+fn olmo2_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-olmo2-IQ4_NL", "olmo2");
 }

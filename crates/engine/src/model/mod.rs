@@ -24,6 +24,7 @@ pub mod granite;
 mod hparams;
 pub mod llama;
 mod moe;
+pub mod olmo2;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
@@ -44,6 +45,7 @@ const REGISTRY: &[(&str, Loader)] = &[
         Ok(Box::new(gemma3::Gemma3::load(f, "gemma3")?))
     }),
     ("granite", |f| Ok(Box::new(granite::load(f)?))),
+    ("olmo2", |f| Ok(Box::new(olmo2::Olmo2::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
     ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),
