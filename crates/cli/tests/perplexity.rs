@@ -46,3 +46,111 @@ fn a_text_shorter_than_two_windows_or_no_window_is_an_error() {
     let err = error(&perplexity(&["-c", "128", "--chunks", "0"]));
     assert!(err.contains("no window"), "{err}");
 }
+
+/// A path under `tests/data/kld`.
+fn kld(name: &str) -> String {
+    data(&format!("kld/{name}"))
+}
+
+/// `--kl-divergence-base` writes llama-perplexity's base file byte for byte, and prints what it
+/// prints on such a run (its log-probabilities counted in f32), at any batch and thread count:
+/// the random-weight tiny llama in Q8_0 over 4 windows of 128 (`scripts/golden/kl_divergence.sh`).
+#[test]
+fn a_base_run_writes_llama_perplexitys_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let want = std::fs::read(kld("tiny-Q8_0.base")).unwrap();
+    let golden = std::fs::read_to_string(kld("tiny-Q8_0.base.golden")).unwrap();
+    for (b, t) in [("128", "2"), ("37", "3"), ("1", "8")] {
+        let base = dir.path().join(format!("b{b}.base"));
+        let out = ok(&synapse(&[
+            "perplexity",
+            "-m",
+            &s(forward_data("tiny-Q8_0.gguf")),
+            "-f",
+            &data("perplexity.txt"),
+            "-c",
+            "128",
+            "--chunks",
+            "4",
+            "-b",
+            b,
+            "-t",
+            t,
+            "--kl-divergence-base",
+            base.to_str().unwrap(),
+        ]));
+        assert_eq!(out, golden, "-b {b} -t {t}");
+        assert!(
+            std::fs::read(&base).unwrap() == want,
+            "-b {b} -t {t}: base file"
+        );
+    }
+}
+
+/// `--kl-divergence` against llama.cpp's base prints llama-perplexity's table and statistics,
+/// every digit: the same weights in Q4_0, whatever the batch and the threads.
+#[test]
+fn a_comparison_prints_llama_perplexitys_statistics() {
+    let golden = std::fs::read_to_string(kld("tiny-Q4_0.kld.golden")).unwrap();
+    for (b, t) in [("128", "2"), ("37", "5"), ("1", "1")] {
+        let out = ok(&synapse(&[
+            "perplexity",
+            "-m",
+            &s(forward_data("tiny-Q4_0.gguf")),
+            "-c",
+            "128",
+            "-b",
+            b,
+            "-t",
+            t,
+            "--kl-divergence-base",
+            &kld("tiny-Q8_0.base"),
+            "--kl-divergence",
+        ]));
+        assert_eq!(out, golden, "-b {b} -t {t}");
+    }
+}
+
+/// A base of another vocabulary, a file that is no base, a truncated one, and a run that fails
+/// before its end (leaving no base behind) are errors that say so.
+#[test]
+fn bad_bases_are_named_and_none_is_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let compare = |model: &str, base: &str| {
+        error(&synapse(&[
+            "perplexity",
+            "-m",
+            model,
+            "--kl-divergence-base",
+            base,
+            "--kl-divergence",
+        ]))
+    };
+    let tiny = s(forward_data("tiny-Q4_0.gguf"));
+    let err = compare(&s(smollm2()), &kld("tiny-Q8_0.base"));
+    assert!(err.contains("257") && err.contains("49152"), "{err}");
+    let err = compare(&tiny, &data("perplexity.txt"));
+    assert!(err.contains("_logits_"), "{err}");
+    let bytes = std::fs::read(kld("tiny-Q8_0.base")).unwrap();
+    let cut = dir.path().join("cut.base");
+    std::fs::write(&cut, &bytes[..bytes.len() - 1000]).unwrap();
+    let err = compare(&tiny, cut.to_str().unwrap());
+    assert!(err.contains("window 4"), "{err}");
+    let err = error(&synapse(&["perplexity", "-m", &tiny, "--kl-divergence"]));
+    assert!(err.contains("--kl-divergence-base"), "{err}");
+    // A text too short for two windows of 4096: an error, and no base file.
+    let base = dir.path().join("never.base");
+    let err = error(&synapse(&[
+        "perplexity",
+        "-m",
+        &tiny,
+        "-f",
+        &data("perplexity.txt"),
+        "-c",
+        "4096",
+        "--kl-divergence-base",
+        base.to_str().unwrap(),
+    ]));
+    assert!(err.contains("8192"), "{err}");
+    assert!(!base.exists(), "a failed run left a base behind");
+}

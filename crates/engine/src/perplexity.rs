@@ -9,6 +9,7 @@
 //! order they finish, so the two can differ in the last bits of the sum, not in the digits
 //! either prints.
 
+use crate::kl_divergence;
 use crate::matmul::Threads;
 use crate::model::{Logits, Model};
 use crate::ModelError;
@@ -29,6 +30,10 @@ pub enum PerplexityError {
     ContextTooSmall(usize),
     #[error("no window to score (chunks 0)")]
     NoChunks,
+    #[error("the base of log-probabilities: {0}")]
+    Base(String),
+    #[error("writing the base of log-probabilities: {0}")]
+    Io(#[from] std::io::Error),
     #[error(transparent)]
     Model(#[from] ModelError),
 }
@@ -63,7 +68,9 @@ pub fn nll(logits: &[f32], token: u32) -> f64 {
 
 /// The perplexity of `model` over `tokens` (the whole text's, BOS first where the vocabulary
 /// adds one; `bos` replaces the first token of every window). `on_chunk(i, running)` is told
-/// the running perplexity after window `i` (from 1).
+/// the running perplexity after window `i` (from 1). With `base`, the run also writes a base
+/// for [`crate::kl_divergence`] there, window by window, and counts each negative log
+/// probability as llama-perplexity does when it saves one (in f32).
 pub fn perplexity(
     model: &dyn Model,
     tokens: &[u32],
@@ -71,6 +78,7 @@ pub fn perplexity(
     cfg: &PerplexityConfig,
     threads: &Threads,
     mut on_chunk: impl FnMut(usize, f64),
+    mut base: Option<&mut dyn std::io::Write>,
 ) -> Result<Estimate, PerplexityError> {
     let n_ctx = cfg.n_ctx;
     if n_ctx < 4 {
@@ -91,6 +99,12 @@ pub fn perplexity(
         return Err(PerplexityError::NoChunks);
     }
     let first = n_ctx / 2;
+    let nv = kl_divergence::row_len(n_vocab);
+    let mut rows = Vec::new();
+    if let Some(out) = base.as_deref_mut() {
+        kl_divergence::write_header(out, n_ctx, n_vocab, &tokens[..n_chunk * n_ctx])?;
+        rows = vec![0u16; (n_ctx - 1 - first) * nv];
+    }
     let n_batch = cfg.n_batch.clamp(1, n_ctx);
     let mut state = model.new_state(n_ctx, n_batch)?;
     let (mut nll_sum, mut nll2_sum, mut count) = (0.0f64, 0.0f64, 0usize);
@@ -106,10 +120,16 @@ pub fn perplexity(
         // Position `first + j` predicts the text's token after it (not the window's copy,
         // whose first token may be BOS).
         let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
-        for (row, &t) in logits.chunks_exact(n_vocab).zip(next) {
-            let v = nll(row, t);
+        for (j, (row, &t)) in logits.chunks_exact(n_vocab).zip(next).enumerate() {
+            let v = match base {
+                Some(_) => kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv]),
+                None => nll(row, t),
+            };
             nll_sum += v;
             nll2_sum += v * v;
+        }
+        if let Some(out) = base.as_deref_mut() {
+            kl_divergence::write_rows(out, &rows)?;
         }
         count += n_ctx - first - 1;
         on_chunk(i + 1, (nll_sum / count as f64).exp());
