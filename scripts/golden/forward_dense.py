@@ -24,16 +24,11 @@ Outputs:
   thread.
 """
 
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from forward import BIN, OUT, TINY_IDS, TOOL, build_tool, logits_of, write_gguf  # noqa: E402
-from forward_qwen import N_VOCAB, Tiny  # noqa: E402
+from forward_qwen import N_VOCAB, Tiny, run  # noqa: E402
 
 
 def llama_layers(t, n_head, n_head_kv, hd):
@@ -118,25 +113,7 @@ FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", gra
 
 
 def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    if not TOOL.exists():
-        build_tool()
-    only = set(sys.argv[1:])
-    with tempfile.TemporaryDirectory() as tmp:
-        for arch, name, ftype, make in FILES:
-            if only and arch not in only:
-                continue
-            f32 = Path(tmp) / f"{arch}-f32.gguf"
-            make(f32)
-            out = OUT / f"tiny-{arch}-{name}.gguf"
-            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
-                           check=True, capture_output=True)
-            logits = logits_of(out, TINY_IDS, N_VOCAB)
-            assert np.isfinite(logits).all(), arch
-            write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
-                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
-                [("golden.source", "llama.cpp token by token, 1 thread")])
-            print(f"  {arch} {name}: {out.stat().st_size} bytes")
+    run(FILES, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

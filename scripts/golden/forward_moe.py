@@ -23,16 +23,13 @@ Outputs:
   thread.
 """
 
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from forward import BIN, OUT, TINY_IDS, TOOL, build_tool, logits_of, write_gguf  # noqa: E402
-from forward_qwen import N_VOCAB, Tiny  # noqa: E402
+from forward_qwen import N_VOCAB, Tiny, qwen35_layers, run  # noqa: E402
 
 
 def experts(t, i, n_expert, n_ff):
@@ -95,56 +92,23 @@ def qwen35moe(path):
     """forward_qwen.py's Qwen 3.5 hybrid with Qwen3.5-35B-A3B's feed-forward block: routed
     experts plus a shared expert scaled by a sigmoid gate of its own."""
     n_expert, n_used, n_ff_exp, n_ff_shexp = 4, 2, 256, 256
-    # Build the dense file's tensors with the MoE arch name, then swap each FFN for experts.
     t = Tiny(path, "qwen35moe", 3035, n_layer=4, n_ff=512)
     d = t.n_embd
-    n_head, n_head_kv, hd, n_rot = 4, 2, 64, 16
-    d_state, n_k_heads, n_v_heads, d_conv = 64, 2, 4, 4
-    d_inner = d_state * n_v_heads
-    conv_dim = 2 * d_state * n_k_heads + d_inner
-    w = t.w
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head_kv)
-    w.add_key_length(hd)
-    w.add_value_length(hd)
-    w.add_rope_dimension_count(n_rot)
-    w.add_rope_dimension_sections([2, 2, 1, 1])
-    w.add_ssm_conv_kernel(d_conv)
-    w.add_ssm_inner_size(d_inner)
-    w.add_ssm_state_size(d_state)
-    w.add_ssm_time_step_rank(n_v_heads)
-    w.add_ssm_group_count(n_k_heads)
-    w.add_full_attention_interval(2)
-    w.add_expert_count(n_expert)
-    w.add_expert_used_count(n_used)
-    w.add_expert_feed_forward_length(n_ff_exp)
-    w.add_expert_shared_feed_forward_length(n_ff_shexp)
-    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
-    for i in range(t.n_layer):
-        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
-        t.add(f"blk.{i}.post_attention_norm.weight", t.vec(d))
-        if (i + 1) % 2 != 0:  # gated delta net
-            t.add(f"blk.{i}.attn_qkv.weight", t.mat(conv_dim, d, 0.1))
-            t.add(f"blk.{i}.attn_gate.weight", t.mat(d_inner, d, 0.1))
-            t.add(f"blk.{i}.ssm_conv1d.weight", t.mat(conv_dim, d_conv, 0.5))
-            t.add(f"blk.{i}.ssm_dt.bias", t.mat(1, n_v_heads, 0.5)[0])
-            t.add(f"blk.{i}.ssm_a", -t.vec(n_v_heads, 0.2, 1.5))
-            t.add(f"blk.{i}.ssm_beta.weight", t.mat(n_v_heads, d, 0.1))
-            t.add(f"blk.{i}.ssm_alpha.weight", t.mat(n_v_heads, d, 0.1))
-            t.add(f"blk.{i}.ssm_norm.weight", t.vec(d_state))
-            t.add(f"blk.{i}.ssm_out.weight", t.mat(d, d_inner, 0.05))
-        else:
-            t.add(f"blk.{i}.attn_q.weight", t.mat(2 * n_head * hd, d, 0.15))
-            t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
-            t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
-            t.add(f"blk.{i}.attn_q_norm.weight", t.vec(hd))
-            t.add(f"blk.{i}.attn_k_norm.weight", t.vec(hd))
-            t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+
+    def keys(w):
+        w.add_expert_count(n_expert)
+        w.add_expert_used_count(n_used)
+        w.add_expert_feed_forward_length(n_ff_exp)
+        w.add_expert_shared_feed_forward_length(n_ff_shexp)
+
+    def ffn(i):
         experts(t, i, n_expert, n_ff_exp)
         t.add(f"blk.{i}.ffn_gate_inp_shexp.weight", t.mat(1, d, 0.1)[0])
         t.add(f"blk.{i}.ffn_gate_shexp.weight", t.mat(n_ff_shexp, d, 0.1))
         t.add(f"blk.{i}.ffn_up_shexp.weight", t.mat(n_ff_shexp, d, 0.1))
         t.add(f"blk.{i}.ffn_down_shexp.weight", t.mat(d, n_ff_shexp, 0.05))
+
+    qwen35_layers(t, keys, ffn)
     t.finish()
 
 
@@ -153,25 +117,7 @@ FILES = [("qwen3moe", "Q4_K", "Q4_K_M", qwen3moe), ("llamamoe", "Q8_0", "Q8_0", 
 
 
 def main():
-    OUT.mkdir(parents=True, exist_ok=True)
-    if not TOOL.exists():
-        build_tool()
-    only = set(sys.argv[1:])
-    with tempfile.TemporaryDirectory() as tmp:
-        for arch, name, ftype, make in FILES:
-            if only and arch not in only:
-                continue
-            f32 = Path(tmp) / f"{arch}-f32.gguf"
-            make(f32)
-            out = OUT / f"tiny-{arch}-{name}.gguf"
-            subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
-                           check=True, capture_output=True)
-            logits = logits_of(out, TINY_IDS, N_VOCAB)
-            assert np.isfinite(logits).all(), arch
-            write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
-                ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
-                [("golden.source", "llama.cpp token by token, 1 thread")])
-            print(f"  {arch} {name}: {out.stat().st_size} bytes")
+    run(FILES, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -137,6 +137,13 @@ def qwen3(path):
 
 def qwen35(path):
     t = Tiny(path, "qwen35", 2035, n_layer=4)
+    qwen35_layers(t, lambda w: None, t.ffn)
+    t.finish()
+
+
+def qwen35_layers(t, more_keys, ffn):
+    """Qwen 3.5's keys (then `more_keys(writer)`'s), token embedding and layers, each layer's
+    feed-forward tensors from `ffn(i)`."""
     d = t.n_embd
     n_head, n_head_kv, hd, n_rot = 4, 2, 64, 16
     d_state, n_k_heads, n_v_heads, d_conv = 64, 2, 4, 4
@@ -157,6 +164,7 @@ def qwen35(path):
     w.add_ssm_time_step_rank(n_v_heads)
     w.add_ssm_group_count(n_k_heads)
     w.add_full_attention_interval(2)
+    more_keys(w)
     t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
     for i in range(t.n_layer):
         t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
@@ -178,31 +186,43 @@ def qwen35(path):
             t.add(f"blk.{i}.attn_q_norm.weight", t.vec(hd))
             t.add(f"blk.{i}.attn_k_norm.weight", t.vec(hd))
             t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
-        t.ffn(i)
-    t.finish()
+        ffn(i)
 
 
-def main():
+def golden_file(f32, arch, name, ftype):
+    """Quantize the F32 file `f32` to `ftype` (--pure) as tiny-ARCH-NAME.gguf, and record
+    llama.cpp's logits of a token-by-token run over the fixed ids beside it."""
+    out = OUT / f"tiny-{arch}-{name}.gguf"
+    subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
+                   check=True, capture_output=True)
+    logits = logits_of(out, TINY_IDS, N_VOCAB)
+    assert np.isfinite(logits).all(), arch
+    write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
+        ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
+        [("golden.source", "llama.cpp token by token, 1 thread")])
+    print(f"  {arch} {name}: {out.stat().st_size} bytes")
+
+
+def run(files, only):
+    """Make each `(arch, name, llama-quantize type, writer)` of `files` (only the archs named in
+    `only`, if any) with [`golden_file`]."""
     OUT.mkdir(parents=True, exist_ok=True)
     if not TOOL.exists():
         build_tool()
-    only = set(sys.argv[1:])
     with tempfile.TemporaryDirectory() as tmp:
-        for arch, make in [("qwen2", qwen2), ("qwen3", qwen3), ("qwen35", qwen35)]:
+        for arch, name, ftype, make in files:
             if only and arch not in only:
                 continue
             f32 = Path(tmp) / f"{arch}-f32.gguf"
             make(f32)
-            for name, ftype in FTYPES[arch].items():
-                out = OUT / f"tiny-{arch}-{name}.gguf"
-                subprocess.run([str(BIN / "llama-quantize"), "--pure", str(f32), str(out), ftype],
-                               check=True, capture_output=True)
-                logits = logits_of(out, TINY_IDS, N_VOCAB)
-                assert np.isfinite(logits).all(), arch
-                write_gguf(OUT / f"tiny-{arch}-{name}.logits.gguf", [
-                    ("ids", np.array(TINY_IDS, np.int32)), ("logits", logits)],
-                    [("golden.source", "llama.cpp token by token, 1 thread")])
-                print(f"  {arch} {name}: {out.stat().st_size} bytes")
+            golden_file(f32, arch, name, ftype)
+
+
+def main():
+    files = [(arch, name, ftype, make)
+             for arch, make in [("qwen2", qwen2), ("qwen3", qwen3), ("qwen35", qwen35)]
+             for name, ftype in FTYPES[arch].items()]
+    run(files, set(sys.argv[1:]))
 
 
 if __name__ == "__main__":
