@@ -14,8 +14,8 @@
 use std::io::{Read, Write};
 
 use crate::matmul::Threads;
-use crate::model::{Logits, Model};
-use crate::perplexity::PerplexityError;
+use crate::model::Model;
+use crate::perplexity::{score_window, PerplexityError};
 
 const MAGIC: &[u8; 8] = b"_logits_";
 
@@ -295,13 +295,8 @@ pub fn kl_divergence(
     let mut rows = vec![0u16; scored * nv];
     let mut window = vec![0u32; n_ctx];
     for i in 0..n_chunk {
-        window.copy_from_slice(&tokens[i * n_ctx..(i + 1) * n_ctx]);
-        if let Some(b) = bos {
-            window[0] = b;
-        }
-        state.reset();
-        model.prefill(&mut state, &window[..first], n_batch, Logits::None, threads)?;
-        let logits = model.prefill(&mut state, &window[first..], n_batch, Logits::All, threads)?;
+        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
+        let logits = score_window(model, &mut state, chunk, bos, &mut window, threads)?;
         base.read_exact(&mut bytes).map_err(|e| {
             PerplexityError::Base(format!(
                 "reading the log-probabilities of window {}: {e}",

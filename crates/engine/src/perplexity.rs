@@ -66,6 +66,27 @@ pub fn nll(logits: &[f32], token: u32) -> f64 {
     -(((logits[token as usize] - max) as f64) - sum.ln())
 }
 
+/// The logits of the second half of one window of `tokens` (`n_ctx` of them, the first replaced
+/// by `bos` where given, copied into `window`), run from an empty cache: what perplexity and
+/// KL divergence score.
+pub(crate) fn score_window(
+    model: &dyn Model,
+    state: &mut crate::State,
+    tokens: &[u32],
+    bos: Option<u32>,
+    window: &mut [u32],
+    threads: &Threads,
+) -> Result<Vec<f32>, ModelError> {
+    window.copy_from_slice(tokens);
+    if let Some(b) = bos {
+        window[0] = b;
+    }
+    let (first, n_batch) = (window.len() / 2, state.n_batch());
+    state.reset();
+    model.prefill(state, &window[..first], n_batch, Logits::None, threads)?;
+    model.prefill(state, &window[first..], n_batch, Logits::All, threads)
+}
+
 /// The perplexity of `model` over `tokens` (the whole text's, BOS first where the vocabulary
 /// adds one; `bos` replaces the first token of every window). `on_chunk(i, running)` is told
 /// the running perplexity after window `i` (from 1). With `base`, the run also writes a base
@@ -110,13 +131,8 @@ pub fn perplexity(
     let (mut nll_sum, mut nll2_sum, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut window = vec![0u32; n_ctx];
     for i in 0..n_chunk {
-        window.copy_from_slice(&tokens[i * n_ctx..(i + 1) * n_ctx]);
-        if let Some(b) = bos {
-            window[0] = b;
-        }
-        state.reset();
-        model.prefill(&mut state, &window[..first], n_batch, Logits::None, threads)?;
-        let logits = model.prefill(&mut state, &window[first..], n_batch, Logits::All, threads)?;
+        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
+        let logits = score_window(model, &mut state, chunk, bos, &mut window, threads)?;
         // Position `first + j` predicts the text's token after it (not the window's copy,
         // whose first token may be BOS).
         let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
