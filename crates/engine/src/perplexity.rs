@@ -59,6 +59,24 @@ pub struct Estimate {
     pub chunks: usize,
 }
 
+/// [`nll`] of each row of `logits` (`n_vocab` wide) and its token in `next`, the rows over the
+/// threads (each row's value is its own; its 49152 exponentials for SmolLM2 cost about as much
+/// as the row's share of the forward pass).
+fn nlls(logits: &[f32], next: &[u32], n_vocab: usize, threads: &Threads) -> Vec<f64> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let values: Vec<AtomicU64> = next.iter().map(|_| AtomicU64::new(0)).collect();
+    crate::matmul::parallel_for(threads, next.len(), |range| {
+        for j in range {
+            let row = &logits[j * n_vocab..(j + 1) * n_vocab];
+            values[j].store(nll(row, next[j]).to_bits(), Relaxed);
+        }
+    });
+    values
+        .into_iter()
+        .map(|v| f64::from_bits(v.into_inner()))
+        .collect()
+}
+
 /// The negative log probability of `token` under `logits`, as llama-perplexity computes it.
 pub fn nll(logits: &[f32], token: u32) -> f64 {
     let max = logits.iter().copied().fold(logits[0], f32::max);
@@ -136,11 +154,20 @@ pub fn perplexity(
         // Position `first + j` predicts the text's token after it (not the window's copy,
         // whose first token may be BOS).
         let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
-        for (j, (row, &t)) in logits.chunks_exact(n_vocab).zip(next).enumerate() {
-            let v = match base {
-                Some(_) => kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv]),
-                None => nll(row, t),
-            };
+        let values = match base {
+            Some(_) => {
+                let pairs = logits.chunks_exact(n_vocab).zip(next).enumerate();
+                let rows = &mut rows;
+                pairs
+                    .map(|(j, (row, &t))| {
+                        kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv])
+                    })
+                    .collect()
+            }
+            None => nlls(&logits, next, n_vocab, threads),
+        };
+        // Added in token order: the same sums whatever the threads.
+        for v in values {
             nll_sum += v;
             nll2_sum += v * v;
         }
