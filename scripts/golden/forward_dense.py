@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Make golden data for the dense architectures beyond llama and Gemma 3 (smollm3, granite,
-gemma2, olmo2) under crates/engine/tests/data/forward/ from llama.cpp.
+gemma2, olmo2, phi3) under crates/engine/tests/data/forward/ from llama.cpp.
 
 Like forward_qwen.py: small random-weight GGUFs with the real layer structure and metadata,
 quantized with llama-quantize --pure, and llama.cpp's full logits for a token-by-token run over
@@ -20,6 +20,9 @@ Outputs:
   output (Q4_0: a repacked format).
 - tiny-olmo2-IQ4_NL.gguf: 2 layers without pre-norms, the queries and keys RMS-normed over all
   their heads, post-norms on both blocks, 4 query / 2 KV heads of 64 (IQ4_NL: repacked).
+- tiny-phi3-Q4_K.gguf: 2 layers with the fused `attn_qkv` and gate/up `ffn_up`, RoPE over 32 of
+  each head's 64 dims, 4 query / 2 KV heads (Q4_K: repacked, the fused matrices by their whole
+  rows).
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -108,8 +111,27 @@ def olmo2(path):
     t.finish()
 
 
+def phi3(path):
+    t = Tiny(path, "phi3", 4007, n_ff=512)
+    n_head, n_head_kv, hd, d, f = 4, 2, 64, t.n_embd, t.n_ff
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_rope_dimension_count(32)  # RoPE over half of each head, as Phi-4-mini's 3/4
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_qkv.weight", t.mat((n_head + 2 * n_head_kv) * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.ffn_up.weight", t.mat(2 * f, d, 0.1))
+        t.add(f"blk.{i}.ffn_down.weight", t.mat(d, f, 0.05))
+    t.finish()
+
+
 FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite),
-         ("gemma2", "Q4_0", "Q4_0", gemma2), ("olmo2", "IQ4_NL", "IQ4_NL", olmo2)]
+         ("gemma2", "Q4_0", "Q4_0", gemma2), ("olmo2", "IQ4_NL", "IQ4_NL", olmo2),
+         ("phi3", "Q4_K", "Q4_K_M", phi3)]
 
 
 def main():

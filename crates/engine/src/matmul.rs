@@ -101,6 +101,24 @@ impl<'a> Matrix<'a> {
             .collect()
     }
 
+    /// This matrix's rows `ranges` as matrices of their own (a fused projection's parts: Phi-3's
+    /// `attn_qkv`, its gate and up halves), each summed in the order of the whole (llama.cpp
+    /// repacks a fused matrix by its whole row count).
+    pub fn split_rows(&self, ranges: &[Range<usize>]) -> Vec<Matrix<'a>> {
+        ranges
+            .iter()
+            .map(|r| {
+                assert!(r.start <= r.end && r.end <= self.rows, "rows of the matrix");
+                Matrix {
+                    rows: r.len(),
+                    data: &self.data[r.start * self.row_bytes..r.end * self.row_bytes],
+                    packed: None,
+                    ..self.clone()
+                }
+            })
+            .collect()
+    }
+
     /// A matrix of `rows` rows of `cols` values of type `ty` in `data`.
     fn from_bytes(
         name: &str,

@@ -1,6 +1,7 @@
 //! The dense architectures beyond llama and Gemma 3 against llama.cpp: `smollm3` (a layer in four
 //! without RoPE), `granite` (embedding, residual, attention and logit scales), `gemma2`
-//! (soft-capped attention) and `olmo2` (post-norms, whole-vector QK-norm), small random-weight
+//! (soft-capped attention), `olmo2` (post-norms, whole-vector QK-norm) and `phi3` (fused
+//! projections, partial RoPE, queries scaled after it), small random-weight
 //! files with the real metadata, and G1 and D1 on each. Golden data:
 //! `scripts/golden/forward_dense.py` (llama.cpp token by token, one thread).
 
@@ -25,4 +26,9 @@ fn gemma2_matches_llama_cpp_and_keeps_g1_and_d1() {
 #[test]
 fn olmo2_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-olmo2-IQ4_NL", "olmo2");
+}
+
+#[test]
+fn phi3_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-phi3-Q4_K", "phi3");
 }

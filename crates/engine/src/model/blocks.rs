@@ -44,6 +44,32 @@ pub(crate) fn packed<'a>(
     m.pack(name, &|bytes| file.release(bytes))
 }
 
+/// A fused projection split into its parts: tensor `name` (`cols` inputs) as matrices of
+/// `parts` rows each, in order, each packed on its own.
+pub(crate) fn fused<'a>(
+    file: &'a GgufFile,
+    name: &str,
+    cols: usize,
+    parts: &[usize],
+) -> Result<Vec<Matrix<'a>>, ModelError> {
+    let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
+        tensor: name.into(),
+    })?;
+    let m = Matrix::new(t, cols, Some(parts.iter().sum()))?;
+    let mut start = 0;
+    let ranges: Vec<_> = parts
+        .iter()
+        .map(|&n| {
+            start += n;
+            start - n..start
+        })
+        .collect();
+    m.split_rows(&ranges)
+        .into_iter()
+        .map(|m| packed(file, m, name))
+        .collect()
+}
+
 /// [`vector`], or `None` when the file has no tensor of that name.
 pub(crate) fn optional_vector(
     file: &GgufFile,
@@ -135,10 +161,27 @@ impl<'a> Attention<'a> {
                 Ok(None)
             }
         };
+        // One fused `attn_qkv` (Phi-3), or the three projections.
+        let [wq, wk, wv] = match file.tensor(&p("attn_qkv.weight")) {
+            Ok(_) => {
+                let parts = fused(
+                    file,
+                    &p("attn_qkv.weight"),
+                    n_embd,
+                    &[q_dim, kv_dim, kv_dim],
+                )?;
+                <[Matrix; 3]>::try_from(parts).unwrap_or_else(|_| unreachable!("three parts"))
+            }
+            Err(_) => [
+                matrix(file, &p("attn_q.weight"), n_embd, Some(q_dim))?,
+                matrix(file, &p("attn_k.weight"), n_embd, Some(kv_dim))?,
+                matrix(file, &p("attn_v.weight"), n_embd, Some(kv_dim))?,
+            ],
+        };
         Ok(Attention {
-            wq: matrix(file, &p("attn_q.weight"), n_embd, Some(q_dim))?,
-            wk: matrix(file, &p("attn_k.weight"), n_embd, Some(kv_dim))?,
-            wv: matrix(file, &p("attn_v.weight"), n_embd, Some(kv_dim))?,
+            wq,
+            wk,
+            wv,
             wo: matrix(file, &p("attn_output.weight"), q_dim, Some(n_embd))?,
             bq: optional_vector(file, &p("attn_q.bias"), q_dim)?,
             bk: optional_vector(file, &p("attn_k.bias"), kv_dim)?,
@@ -333,9 +376,20 @@ impl<'a> Ffn<'a> {
         n_ff: usize,
     ) -> Result<Ffn<'a>, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
+        // Without `ffn_gate`, a fused `ffn_up` of both halves, the gate's first (Phi-3).
+        let [gate, up] = match file.tensor(&p("ffn_gate")) {
+            Ok(_) => [
+                matrix(file, &p("ffn_gate"), n_embd, Some(n_ff))?,
+                matrix(file, &p("ffn_up"), n_embd, Some(n_ff))?,
+            ],
+            Err(_) => {
+                let parts = fused(file, &p("ffn_up"), n_embd, &[n_ff, n_ff])?;
+                <[Matrix; 2]>::try_from(parts).unwrap_or_else(|_| unreachable!("two parts"))
+            }
+        };
         Ok(Ffn {
-            gate: matrix(file, &p("ffn_gate"), n_embd, Some(n_ff))?,
-            up: matrix(file, &p("ffn_up"), n_embd, Some(n_ff))?,
+            gate,
+            up,
             down: matrix(file, &p("ffn_down"), n_ff, Some(n_embd))?,
         })
     }
@@ -562,6 +616,8 @@ pub(crate) struct LayerCtx<'r> {
     pub act: Activation,
     /// Multiplies each block's output before its residual add (Granite).
     pub residual_scale: Option<f32>,
+    /// Multiplies the queries after RoPE (Phi-3).
+    pub q_scale: Option<f32>,
     pub threads: &'r Threads,
     pub tap: &'r Tap,
 }
@@ -609,6 +665,7 @@ impl<'a> DecoderLayer<'a> {
         let (first, m) = (n - keep, keep);
         self.norm_qkv(c, l, s, pos0, n, first);
         rope_and_store(self.rope(c), s, kv, l, pos0, (n, first), a);
+        scale_rows(&mut s.q[..m * q_dim], c.q_scale);
         let p = pos0 + first;
         c.tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
         c.tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
@@ -636,6 +693,8 @@ impl<'a> DecoderLayer<'a> {
     ) {
         self.norm_qkv(c, l, s, 0, n, 0);
         rope_and_store_runs(self.rope(c), s, runs, l, c.a);
+        let q_dim = c.a.n_head * c.a.head_dim;
+        scale_rows(&mut s.q[..n * q_dim], c.q_scale);
         attend_runs(c.a, s, runs, l, None, c.threads);
         self.output_and_ffn(c, l, s, 0, n);
     }

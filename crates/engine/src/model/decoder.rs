@@ -53,6 +53,9 @@ pub(crate) struct Extras {
     pub attn_scale: Option<f32>,
     /// Divides the logits (Granite's `logit_scale`: they are multiplied by its f32 inverse).
     pub logit_scale: Option<f32>,
+    /// Multiplies the queries after RoPE, attention then scaling by 1 (Phi-3's
+    /// `1 / sqrt(head_dim)`, a separate f32 product as llama.cpp's graph has it).
+    pub q_scale: Option<f32>,
 }
 
 pub struct Decoder<'a> {
@@ -78,6 +81,9 @@ impl<'a> Decoder<'a> {
         let mut attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
         if let Some(scale) = spec.extras.attn_scale {
             attn.scale = scale;
+        }
+        if spec.extras.q_scale.is_some() {
+            attn.scale = 1.0;
         }
         let x = spec.extras;
         let rotates = |l: usize| !x.no_rope && x.nope_every.is_none_or(|n| (l + 1) % n != 0);
@@ -180,6 +186,7 @@ impl ForwardBody for Decoder<'_> {
             eps: self.eps,
             act: Activation::Silu,
             residual_scale: self.extras.residual_scale,
+            q_scale: self.extras.q_scale,
             threads,
             tap: &self.tap,
         };
@@ -232,6 +239,7 @@ impl ForwardBody for Decoder<'_> {
             eps: self.eps,
             act: Activation::Silu,
             residual_scale: self.extras.residual_scale,
+            q_scale: self.extras.q_scale,
             threads,
             tap: &off,
         };

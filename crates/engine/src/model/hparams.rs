@@ -215,6 +215,8 @@ pub(crate) struct Arch {
     pub q_rows_per_dim: usize,
     /// A mixture of experts only: `feed_forward_length` may be absent.
     pub experts: bool,
+    /// `ffn_up` holds the gate and up halves (Phi-3): twice `feed_forward_length` rows.
+    pub fused_up: bool,
 }
 
 /// The hyperparameters every architecture has, checked.
@@ -245,7 +247,7 @@ impl Common {
             ));
         }
         let n_vocab = vocabulary(file, &k, dims.n_embd)?;
-        check_layer_shapes(file, &k, &dims, arch.q_rows_per_dim)?;
+        check_layer_shapes(file, &k, &dims, arch.q_rows_per_dim, arch.fused_up)?;
         let n_ctx_train = k.nonzero("context_length", Some(arch.n_ctx_train))?;
         let eps = k.positive("attention.layer_norm_rms_epsilon", arch.eps)?;
         let rope_base = k.positive("rope.freq_base", Some(10000.0))?;
@@ -497,10 +499,11 @@ fn check_layer_shapes(
     k: &Keys,
     d: &Dims,
     q_rows_per_dim: usize,
+    fused_up: bool,
 ) -> Result<(), ModelError> {
     let n = d.n_layer;
     if let Some((name, rows)) = first_rows(file, n, "ffn_up.weight") {
-        if rows != d.n_ff as u64 {
+        if rows as u128 != d.n_ff as u128 * if fused_up { 2 } else { 1 } {
             return Err(bad(
                 &k.key("feed_forward_length"),
                 d.n_ff,
@@ -580,6 +583,7 @@ impl Gemma3Params {
                 whole_head_rope: false,
                 q_rows_per_dim: 1,
                 experts: false,
+                fused_up: false,
             },
         )?;
         let k = Keys {
@@ -675,6 +679,7 @@ impl Qwen35Params {
                 whole_head_rope: false,
                 q_rows_per_dim: 2,
                 experts: arch != "qwen35",
+                fused_up: false,
             },
         )?;
         let k = Keys {

@@ -39,6 +39,7 @@ pub(super) fn load_llama_like<'a>(
             whole_head_rope: false,
             q_rows_per_dim: 1,
             experts: false,
+            fused_up: false,
         },
     )?;
     let n_rot = hp.dims.n_rot;

@@ -25,6 +25,7 @@ mod hparams;
 pub mod llama;
 mod moe;
 pub mod olmo2;
+pub mod phi3;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
@@ -46,6 +47,7 @@ const REGISTRY: &[(&str, Loader)] = &[
     }),
     ("granite", |f| Ok(Box::new(granite::load(f)?))),
     ("olmo2", |f| Ok(Box::new(olmo2::Olmo2::load(f)?))),
+    ("phi3", |f| Ok(Box::new(phi3::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
     ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
     ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),

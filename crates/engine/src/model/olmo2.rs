@@ -62,6 +62,7 @@ impl<'a> Olmo2<'a> {
                 whole_head_rope: true,
                 q_rows_per_dim: 1,
                 experts: false,
+                fused_up: false,
             },
         )?;
         let window = format!("{arch}.attention.sliding_window");

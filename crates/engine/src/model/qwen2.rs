@@ -33,6 +33,7 @@ pub(super) fn load_qwen<'a>(
             whole_head_rope: true,
             q_rows_per_dim: 1,
             experts: moe.is_some(),
+            fused_up: false,
         },
     )?;
     let spec = DecoderSpec {
