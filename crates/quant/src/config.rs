@@ -128,11 +128,11 @@ fn default_config() -> KernelConfig {
     KernelConfig::default()
 }
 
-/// This crate's own unit tests take the variables, so that `scripts/test.sh` runs them at each
-/// tier (`SYNAPSE_ISA=avx2 cargo test -p synapse-quant`).
+/// This crate's own unit tests take their configuration from the test helpers
+/// (`scripts/test.sh` runs them at each tier).
 #[cfg(test)]
 fn default_config() -> KernelConfig {
-    KernelConfig::from_vars(|k| std::env::var(k).ok()).0
+    crate::test_util::kernels_from_env()
 }
 
 #[cfg(test)]

@@ -409,19 +409,20 @@ fn route(logits: &[f32], probs: &mut [f32], chosen: &mut [(u32, f32)], norm: boo
     let inv = (1.0 / sum) as f32;
     probs.iter_mut().for_each(|p| *p *= inv);
 
-    for i in 0..chosen.len() {
-        let taken = &chosen[..i];
-        let mut best: Option<usize> = None;
-        for (e, &p) in probs.iter().enumerate() {
-            if taken.iter().any(|&(c, _)| c as usize == e) {
-                continue;
-            }
-            if best.is_none_or(|b| p > probs[b]) {
-                best = Some(e);
+    // The most probable first; a chosen expert's probability is then set below any other's
+    // (they are all >= 0), so that each pass takes the next.
+    for c in chosen.iter_mut() {
+        let (mut e, mut best) = (0, probs[0]);
+        for (i, &p) in probs.iter().enumerate().skip(1) {
+            if p > best {
+                (e, best) = (i, p);
             }
         }
-        let e = best.expect("no more experts used than there are");
-        chosen[i] = (e as u32, probs[e]);
+        *c = (e as u32, best);
+        probs[e] = f32::NEG_INFINITY;
+    }
+    for &(e, p) in chosen.iter() {
+        probs[e as usize] = p;
     }
     if norm {
         let sum = chosen.iter().map(|&(_, w)| w as f64).sum::<f64>() as f32;

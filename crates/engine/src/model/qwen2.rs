@@ -11,7 +11,7 @@ use crate::ops::{Rope, RopeStyle};
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    load_qwen(file, "qwen2", false, 32768, None)
+    load_qwen(file, "qwen2", false, 32768, false)
 }
 
 /// The Qwen decoders (qwen2, and qwen3 with `qk_norm`; qwen3moe with experts): the llama layer
@@ -21,7 +21,7 @@ pub(super) fn load_qwen<'a>(
     arch: &'static str,
     qk_norm: bool,
     n_ctx_train_default: usize,
-    moe: Option<MoeParams>,
+    experts: bool,
 ) -> Result<Decoder<'a>, ModelError> {
     let hp = Common::read(
         file,
@@ -32,10 +32,22 @@ pub(super) fn load_qwen<'a>(
             linear_rope_scaling: false,
             whole_head_rope: true,
             q_rows_per_dim: 1,
-            experts: moe.is_some(),
+            experts,
             fused_up: false,
         },
     )?;
+    // Without `expert_feed_forward_length`, llama.cpp splits `feed_forward_length` among the
+    // experts a token uses.
+    let moe = match experts {
+        true => Some(
+            MoeParams::read(file, arch, |n_used| hp.dims.n_ff / n_used)?.ok_or_else(|| {
+                ModelError::Hparams(format!(
+                    "{arch} needs experts: `{arch}.expert_count` is absent or 0"
+                ))
+            })?,
+        ),
+        false => None,
+    };
     let spec = DecoderSpec {
         arch,
         rope: Rope {

@@ -10,5 +10,5 @@ use super::decoder::Decoder;
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    super::qwen2::load_qwen(file, "qwen3", true, 40960, None)
+    super::qwen2::load_qwen(file, "qwen3", true, 40960, false)
 }

@@ -25,10 +25,9 @@ use synapse_gguf::GgufFile;
 
 use super::blocks::{
     attend_causal, embed, keep_last_rows, matrix, norm_rows, output_logits, output_matrix,
-    project_qkv, rope_and_store, Activation, FeedForward, Ffn,
+    project_qkv, rope_and_store, Activation, FeedForward,
 };
 use super::hparams::{MoeParams, Qwen35Params};
-use super::moe::Moe;
 use super::{
     attn_shape, bytes, mm, mm_many, scratch_rows, vector, Logits, ModelInfo, Scratch, ScratchDims,
     State, StateBytes,
@@ -190,10 +189,7 @@ impl<'a> Qwen35<'a> {
                 attn_norm: vector(file, &p("attn_norm.weight"), n_embd)?,
                 mixer,
                 post_norm: vector(file, &p("post_attention_norm.weight"), n_embd)?,
-                ffn: match &q.moe {
-                    Some(p) => FeedForward::Routed(Moe::load(file, i, n_embd, p, true)?),
-                    None => FeedForward::Dense(Ffn::load(file, i, n_embd, n_ff)?),
-                },
+                ffn: FeedForward::load(file, i, dims, q.moe.as_ref())?,
             });
         }
         Ok(Qwen35 {

@@ -8,21 +8,8 @@
 use synapse_gguf::GgufFile;
 
 use super::decoder::Decoder;
-use super::hparams::MoeParams;
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
-    let arch = "qwen3moe";
-    // Without `expert_feed_forward_length`, llama.cpp splits `feed_forward_length` among the
-    // experts a token uses.
-    let n_ff = file
-        .metadata()
-        .u64(&format!("{arch}.feed_forward_length"))
-        .unwrap_or(0) as usize;
-    let moe = MoeParams::read(file, arch, |n_used| n_ff / n_used)?.ok_or_else(|| {
-        ModelError::Hparams(format!(
-            "{arch} needs experts: `{arch}.expert_count` is absent or 0"
-        ))
-    })?;
-    super::qwen2::load_qwen(file, arch, true, 40960, Some(moe))
+    super::qwen2::load_qwen(file, "qwen3moe", true, 40960, true)
 }
