@@ -16,6 +16,7 @@ mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod config;
+pub mod encode;
 pub mod packed;
 pub mod pages;
 pub mod reference;
@@ -86,6 +87,12 @@ pub enum QuantError {
         ty: GgmlType,
         bytes: usize,
         reason: String,
+    },
+    #[error("{ty}: an importance matrix row of {weights} weights for rows of {columns} columns")]
+    ImportanceLength {
+        ty: GgmlType,
+        columns: usize,
+        weights: usize,
     },
     #[error("{ty} dot {act}: {weights} weights against {activations} activations")]
     DotLength {

@@ -56,7 +56,7 @@ fn q8_scale(x: &[f32]) -> (f32, f32) {
 /// quantizers' loops vectorise (a float-to-int cast kept them scalar); the default NaN gives 0,
 /// as a cast does.
 #[inline(always)]
-fn nearest_int(v: f32) -> i32 {
+pub(crate) fn nearest_int(v: f32) -> i32 {
     ((v + 12_582_912.0).to_bits() & 0x007F_FFFF) as i32 - 0x0040_0000
 }
 
