@@ -28,4 +28,4 @@ pub use reader::{
 };
 pub use types::{GgmlType, TypeTraits};
 pub use value::{Array, Value, ValueType};
-pub use writer::GgufWriter;
+pub use writer::{GgufWriter, StreamWriter, TensorSpec};

@@ -68,6 +68,18 @@ impl Metadata {
         }
     }
 
+    /// Remove a key, returning its value; the keys after it keep their order.
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let i = self.index.remove(key)?;
+        let (_, value) = self.entries.remove(i);
+        for j in self.index.values_mut() {
+            if *j > i {
+                *j -= 1;
+            }
+        }
+        Some(value)
+    }
+
     fn require(&self, key: &str) -> Result<&Value> {
         self.get(key)
             .ok_or_else(|| GgufError::MissingKey { key: key.into() })

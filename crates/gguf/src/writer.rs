@@ -95,46 +95,16 @@ impl<'a> GgufWriter<'a> {
         Ok(self)
     }
 
-    fn alignment(&self) -> Result<u64> {
-        match self.metadata.get(ALIGNMENT_KEY) {
-            None => Ok(DEFAULT_ALIGNMENT),
-            Some(v) => {
-                v.as_u64()
-                    .filter(|a| a.is_power_of_two())
-                    .ok_or_else(|| GgufError::BadAlignment {
-                        value: v.to_string(),
-                    })
-            }
-        }
-    }
-
     /// Write the file to `out`.
     pub fn write(&self, out: &mut impl Write) -> Result<()> {
-        let alignment = self.alignment()?;
+        let alignment = alignment_of(&self.metadata)?;
         let io = |e: io::Error| GgufError::Write(e.to_string());
-        let mut h = Vec::new();
-        h.extend_from_slice(b"GGUF");
-        h.extend_from_slice(&3u32.to_le_bytes());
-        h.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
-        h.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
-        for (k, v) in self.metadata.iter() {
-            put_string(&mut h, k);
-            h.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
-            put_value(&mut h, v);
-        }
-        let mut offset = 0u64;
-        for t in &self.tensors {
-            put_string(&mut h, &t.name);
-            h.extend_from_slice(&(t.shape.len() as u32).to_le_bytes());
-            for d in &t.shape {
-                h.extend_from_slice(&d.to_le_bytes());
-            }
-            h.extend_from_slice(&t.ggml_type.id().to_le_bytes());
-            h.extend_from_slice(&offset.to_le_bytes());
-            offset = (offset + t.data.len() as u64).next_multiple_of(alignment);
-        }
-        pad(&mut h, alignment);
-        out.write_all(&h).map_err(io)?;
+        let specs = self
+            .tensors
+            .iter()
+            .map(|t| (&t.name[..], t.ggml_type, &t.shape[..], t.data.len() as u64));
+        out.write_all(&header(&self.metadata, specs, alignment))
+            .map_err(io)?;
         let zeros = vec![0u8; alignment as usize];
         for t in &self.tensors {
             out.write_all(&t.data).map_err(io)?;
@@ -168,6 +138,52 @@ impl<'a> GgufWriter<'a> {
         let tmp = out.into_inner().map_err(|e| io(e.into_error()))?;
         crate::files::replace_with(tmp, path).map_err(io)
     }
+}
+
+/// The alignment of the data section that `metadata` asks for.
+fn alignment_of(metadata: &Metadata) -> Result<u64> {
+    match metadata.get(ALIGNMENT_KEY) {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some(v) => {
+            v.as_u64()
+                .filter(|a| a.is_power_of_two())
+                .ok_or_else(|| GgufError::BadAlignment {
+                    value: v.to_string(),
+                })
+        }
+    }
+}
+
+/// The header of a GGUF v3 file (magic, counts, metadata, tensor infos), padded to the data
+/// section's alignment; each tensor's data starts at the next aligned offset after the last.
+fn header<'t>(
+    metadata: &Metadata,
+    tensors: impl ExactSizeIterator<Item = (&'t str, GgmlType, &'t [u64], u64)>,
+    alignment: u64,
+) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(b"GGUF");
+    h.extend_from_slice(&3u32.to_le_bytes());
+    h.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    h.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata.iter() {
+        put_string(&mut h, k);
+        h.extend_from_slice(&(v.value_type() as u32).to_le_bytes());
+        put_value(&mut h, v);
+    }
+    let mut offset = 0u64;
+    for (name, ty, shape, size) in tensors {
+        put_string(&mut h, name);
+        h.extend_from_slice(&(shape.len() as u32).to_le_bytes());
+        for d in shape {
+            h.extend_from_slice(&d.to_le_bytes());
+        }
+        h.extend_from_slice(&ty.id().to_le_bytes());
+        h.extend_from_slice(&offset.to_le_bytes());
+        offset = (offset + size).next_multiple_of(alignment);
+    }
+    pad(&mut h, alignment);
+    h
 }
 
 fn pad(h: &mut Vec<u8>, alignment: u64) {
@@ -222,5 +238,212 @@ fn put_array(h: &mut Vec<u8>, a: &Array) {
         Array::Bool(v) => h.extend(v.iter().map(|&b| b as u8)),
         Array::String(v) => v.iter().for_each(|s| put_string(h, s)),
         Array::Array(v) => v.iter().for_each(|inner| put_array(h, inner)),
+    }
+}
+
+/// A tensor [`StreamWriter`] will write: its bytes come later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub ggml_type: GgmlType,
+    /// ggml order, `shape[0]` the row length.
+    pub shape: Vec<u64>,
+}
+
+/// A GGUF file written as it is produced, for outputs too large to hold: the header (every
+/// tensor's name, type and shape) first, then each tensor's bytes in order, in pieces of any
+/// size. It goes to a temporary file beside the target that [`StreamWriter::finish`] renames
+/// into place once every byte is written; a failure, or a drop before `finish`, leaves nothing
+/// under the target's name and the old file, if any, untouched.
+pub struct StreamWriter {
+    path: std::path::PathBuf,
+    out: io::BufWriter<tempfile::NamedTempFile>,
+    /// `(name, bytes)` of each tensor, and how far the writing is.
+    sizes: Vec<(String, u64)>,
+    current: usize,
+    written: u64,
+    alignment: u64,
+}
+
+impl StreamWriter {
+    /// Start `path` with `metadata` and the tensors `specs`, in that order.
+    pub fn create(
+        path: impl AsRef<Path>,
+        metadata: &Metadata,
+        specs: &[TensorSpec],
+    ) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let alignment = alignment_of(metadata)?;
+        let mut sizes = Vec::with_capacity(specs.len());
+        for t in specs {
+            if t.shape.len() > MAX_DIMS as usize {
+                return Err(GgufError::Write(format!(
+                    "tensor `{}`: {} dimensions, at most {MAX_DIMS}",
+                    t.name,
+                    t.shape.len()
+                )));
+            }
+            if sizes.iter().any(|(n, _)| *n == t.name) {
+                return Err(GgufError::Write(format!("tensor `{}` added twice", t.name)));
+            }
+            sizes.push((t.name.clone(), tensor_size(&t.name, t.ggml_type, &t.shape)?));
+        }
+        let io_err = |error| GgufError::Io {
+            path: path.clone(),
+            error,
+        };
+        crate::files::expect_regular(&path, true)?;
+        let tmp = crate::files::temp_beside(&path).map_err(io_err)?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, tmp);
+        let specs = specs
+            .iter()
+            .zip(&sizes)
+            .map(|(t, (_, size))| (&t.name[..], t.ggml_type, &t.shape[..], *size));
+        out.write_all(&header(metadata, specs, alignment))
+            .map_err(io_err)?;
+        let mut w = StreamWriter {
+            path,
+            out,
+            sizes,
+            current: 0,
+            written: 0,
+            alignment,
+        };
+        w.skip_empty()?;
+        Ok(w)
+    }
+
+    /// The name of the tensor whose bytes come next, `None` once all are written.
+    pub fn next_tensor(&self) -> Option<&str> {
+        self.sizes.get(self.current).map(|(n, _)| &n[..])
+    }
+
+    /// Append bytes of the current tensor; a piece may not run past its end. The padding after
+    /// a tensor is written when its last byte is.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some((name, size)) = self.sizes.get(self.current) else {
+            return Err(GgufError::Write(format!(
+                "{} bytes after the last tensor",
+                bytes.len()
+            )));
+        };
+        if self.written + bytes.len() as u64 > *size {
+            return Err(GgufError::Write(format!(
+                "tensor `{name}` holds {size} bytes; {} more after {}",
+                bytes.len(),
+                self.written
+            )));
+        }
+        self.put(bytes)?;
+        self.written += bytes.len() as u64;
+        self.skip_empty()
+    }
+
+    /// After a complete tensor: its padding, and on to the next (past any of no bytes).
+    fn skip_empty(&mut self) -> Result<()> {
+        while let Some((_, size)) = self.sizes.get(self.current) {
+            if self.written < *size {
+                break;
+            }
+            let fill = size.next_multiple_of(self.alignment) - size;
+            self.put(&vec![0u8; fill as usize])?;
+            self.current += 1;
+            self.written = 0;
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes).map_err(|error| GgufError::Io {
+            path: self.path.clone(),
+            error,
+        })
+    }
+
+    /// Check every tensor is complete, sync, and rename the file into place.
+    pub fn finish(self) -> Result<()> {
+        if let Some((name, size)) = self.sizes.get(self.current) {
+            return Err(GgufError::Write(format!(
+                "tensor `{name}` incomplete: {} of {size} bytes written",
+                self.written
+            )));
+        }
+        let io_err = |error| GgufError::Io {
+            path: self.path.clone(),
+            error,
+        };
+        let tmp = self.out.into_inner().map_err(|e| io_err(e.into_error()))?;
+        crate::files::replace_with(tmp, &self.path).map_err(io_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32_bytes(n: usize) -> Vec<u8> {
+        (0..n).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect()
+    }
+
+    /// A streamed file is byte for byte the one [`GgufWriter`] writes, whatever the pieces;
+    /// a tensor of no bytes is skipped over.
+    #[test]
+    fn streamed_file_equals_the_buffered_one() {
+        let shapes: [(&str, GgmlType, Vec<u64>); 4] = [
+            ("a", GgmlType::F32, vec![3, 5]),
+            ("empty", GgmlType::F32, vec![0]),
+            ("b", GgmlType::Q8_0, vec![64, 3]),
+            ("c", GgmlType::F32, vec![7]),
+        ];
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", Value::String("x".into()));
+        let mut datas = Vec::new();
+        for (name, ty, shape) in &shapes {
+            let size = tensor_size(name, *ty, shape).unwrap() as usize;
+            let data: Vec<u8> = (0..size).map(|i| (i * 7 + name.len()) as u8).collect();
+            w.add_tensor(*name, *ty, shape, data.clone()).unwrap();
+            datas.push(data);
+        }
+        let want = w.to_bytes().unwrap();
+        let specs: Vec<TensorSpec> = shapes
+            .iter()
+            .map(|(n, t, s)| TensorSpec {
+                name: n.to_string(),
+                ggml_type: *t,
+                shape: s.clone(),
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.gguf");
+        let mut s = StreamWriter::create(&path, &w.metadata, &specs).unwrap();
+        for data in &datas {
+            for piece in data.chunks(11) {
+                s.write(piece).unwrap();
+            }
+        }
+        assert_eq!(s.next_tensor(), None);
+        s.finish().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
+
+    /// Too many bytes, too few, or a drop before `finish`: an error, and no file.
+    #[test]
+    fn incomplete_or_overrun_streams_leave_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.gguf");
+        let spec = [TensorSpec {
+            name: "t".into(),
+            ggml_type: GgmlType::F32,
+            shape: vec![4],
+        }];
+        let meta = Metadata::default();
+        let mut s = StreamWriter::create(&path, &meta, &spec).unwrap();
+        s.write(&f32_bytes(3)).unwrap();
+        assert!(s.write(&f32_bytes(2)).is_err(), "past the tensor's end");
+        assert!(s.finish().is_err(), "one value short");
+        let s = StreamWriter::create(&path, &meta, &spec).unwrap();
+        drop(s);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }
