@@ -88,6 +88,8 @@ pub enum QuantError {
         bytes: usize,
         reason: String,
     },
+    #[error("{ty}: block {block} (or value, for a float type) holds a NaN or infinite scale")]
+    NonFinite { ty: GgmlType, block: usize },
     #[error("{ty}: an importance matrix row of {weights} weights for rows of {columns} columns")]
     ImportanceLength {
         ty: GgmlType,

@@ -173,3 +173,24 @@ fn hostile_values_encode_without_panicking() {
         quantize_rows(ty, &rows, cols, Some(&importance), &mut out).unwrap();
     }
 }
+
+/// What llama-quantize refuses to write, [`check_finite`] finds: in every type, an infinite
+/// weight or one past f16's range makes a non-finite scale; a finite row passes.
+#[test]
+fn non_finite_output_is_found() {
+    use synapse_quant::encode::check_finite;
+    let cols = 256;
+    for &ty in ENCODABLE {
+        let row: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.1).cos()).collect();
+        let mut out = vec![0u8; cols / ty.block_len() * ty.block_bytes()];
+        quantize_rows(ty, &row, cols, None, &mut out).unwrap();
+        check_finite(ty, &out).unwrap();
+        let caught = [f32::INFINITY, 1e9].iter().any(|&poison| {
+            let mut bad = row.clone();
+            bad[40] = poison;
+            quantize_rows(ty, &bad, cols, None, &mut out).unwrap();
+            check_finite(ty, &out).is_err()
+        });
+        assert!(caught, "{ty}: no poisoned row was caught");
+    }
+}

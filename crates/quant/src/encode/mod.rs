@@ -14,7 +14,7 @@ mod search;
 use synapse_gguf::GgmlType;
 
 use crate::blocks::*;
-use crate::codec::{cast_blocks_mut, Block};
+use crate::codec::{cast_blocks, cast_blocks_mut, Block};
 use crate::QuantError;
 
 /// The types [`quantize_rows`] writes.
@@ -130,4 +130,52 @@ fn rows<B: Block>(
         encode(row, importance, out);
     }
     Ok(())
+}
+
+/// ggml's check of encoded data (`ggml_validate_row_data`, which llama-quantize runs on what it
+/// writes): every float of a float type, and every block's f16 scales, finite. A weight that is
+/// NaN or infinite, or a scale that overflows f16, fails it.
+pub fn check_finite(ty: GgmlType, bytes: &[u8]) -> Result<(), QuantError> {
+    use half::{bf16, f16};
+    fn first_bad<B: Block>(
+        bytes: &[u8],
+        scales: impl Fn(&B) -> [f16; 2],
+    ) -> Result<Option<usize>, QuantError> {
+        Ok(cast_blocks::<B>(bytes)?
+            .iter()
+            .position(|b| scales(b).iter().any(|s| !s.is_finite())))
+    }
+    let bad = match ty {
+        GgmlType::F32 => bytes
+            .chunks_exact(4)
+            .position(|c| !f32::from_le_bytes(c.try_into().unwrap()).is_finite()),
+        GgmlType::F16 => bytes
+            .chunks_exact(2)
+            .position(|c| !f16::from_le_bytes(c.try_into().unwrap()).is_finite()),
+        GgmlType::BF16 => bytes
+            .chunks_exact(2)
+            .position(|c| !bf16::from_le_bytes(c.try_into().unwrap()).is_finite()),
+        GgmlType::Q4_0 => first_bad::<BlockQ4_0>(bytes, |b| [b.d; 2])?,
+        GgmlType::Q5_0 => first_bad::<BlockQ5_0>(bytes, |b| [b.d; 2])?,
+        GgmlType::Q8_0 => first_bad::<BlockQ8_0>(bytes, |b| [b.d; 2])?,
+        GgmlType::IQ4_NL => first_bad::<BlockIQ4NL>(bytes, |b| [b.d; 2])?,
+        GgmlType::IQ4_XS => first_bad::<BlockIQ4XS>(bytes, |b| [b.d; 2])?,
+        GgmlType::Q3_K => first_bad::<BlockQ3K>(bytes, |b| [b.d; 2])?,
+        GgmlType::Q6_K => first_bad::<BlockQ6K>(bytes, |b| [b.d; 2])?,
+        GgmlType::Q4_1 => first_bad::<BlockQ4_1>(bytes, |b| [b.d, b.m])?,
+        GgmlType::Q5_1 => first_bad::<BlockQ5_1>(bytes, |b| [b.d, b.m])?,
+        GgmlType::Q2_K => first_bad::<BlockQ2K>(bytes, |b| [b.d, b.dmin])?,
+        GgmlType::Q4_K => first_bad::<BlockQ4K>(bytes, |b| [b.d, b.dmin])?,
+        GgmlType::Q5_K => first_bad::<BlockQ5K>(bytes, |b| [b.d, b.dmin])?,
+        _ => {
+            return Err(QuantError::Unsupported {
+                ty,
+                what: "check of encoded data",
+            })
+        }
+    };
+    match bad {
+        None => Ok(()),
+        Some(block) => Err(QuantError::NonFinite { ty, block }),
+    }
 }
