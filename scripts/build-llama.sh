@@ -15,8 +15,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 dest="$root/third_party"
 src="$dest/llama.cpp"
 build="$src/build"
-targets=(llama-quantize llama-tokenize llama-completion llama-bench llama-perplexity llama-server
-    llama-lookup llama-speculative)
+targets=(llama-quantize llama-imatrix llama-tokenize llama-completion llama-bench llama-perplexity
+    llama-server llama-lookup llama-speculative)
 flags=(-DGGML_NATIVE=ON)
 case "${1:-}" in
     "") ;;

@@ -52,6 +52,9 @@ enum Command {
     Synth(cmd::synth::SynthArgs),
     /// Time the matrix-vector kernels of every format against the measured read bandwidth.
     BenchKernels(cmd::bench_kernels::BenchKernelsArgs),
+    /// Quantize a model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...), byte for byte
+    /// the file llama-quantize writes.
+    Quantize(cmd::quantize::QuantizeArgs),
     /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
     Dequantize {
         /// The GGUF file to read.
@@ -153,6 +156,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Perplexity(args) => cmd::perplexity::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Synth(args) => cmd::synth::run(&args),
+        Command::Quantize(args) => cmd::quantize::run(&args),
         Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
     }
 }

@@ -157,3 +157,92 @@ fn dequantize_names_a_tensor_it_cannot_decode() {
     );
     assert!(!out.exists(), "a partial output was left behind");
 }
+
+/// `synapse quantize` as a user runs it: the tiny llama to Q4_K_M with an importance matrix
+/// gives llama-quantize's file (its hash in the engine's golden cases), and bad arguments
+/// are named errors with a failing exit status and no output file.
+#[test]
+fn quantize_writes_llama_quantizes_file_and_names_bad_arguments() {
+    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/data");
+    let golden: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(engine.join("quantize/golden.json")).unwrap())
+            .unwrap();
+    let case = golden
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["input"] == "crates/engine/tests/data/forward/tiny-F16.gguf"
+                && c["mix"] == "Q4_K_M"
+                && c.get("imatrix").is_some()
+        })
+        .expect("the tiny Q4_K_M case with an importance matrix");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("q.gguf");
+    // The imatrix path is recorded in the file as given: run from the repository's root.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = Command::new(env!("CARGO_BIN_EXE_synapse"))
+        .current_dir(&root)
+        .args(["quantize", "--imatrix", case["imatrix"].as_str().unwrap()])
+        .arg(root.join(case["input"].as_str().unwrap()))
+        .arg(&out)
+        .args(["q4_k_m", "-t", "5", "-v"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("blk.1.ffn_down.weight") && stderr.contains("Q4_K_M"),
+        "{stderr}"
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    let hash: String = sha256_hex(&bytes);
+    assert_eq!(hash, case["file"].as_str().unwrap());
+
+    let tiny = engine.join("forward/tiny-F16.gguf");
+    let q4k = engine.join("forward/tiny-qwen3-Q4_K.gguf");
+    let bad: [(&[&std::ffi::OsStr], &str); 4] = [
+        (
+            &[tiny.as_os_str(), out.as_os_str(), "Q4_K_X".as_ref()],
+            "not a llama-quantize type",
+        ),
+        (
+            &[tiny.as_os_str(), out.as_os_str(), "IQ2_XXS".as_ref()],
+            "not one synapse writes",
+        ),
+        (
+            &[q4k.as_os_str(), out.as_os_str(), "Q8_0".as_ref()],
+            "--allow-requantize",
+        ),
+        (
+            &[
+                tiny.as_os_str(),
+                out.as_os_str(),
+                "Q4_0".as_ref(),
+                "--output-tensor-type".as_ref(),
+                "q9".as_ref(),
+            ],
+            "not a ggml type",
+        ),
+    ];
+    for (args, want) in bad {
+        std::fs::remove_file(&out).ok();
+        let mut all: Vec<&std::ffi::OsStr> = vec!["quantize".as_ref()];
+        all.extend_from_slice(args);
+        let o = synapse(&all);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && stderr.contains(want),
+            "{args:?}: {stderr}"
+        );
+        assert!(!out.exists(), "{args:?} left an output");
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -17,6 +17,7 @@ pub mod ops;
 pub mod perplexity;
 pub mod pool;
 pub mod profile;
+pub mod quantize;
 pub mod sampler;
 pub mod speculate;
 pub mod tokenizer;

@@ -7,6 +7,7 @@ pub mod eval;
 pub mod info;
 pub mod output;
 pub mod perplexity;
+pub mod quantize;
 pub mod run;
 pub mod serve;
 pub mod speculate;

@@ -1,0 +1,5 @@
+//! Quantizing a model file: `synapse quantize IN OUT MIX`, equal to llama.cpp's `llama-quantize`.
+
+pub mod file;
+pub mod imatrix;
+pub mod rules;
