@@ -27,7 +27,7 @@ export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 model=bench/out/models/qwen3-30b-a3b-${layers}L-Q4_K_M.gguf
 if [[ ! -f $model ]]; then
-    echo "moe: synthesizing $model (F16 first, then llama-quantize: minutes)" >&2
+    echo "moe: synthesizing $model (F16 first, then quantized: minutes)" >&2
     "$syn" synth qwen3-30b-a3b --layers "$layers" --type Q4_K_M -o "$model" \
         --llama-quantize "$bin/llama-quantize" >&2
 fi
