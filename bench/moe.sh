@@ -3,7 +3,8 @@
 # scripts/build-llama.sh from the llama-cpp-python sdist) on a random-weight file with
 # Qwen3-30B-A3B's full widths (128 experts, 8 used a token, 768 wide; 2048-wide embeddings,
 # 32/4 heads of 128, a 151936-token vocabulary) and as many of its 48 layers as LAYERS says,
-# Q4_K_M by llama-quantize. The engines alternate, ROUNDS times, same file, same threads.
+# Q4_K_M (llama-quantize's mix, as synth makes it). The engines alternate, ROUNDS times,
+# same file, same threads.
 # Decode's bandwidth counts the bytes a token reads: the routed 8/128 of each expert stack,
 # the attention and the output head whole, one row of the embedding.
 #
@@ -28,8 +29,7 @@ export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 model=bench/out/models/qwen3-30b-a3b-${layers}L-Q4_K_M.gguf
 if [[ ! -f $model ]]; then
     echo "moe: synthesizing $model (F16 first, then quantized: minutes)" >&2
-    "$syn" synth qwen3-30b-a3b --layers "$layers" --type Q4_K_M -o "$model" \
-        --llama-quantize "$bin/llama-quantize" >&2
+    "$syn" synth qwen3-30b-a3b --layers "$layers" --type Q4_K_M -o "$model" >&2
 fi
 
 for ((r = 1; r <= rounds; r++)); do
