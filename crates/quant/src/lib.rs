@@ -107,6 +107,30 @@ pub enum QuantError {
 
 /// Decode `dst.len()` values of type `ty` from `src`.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    use half::slice::HalfFloatSliceExt;
+    // The float types as whole slices (vectorised conversions), when the bytes are aligned
+    // for them; the codec's per-value decoders otherwise.
+    match ty {
+        GgmlType::F32 if src.len() == 4 * dst.len() => {
+            for (y, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *y = f32::from_le_bytes(c.try_into().unwrap());
+            }
+            return Ok(());
+        }
+        GgmlType::F16 if src.len() == 2 * dst.len() => {
+            if let Ok(x) = bytemuck::try_cast_slice::<u8, half::f16>(src) {
+                x.convert_to_f32_slice(dst);
+                return Ok(());
+            }
+        }
+        GgmlType::BF16 if src.len() == 2 * dst.len() => {
+            if let Ok(x) = bytemuck::try_cast_slice::<u8, half::bf16>(src) {
+                x.convert_to_f32_slice(dst);
+                return Ok(());
+            }
+        }
+        _ => {}
+    }
     (codec(ty)?.dequantize)(src, dst)
 }
 

@@ -76,7 +76,7 @@ pub(super) fn symmetric_levels(nmax: i32, x: &[f32], l: &mut [i8], qw: Option<&[
         None => x[i] * x[i],
     };
     let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let mut iscale = -(nmax as f32) / max;
+    let iscale = -(nmax as f32) / max;
     let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
     for (i, &v) in x.iter().enumerate() {
         let q = level(iscale, v);
@@ -87,24 +87,50 @@ pub(super) fn symmetric_levels(nmax: i32, x: &[f32], l: &mut [i8], qw: Option<&[
     }
     let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
     let mut best = scale * sumlx;
-    for is in (-9..=9).filter(|&is| is != 0) {
-        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for (i, &v) in x.iter().enumerate() {
-            let q = level(iscale, v) as f32;
-            let w = weight(i);
-            sumlx += w * v * q;
-            suml2 += w * q * q;
+    // The 18 trial scales' sums are independent: LANES of them at a time, each lane summing
+    // in index order; then the trials are judged one by one, in order, as ggml judges them.
+    const TRIALS: [i32; 18] = [
+        -9, -8, -7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+    ];
+    for group in TRIALS.chunks(LANES) {
+        let mut iscale = [0.0f32; LANES];
+        for (s, is) in iscale.iter_mut().enumerate() {
+            let trial = group[s.min(group.len() - 1)];
+            *is = -(nmax as f32 + 0.1 * trial as f32) / max;
         }
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for (li, &v) in l.iter_mut().zip(x) {
-                *li = (level(iscale, v) + nmax) as i8;
+        let (mut sumlx, mut suml2) = ([0.0f32; LANES], [0.0f32; LANES]);
+        for (i, &v) in x.iter().enumerate() {
+            let w = weight(i);
+            let q = lane_levels(&iscale, v, -nmax, nmax - 1);
+            for s in 0..LANES {
+                sumlx[s] += w * v * q[s];
+                suml2[s] += w * q[s] * q[s];
             }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+        }
+        for s in 0..group.len() {
+            if suml2[s] > 0.0 && sumlx[s] * sumlx[s] > best * suml2[s] {
+                for (li, &v) in l.iter_mut().zip(x) {
+                    *li = (level(iscale[s], v) + nmax) as i8;
+                }
+                scale = sumlx[s] / suml2[s];
+                best = scale * sumlx[s];
+            }
         }
     }
     scale
+}
+
+/// Trial scales searched side by side, one a SIMD lane.
+const LANES: usize = 8;
+
+/// `nearest_int(iscale[s] · v)` clamped to `lo..=hi`, for each lane, as floats.
+#[inline(always)]
+fn lane_levels(iscale: &[f32; LANES], v: f32, lo: i32, hi: i32) -> [f32; LANES] {
+    let mut q = [0.0f32; LANES];
+    for s in 0..LANES {
+        q[s] = nearest_int(iscale[s] * v).clamp(lo, hi) as f32;
+    }
+    q
 }
 
 /// Q3_K's levels without an importance matrix (ggml's `make_q3_quants` with `do_rmse`): the
@@ -206,7 +232,7 @@ pub(super) fn asymmetric_levels(
         return (0.0, -min);
     }
     let error = |d: f32| if ladder.mad { d.abs() } else { d * d };
-    let mut iscale = nmax as f32 / (max - min);
+    let iscale = nmax as f32 / (max - min);
     let mut scale = 1.0 / iscale;
     let mut best_error = 0.0f32;
     for i in 0..n {
@@ -216,38 +242,68 @@ pub(super) fn asymmetric_levels(
     if ladder.steps < 1 {
         return (scale, -min);
     }
-    let mut aux = [0u8; 32];
-    let aux = &mut aux[..n];
-    for is in 0..=ladder.steps {
-        iscale = (ladder.start + ladder.step * is as f32 + nmax as f32) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+    // A step's sums depend on the steps before it only through `min`, which changes when a
+    // step wins: LANES steps are summed at a time, each lane in index order, with the current
+    // `min`, then judged one by one in order as ggml judges them; after a win the steps past
+    // it are summed again with the new `min`.
+    let mut lv = [[0.0f32; LANES]; 32];
+    let lv = &mut lv[..n];
+    let total = ladder.steps as usize + 1;
+    let mut first = 0;
+    while first < total {
+        let count = LANES.min(total - first);
+        let mut iscale = [0.0f32; LANES];
+        for (s, is) in iscale.iter_mut().enumerate() {
+            let step = (first + s.min(count - 1)) as f32;
+            *is = (ladder.start + ladder.step * step + nmax as f32) / (max - min);
+        }
+        let (mut sum_l, mut sum_l2, mut sum_xl) =
+            ([0.0f32; LANES], [0.0f32; LANES], [0.0f32; LANES]);
         for i in 0..n {
-            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            aux[i] = q as u8;
+            let q = lane_levels(&iscale, x[i] - min, 0, nmax);
+            lv[i] = q;
             let w = weights[i];
-            sum_l += w * q as f32;
-            sum_l2 += w * q as f32 * q as f32;
-            sum_xl += w * q as f32 * x[i];
-        }
-        let det = sum_w * sum_l2 - sum_l * sum_l;
-        if det > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut cur_error = 0.0f32;
-            for i in 0..n {
-                cur_error += weights[i] * error(this_scale * aux[i] as f32 + this_min - x[i]);
-            }
-            if cur_error < best_error {
-                l.copy_from_slice(aux);
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
+            for s in 0..LANES {
+                sum_l[s] += w * q[s];
+                sum_l2[s] += w * q[s] * q[s];
+                sum_xl[s] += w * q[s] * x[i];
             }
         }
+        let (mut this_scale, mut this_min) = ([0.0f32; LANES], [0.0f32; LANES]);
+        let mut usable = [false; LANES];
+        for s in 0..LANES {
+            let det = sum_w * sum_l2[s] - sum_l[s] * sum_l[s];
+            usable[s] = det > 0.0;
+            this_scale[s] = (sum_w * sum_xl[s] - sum_x * sum_l[s]) / det;
+            this_min[s] = (sum_l2[s] * sum_x - sum_l[s] * sum_xl[s]) / det;
+            if this_min[s] > 0.0 {
+                this_min[s] = 0.0;
+                this_scale[s] = sum_xl[s] / sum_l2[s];
+            }
+        }
+        let mut cur_error = [0.0f32; LANES];
+        for i in 0..n {
+            for s in 0..LANES {
+                let d = this_scale[s] * lv[i][s] + this_min[s] - x[i];
+                cur_error[s] += weights[i] * if ladder.mad { d.abs() } else { d * d };
+            }
+        }
+        let mut next = first + count;
+        for s in 0..count {
+            if usable[s] && cur_error[s] < best_error {
+                for (li, q) in l.iter_mut().zip(lv.iter()) {
+                    *li = q[s] as u8;
+                }
+                best_error = cur_error[s];
+                scale = this_scale[s];
+                if this_min[s].to_bits() != min.to_bits() {
+                    min = this_min[s];
+                    next = first + s + 1;
+                    break;
+                }
+            }
+        }
+        first = next;
     }
     (scale, -min)
 }
