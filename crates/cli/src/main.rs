@@ -55,6 +55,9 @@ enum Command {
     /// Quantize a model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...), byte for byte
     /// the file llama-quantize writes.
     Quantize(cmd::quantize::QuantizeArgs),
+    /// The importance matrix of a model over a text, as llama-imatrix computes and writes it
+    /// (for `quantize --imatrix`).
+    Imatrix(cmd::imatrix::ImatrixArgs),
     /// Write a copy of a GGUF file with every tensor decoded to F32 (metadata kept).
     Dequantize {
         /// The GGUF file to read.
@@ -157,6 +160,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(args) => cmd::bench::run(&args),
         Command::Synth(args) => cmd::synth::run(&args),
         Command::Quantize(args) => cmd::quantize::run(&args),
+        Command::Imatrix(args) => cmd::imatrix::run(&args),
         Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
     }
 }

@@ -246,3 +246,61 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// `synapse imatrix` then `synapse quantize --imatrix` with its file, as a user chains them;
+/// a text shorter than two chunks is a named error and writes nothing.
+#[test]
+fn imatrix_feeds_quantize() {
+    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/data/forward");
+    let dir = tempfile::tempdir().unwrap();
+    let im = dir.path().join("tiny.imatrix.gguf");
+    let tiny = engine.join("tiny-F16.gguf");
+    let text = engine.join("eval.txt");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = synapse(args);
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = run(&[
+        "imatrix".as_ref(),
+        "-m".as_ref(),
+        tiny.as_os_str(),
+        "-f".as_ref(),
+        text.as_os_str(),
+        "-c".as_ref(),
+        "128".as_ref(),
+        "-o".as_ref(),
+        im.as_os_str(),
+    ]);
+    assert!(ok && err.contains("16 chunks"), "{err}");
+    let out = dir.path().join("q.gguf");
+    let (ok, err) = run(&[
+        "quantize".as_ref(),
+        "--imatrix".as_ref(),
+        im.as_os_str(),
+        tiny.as_os_str(),
+        out.as_os_str(),
+        "Q2_K_S".as_ref(),
+    ]);
+    assert!(ok, "{err}");
+    let q = GgufFile::open(&out).unwrap();
+    let entries = q.metadata().get("quantize.imatrix.entries_count").unwrap();
+    assert_eq!(entries.as_u64(), Some(14));
+
+    let short = dir.path().join("short.imatrix.gguf");
+    let (ok, err) = run(&[
+        "imatrix".as_ref(),
+        "-m".as_ref(),
+        tiny.as_os_str(),
+        "-f".as_ref(),
+        text.as_os_str(),
+        "-c".as_ref(),
+        "2000".as_ref(),
+        "-o".as_ref(),
+        short.as_os_str(),
+    ]);
+    assert!(!ok && err.contains("two chunks of 2000"), "{err}");
+    assert!(!short.exists());
+}

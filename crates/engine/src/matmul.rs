@@ -19,6 +19,8 @@ use crate::ModelError;
 /// CPU has kernels for it ([`Matrix::pack`]), its whole groups of sixteen rows packed.
 #[derive(Clone)]
 pub struct Matrix<'a> {
+    /// The tensor's name in the file (shared by a stack's experts and a fused matrix's parts).
+    pub name: &'a str,
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
@@ -121,7 +123,7 @@ impl<'a> Matrix<'a> {
 
     /// A matrix of `rows` rows of `cols` values of type `ty` in `data`.
     fn from_bytes(
-        name: &str,
+        name: &'a str,
         ty: GgmlType,
         rows: usize,
         cols: usize,
@@ -140,6 +142,7 @@ impl<'a> Matrix<'a> {
             source: e,
         })?;
         Ok(Matrix {
+            name,
             ty,
             rows,
             cols,

@@ -242,3 +242,187 @@ fn bad_imatrix_files_are_refused() {
         assert!(e.contains(want) && e.contains(name), "{name}: {e}");
     }
 }
+
+/// What `synapse imatrix` computes for `model` over `text`, with llama-imatrix's defaults
+/// but for `-c` (`n_ctx`) and `--chunks`, as the GGUF it writes.
+fn imatrix_of(
+    model: &GgufFile,
+    text: &str,
+    n_ctx: usize,
+    chunks: Option<usize>,
+    threads: usize,
+) -> Vec<u8> {
+    use synapse_engine::quantize::collect::{collect_over, Chunking, Collector};
+    let tok = synapse_engine::tokenizer::Tokenizer::from_metadata(model.metadata()).unwrap();
+    let m = synapse_engine::load(model).unwrap();
+    let tokens = tok.tokenize(&std::fs::read_to_string(repo(text)).unwrap(), true, false);
+    let chunking = Chunking {
+        n_ctx,
+        n_batch: 2048,
+        n_ubatch: 512,
+        max_chunks: chunks,
+        bos: tok.bos().filter(|_| tok.add_bos_token()),
+    };
+    let threads = synapse_engine::Threads::new(threads);
+    let (c, _) = collect_over(
+        m.as_ref(),
+        &tokens,
+        &chunking,
+        Collector::default(),
+        &threads,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    synapse_engine::quantize::imatrix::to_gguf(&c.stats, &[text.to_string()], n_ctx)
+        .unwrap()
+        .to_bytes()
+        .unwrap()
+}
+
+fn f32s(t: &synapse_gguf::TensorView) -> Vec<f64> {
+    t.data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+        .collect()
+}
+
+/// Our importance matrix against llama-imatrix's (the files beside the golden cases, made with
+/// the same text and `-c`): the same metadata, entries, shapes and token counts; the inputs of
+/// the first layer's Q, K and V (no attention before them) summed to the same bits; every other
+/// sum within `tolerance` (relative, over the whole matrix). llama.cpp's batched passes give
+/// activations a little off its own one-token-at-a-time ones, which synapse's passes equal
+/// whatever the batch, so the later sums cannot be its bits. Mixtures route a few tokens to other
+/// experts on near-ties: `same_counts` false checks only each matrix's total.
+fn check_imatrix(ours: &[u8], golden: &str, tolerance: f64, same_counts: bool) {
+    let ours = GgufFile::from_bytes(ours.to_vec()).unwrap();
+    let theirs = GgufFile::open(repo(golden)).unwrap();
+    let keys = |f: &GgufFile| -> Vec<(String, String)> {
+        f.metadata()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(keys(&ours), keys(&theirs), "{golden}: metadata");
+    let names = |f: &GgufFile| -> Vec<(String, Vec<u64>)> {
+        f.tensor_infos()
+            .iter()
+            .map(|t| (t.name.clone(), t.shape.clone()))
+            .collect()
+    };
+    assert_eq!(names(&ours), names(&theirs), "{golden}: entries");
+    for t in theirs.tensors() {
+        let name = &t.info.name;
+        let (a, b) = (f32s(&ours.tensor(name).unwrap()), f32s(&t));
+        if name.ends_with(".counts") {
+            if same_counts {
+                assert_eq!(a, b, "{golden}: {name}");
+            } else {
+                assert_eq!(
+                    a.iter().sum::<f64>(),
+                    b.iter().sum::<f64>(),
+                    "{golden}: {name}"
+                );
+            }
+            continue;
+        }
+        if name.starts_with("blk.0.attn_") && !name.contains("output") {
+            assert_eq!(a, b, "{golden}: {name} must be llama-imatrix's bits");
+        }
+        let diff: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y) * (x - y))
+            .sum::<f64>()
+            .sqrt();
+        let norm: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+        assert!(
+            diff <= tolerance * norm,
+            "{golden}: {name} off by {:.2e} (relative)",
+            diff / norm
+        );
+    }
+}
+
+#[test]
+fn imatrix_is_llama_imatrixs_within_its_batching_and_free_of_threads() {
+    let eval = "crates/engine/tests/data/forward/eval.txt";
+    let tiny = GgufFile::open(repo("crates/engine/tests/data/forward/tiny-F16.gguf")).unwrap();
+    let one = imatrix_of(&tiny, eval, 128, None, 1);
+    assert_eq!(
+        one,
+        imatrix_of(&tiny, eval, 128, None, 7),
+        "threads changed the sums"
+    );
+    check_imatrix(
+        &one,
+        "crates/engine/tests/data/quantize/tiny.imatrix.gguf",
+        1e-3,
+        true,
+    );
+
+    let moe = GgufFile::open(repo(
+        "crates/engine/tests/data/forward/tiny-qwen3moe-Q4_K.gguf",
+    ))
+    .unwrap();
+    let ours = imatrix_of(&moe, eval, 128, None, 3);
+    check_imatrix(
+        &ours,
+        "crates/engine/tests/data/quantize/qwen3moe.imatrix.gguf",
+        2e-2,
+        false,
+    );
+
+    // SmolLM2, through its F16 copy (llama-imatrix ran on the F16 file llama-quantize made).
+    let dir = tempfile::tempdir().unwrap();
+    let f16 = dir.path().join("smollm2-f16.gguf");
+    let q41 = GgufFile::open(repo("models/SmolLM2-135M-Instruct.Q4_1.gguf")).unwrap();
+    let req = Request {
+        mix: Mix::parse("F16").unwrap(),
+        options: Options {
+            allow_requantize: true,
+            ..Options::default()
+        },
+        imatrix: None,
+        threads: 2,
+    };
+    quantize_file(&q41, &f16, &req, &mut |_| {}).unwrap();
+    let smol = GgufFile::open(&f16).unwrap();
+    let ours = imatrix_of(
+        &smol,
+        "crates/cli/tests/data/perplexity.txt",
+        128,
+        Some(4),
+        2,
+    );
+    check_imatrix(
+        &ours,
+        "crates/engine/tests/data/quantize/smollm2.imatrix.gguf",
+        5e-3,
+        true,
+    );
+}
+
+#[test]
+fn imatrix_refuses_a_text_shorter_than_two_chunks() {
+    use synapse_engine::quantize::collect::{collect_over, Chunking, Collector};
+    let tiny = GgufFile::open(repo("crates/engine/tests/data/forward/tiny-F16.gguf")).unwrap();
+    let m = synapse_engine::load(&tiny).unwrap();
+    let chunking = Chunking {
+        n_ctx: 128,
+        n_batch: 2048,
+        n_ubatch: 512,
+        max_chunks: None,
+        bos: None,
+    };
+    let threads = synapse_engine::Threads::new(1);
+    let e = collect_over(
+        m.as_ref(),
+        &[5; 200],
+        &chunking,
+        Collector::default(),
+        &threads,
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("two chunks of 128"), "{e}");
+}

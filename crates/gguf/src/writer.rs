@@ -382,7 +382,9 @@ mod tests {
     use super::*;
 
     fn f32_bytes(n: usize) -> Vec<u8> {
-        (0..n).flat_map(|i| (i as f32 * 0.5).to_le_bytes()).collect()
+        (0..n)
+            .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+            .collect()
     }
 
     /// A streamed file is byte for byte the one [`GgufWriter`] writes, whatever the pieces;

@@ -4,6 +4,7 @@ pub mod chat;
 pub mod common;
 pub mod dequantize;
 pub mod eval;
+pub mod imatrix;
 pub mod info;
 pub mod output;
 pub mod perplexity;

@@ -812,6 +812,7 @@ pub(crate) fn mm(
     out: &mut [f32],
     threads: &Threads,
 ) {
+    crate::quantize::collect::dense(w.name, x, n, w.cols);
     acts.quantize(w.act_type(), &x[..n * w.cols], w.cols, threads);
     crate::profile::mark("quantize activations");
     matmul(w, acts, &mut out[..n * w.rows], threads);
@@ -833,6 +834,12 @@ pub(crate) fn mm_many(
 ) {
     let (ty, cols) = (ws[0].act_type(), ws[0].cols);
     if ws.iter().all(|w| w.act_type() == ty && w.cols == cols) {
+        // A fused matrix's parts (Phi-3's attn_qkv) share its name: its input counts once.
+        for (i, w) in ws.iter().enumerate() {
+            if ws[..i].iter().all(|p| p.name != w.name) {
+                crate::quantize::collect::dense(w.name, x, n, cols);
+            }
+        }
         acts.quantize(ty, &x[..n * cols], cols, threads);
         crate::profile::mark("quantize activations");
         crate::matmul::matmul_many(ws, acts, outs, threads);

@@ -178,6 +178,12 @@ impl<'a> Moe<'a> {
         crate::profile::mark("ffn_moe_route");
 
         // Gate and up: `h` quantized once, its rows gathered expert by expert.
+        let choice = |t: usize, i: usize| b.chosen[t * k + i].0 as usize;
+        let h = &s.h;
+        for e in [&self.experts[0].gate, &self.experts[0].up] {
+            let row = |t: usize, _| &h[t * d..(t + 1) * d];
+            crate::quantize::collect::routed(e.name, n_expert, d, (n, k), choice, row);
+        }
         let (gate_ty, up_ty) = (
             self.experts[0].gate.act_type(),
             self.experts[0].up.act_type(),
@@ -210,6 +216,15 @@ impl<'a> Moe<'a> {
         crate::profile::mark("ffn_moe_glu");
 
         let down_ty = self.experts[0].down.act_type();
+        let (gate, slot) = (&b.gate, &b.slot);
+        crate::quantize::collect::routed(
+            self.experts[0].down.name,
+            n_expert,
+            f,
+            (n, k),
+            |t, i| b.chosen[t * k + i].0 as usize,
+            |t, i| &gate[slot[t * k + i] * f..(slot[t * k + i] + 1) * f],
+        );
         b.acts.quantize(down_ty, &b.gate[..rows * f], f, threads);
         crate::profile::mark("quantize activations");
         matmul_grouped(

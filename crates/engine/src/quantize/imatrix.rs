@@ -230,3 +230,56 @@ fn from_legacy(bytes: &[u8]) -> Result<Imatrix, String> {
     }
     Ok(m)
 }
+
+/// The file llama-imatrix writes for what a run collected: `general.type` "imatrix", the
+/// datasets, the chunks (the most rows any run of sums took, in whole chunks) and the chunk
+/// size; then, by name, each matrix's `NAME.in_sum2` (its sums, a row per expert) and
+/// `NAME.counts` (rows added into each), in F32.
+pub fn to_gguf(
+    stats: &BTreeMap<String, super::collect::Stat>,
+    datasets: &[String],
+    chunk_size: usize,
+) -> Result<synapse_gguf::GgufWriter<'static>, synapse_gguf::GgufError> {
+    let mut w = synapse_gguf::GgufWriter::new();
+    let chunks = stats
+        .values()
+        .flat_map(|s| s.counts.iter())
+        .map(|&c| c / chunk_size.max(1) as i64)
+        .max()
+        .unwrap_or(0);
+    w.set("general.type", Value::String("imatrix".into()));
+    w.set(
+        "imatrix.datasets",
+        Value::Array(synapse_gguf::Array::String(datasets.to_vec())),
+    );
+    w.set("imatrix.chunk_count", Value::U32(chunks as u32));
+    w.set("imatrix.chunk_size", Value::U32(chunk_size as u32));
+    let f32s =
+        |v: &mut dyn Iterator<Item = f32>| -> Vec<u8> { v.flat_map(f32::to_le_bytes).collect() };
+    for (name, s) in stats {
+        let runs = s.counts.len() as u64;
+        if s.values.is_empty() || runs == 0 {
+            continue;
+        }
+        // Shapes as ggml counts dimensions: a single run is one-dimensional.
+        let cols = s.values.len() as u64 / runs;
+        let (sums_shape, counts_shape) = if runs == 1 {
+            (vec![cols], vec![1])
+        } else {
+            (vec![cols, runs], vec![1, runs])
+        };
+        w.add_tensor(
+            format!("{name}.in_sum2"),
+            GgmlType::F32,
+            &sums_shape,
+            f32s(&mut s.values.iter().copied()),
+        )?;
+        w.add_tensor(
+            format!("{name}.counts"),
+            GgmlType::F32,
+            &counts_shape,
+            f32s(&mut s.counts.iter().map(|&c| c as f32)),
+        )?;
+    }
+    Ok(w)
+}
