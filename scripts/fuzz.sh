@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh load_model 30
 #   FUZZ_STOP_AT_CRASH=1 scripts/fuzz.sh chat_template 2    # stop at the first crash
 #
-# Targets: parse_gguf, tokenize, chat_template, load_model (fuzz/fuzz_targets/). Needs the
+# Targets: parse_gguf, tokenize, chat_template, load_model, imatrix (fuzz/fuzz_targets/). Needs the
 # nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`); tokenize needs the
 # real models (scripts/fetch-models.sh).
 #

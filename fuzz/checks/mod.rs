@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each includer uses its own subset
 
 pub mod chat_template;
+pub mod imatrix;
 pub mod load_model;
 pub mod parse_gguf;
 pub mod tokenize;

@@ -72,6 +72,11 @@ fn tokenize_corpus_replays() {
 }
 
 #[test]
+fn imatrix_corpus_replays() {
+    replay(corpus("imatrix"), checks::imatrix::check, 5);
+}
+
+#[test]
 fn chat_template_corpus_replays() {
     replay(corpus("chat_template"), checks::chat_template::check, 1);
 }
@@ -103,8 +108,9 @@ fn fuzz_artifacts_replay() {
     checks::tokenize::init();
     checks::load_model::init();
     type Check = fn(&[u8]);
-    let targets: [(&str, Check); 4] = [
+    let targets: [(&str, Check); 5] = [
         ("parse_gguf", checks::parse_gguf::check),
+        ("imatrix", checks::imatrix::check),
         ("tokenize", checks::tokenize::check),
         ("chat_template", checks::chat_template::check),
         ("load_model", checks::load_model::check),

@@ -1,7 +1,7 @@
 //! Collecting an importance matrix as a model runs (`synapse imatrix`): the sum of squares of
 //! every column of every product's input, as llama-imatrix sums them.
 //!
-//! The forward pass reports each product's input here ([`dense`], [`routed`]); nothing is done
+//! The forward pass reports each product's input here (`dense`, `routed`); nothing is done
 //! unless a [`Collector`] is installed on the thread running the pass ([`collecting`]), so the
 //! cost elsewhere is one thread-local read a product.
 //!

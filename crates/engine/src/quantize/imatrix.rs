@@ -38,27 +38,30 @@ impl Imatrix {
     /// Read either format (GGUF when the file starts with its magic).
     pub fn load(path: &Path) -> Result<Imatrix, ImatrixError> {
         let name = path.display().to_string();
-        let bad = |message: String| ImatrixError::Bad {
-            path: name.clone(),
-            message,
-        };
         let bytes = std::fs::read(path).map_err(|error| ImatrixError::Io {
             path: name.clone(),
             error,
         })?;
+        Imatrix::from_bytes(bytes).map_err(|message| ImatrixError::Bad {
+            path: name,
+            message,
+        })
+    }
+
+    /// [`Imatrix::load`] of a file's bytes; the error says what is wrong in them.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Imatrix, String> {
         let m = if bytes.starts_with(b"GGUF") {
-            let file = GgufFile::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
+            let file = GgufFile::from_bytes(bytes).map_err(|e| e.to_string())?;
             from_gguf(&file)
         } else {
             from_legacy(&bytes)
-        }
-        .map_err(bad)?;
+        }?;
         if m.entries.is_empty() {
-            return Err(bad("no importance data in the file".into()));
+            return Err("no importance data in the file".into());
         }
         for (k, v) in &m.entries {
             if let Some(x) = v.iter().find(|x| !x.is_finite()) {
-                return Err(bad(format!("entry `{k}` holds a non-finite value ({x})")));
+                return Err(format!("entry `{k}` holds a non-finite value ({x})"));
             }
         }
         Ok(m)
