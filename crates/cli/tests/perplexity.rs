@@ -30,7 +30,7 @@ fn perplexity(args: &[&str]) -> std::process::Output {
 #[test]
 fn perplexity_prints_llama_perplexitys_numbers() {
     let golden = std::fs::read_to_string(data("perplexity.golden")).unwrap();
-    for (b, t) in [("128", "2"), ("37", "3"), ("128", "8")] {
+    for (b, t) in [("128", "2"), ("37", "3"), ("128", "8"), ("64", "1")] {
         let out = ok(&perplexity(&["-c", "128", "-b", b, "-t", t]));
         assert_eq!(out, golden, "-b {b} -t {t}");
     }

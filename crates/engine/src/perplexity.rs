@@ -47,6 +47,10 @@ pub struct PerplexityConfig {
     pub n_batch: usize,
     /// Windows to score at most (`None`: all the text holds).
     pub chunks: Option<usize>,
+    /// Score each window's rows on a thread of its own while the model runs the next window
+    /// (for a machine with a core the forward pass leaves idle; llama-perplexity scores on
+    /// every core whatever its `-t`). The same sums either way.
+    pub score_aside: bool,
 }
 
 /// The estimate: `exp` of the mean negative log probability, and its uncertainty (one
@@ -148,35 +152,52 @@ pub fn perplexity(
     let mut state = model.new_state(n_ctx, n_batch)?;
     let (mut nll_sum, mut nll2_sum, mut count) = (0.0f64, 0.0f64, 0usize);
     let mut window = vec![0u32; n_ctx];
-    for i in 0..n_chunk {
-        let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
-        let logits = score_window(model, &mut state, chunk, bos, &mut window, threads)?;
-        // Position `first + j` predicts the text's token after it (not the window's copy,
-        // whose first token may be BOS).
-        let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
-        let values = match base {
-            Some(_) => {
-                let pairs = logits.chunks_exact(n_vocab).zip(next).enumerate();
-                let rows = &mut rows;
-                pairs
-                    .map(|(j, (row, &t))| {
-                        kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv])
-                    })
-                    .collect()
-            }
-            None => nlls(&logits, next, n_vocab, threads),
-        };
-        // Added in token order: the same sums whatever the threads.
+    let scored = n_ctx - first - 1;
+    // Added in token order, window after window: the same sums whatever the threads.
+    let mut add = |values: Vec<f64>, i: usize| {
         for v in values {
             nll_sum += v;
             nll2_sum += v * v;
         }
-        if let Some(out) = base.as_deref_mut() {
-            kl_divergence::write_rows(out, &rows)?;
-        }
-        count += n_ctx - first - 1;
+        count += scored;
         on_chunk(i + 1, (nll_sum / count as f64).exp());
-    }
+    };
+    std::thread::scope(|scope| -> Result<(), PerplexityError> {
+        // The previous window's rows, being scored beside this window's pass.
+        let mut aside: Option<(usize, std::thread::ScopedJoinHandle<Vec<f64>>)> = None;
+        for i in 0..n_chunk {
+            let chunk = &tokens[i * n_ctx..(i + 1) * n_ctx];
+            let logits = score_window(model, &mut state, chunk, bos, &mut window, threads)?;
+            // Position `first + j` predicts the text's token after it (not the window's copy,
+            // whose first token may be BOS).
+            let next = &tokens[i * n_ctx + first + 1..(i + 1) * n_ctx];
+            if let Some((k, h)) = aside.take() {
+                add(h.join().expect("the scoring thread panicked"), k);
+            }
+            match base.as_deref_mut() {
+                Some(out) => {
+                    let pairs = logits.chunks_exact(n_vocab).zip(next).enumerate();
+                    let values = pairs
+                        .map(|(j, (row, &t))| {
+                            kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv])
+                        })
+                        .collect();
+                    kl_divergence::write_rows(out, &rows)?;
+                    add(values, i);
+                }
+                None if cfg.score_aside => {
+                    let one = Threads::new(1);
+                    let job = move || nlls(&logits, next, n_vocab, &one);
+                    aside = Some((i, scope.spawn(job)));
+                }
+                None => add(nlls(&logits, next, n_vocab, threads), i),
+            }
+        }
+        if let Some((k, h)) = aside.take() {
+            add(h.join().expect("the scoring thread panicked"), k);
+        }
+        Ok(())
+    })?;
     let mean = nll_sum / count as f64;
     let var = nll2_sum / count as f64 - mean * mean;
     let ppl = mean.exp();

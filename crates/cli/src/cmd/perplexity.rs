@@ -55,10 +55,13 @@ pub fn run(args: &PerplexityArgs) -> Result<()> {
     // As llama-perplexity tokenizes: the vocabulary's BOS, special-token texts as text.
     let tokens = tok.tokenize(&text, true, false);
     let bos = tok.bos().filter(|_| tok.add_bos_token());
+    // A core the pass leaves idle scores the last window while the next one runs.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cfg = PerplexityConfig {
         n_ctx,
         n_batch,
         chunks: args.chunks,
+        score_aside: threads.n() < cores,
     };
     eprintln!(
         "perplexity: {} tokens, windows of {n_ctx}, the second half of each scored",
