@@ -426,3 +426,48 @@ fn imatrix_refuses_a_text_shorter_than_two_chunks() {
     .unwrap_err();
     assert!(e.to_string().contains("two chunks of 128"), "{e}");
 }
+
+/// Odd shapes: a matrix of no rows or no columns, rows of 32 values under a 256-value mix (the
+/// fallback type), and three rows: a file that quantizes and reads back.
+#[test]
+fn empty_and_short_rows_quantize() {
+    use synapse_gguf::{GgufWriter, Value};
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("llama".into()));
+    w.set("llama.block_count", Value::U32(1));
+    let floats = |n: usize| -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| (i as f32 * 0.01).sin().to_le_bytes())
+            .collect()
+    };
+    w.add_tensor("blk.0.attn_q.weight", GgmlType::F32, &[0, 4], Vec::new())
+        .unwrap();
+    w.add_tensor("blk.0.attn_k.weight", GgmlType::F32, &[32, 0], Vec::new())
+        .unwrap();
+    w.add_tensor("blk.0.ffn_down.weight", GgmlType::F32, &[32, 3], floats(96))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.gguf");
+    w.write_file(&input).unwrap();
+    let out = dir.path().join("out.gguf");
+    let file = GgufFile::open(&input).unwrap();
+    let summary = quantize_file(
+        &file,
+        &out,
+        &request("Q4_K_M", Options::default()),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.fallbacks, 2, "{summary:?}"); // both 32-value rows
+    let q = GgufFile::open(&out).unwrap();
+    let down = q.tensor("blk.0.ffn_down.weight").unwrap();
+    assert_eq!(down.info.shape, [32, 3]);
+    assert!(
+        down.info.ggml_type.block_len() == 32,
+        "{}",
+        down.info.ggml_type
+    );
+    assert_eq!(q.tensor("blk.0.attn_q.weight").unwrap().data.len(), 0);
+    // A zero is a dimension ggml counts, unlike a trailing 1.
+    assert_eq!(q.tensor("blk.0.attn_k.weight").unwrap().info.shape, [32, 0]);
+}

@@ -254,8 +254,11 @@ fn convert(
         error,
     };
     let n_per_row = t.shape[0] as usize;
-    let rows_per_expert = t.shape.get(1).copied().unwrap_or(1).max(1) as usize;
     let rows: usize = t.shape[1..].iter().product::<u64>() as usize;
+    if n_per_row == 0 || rows == 0 {
+        return Ok(0);
+    }
+    let rows_per_expert = t.shape.get(1).copied().unwrap_or(1).max(1) as usize;
     let row_in = n_per_row / c.from.block_len() * c.from.block_bytes();
     let row_out = n_per_row / c.to.block_len() * c.to.block_bytes();
     let threads = threads.max(1);

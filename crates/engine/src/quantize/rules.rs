@@ -146,13 +146,6 @@ fn leading_int(s: &str) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
-/// The types synapse can write (its quantizers and the float formats).
-#[rustfmt::skip]
-pub const WRITABLE: &[GgmlType] = &[
-    T::F32, T::F16, T::BF16, T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0, T::Q2_K, T::Q3_K,
-    T::Q4_K, T::Q5_K, T::Q6_K, T::IQ4_NL, T::IQ4_XS,
-];
-
 /// ggml's `ggml_is_quantized`: every type stored in blocks of more than one value.
 fn is_quantized(t: GgmlType) -> bool {
     t.block_len() > 1
@@ -367,7 +360,10 @@ impl TensorDesc {
 
     /// ggml's dimension count: trailing dimensions of 1 do not count, and there is at least one.
     pub fn n_dims(&self) -> usize {
-        self.shape.iter().rposition(|&n| n > 1).map_or(1, |i| i + 1)
+        self.shape
+            .iter()
+            .rposition(|&n| n != 1)
+            .map_or(1, |i| i + 1)
     }
 }
 
@@ -910,7 +906,7 @@ pub fn plan(
                 from: c.from,
             });
         }
-        if !WRITABLE.contains(&c.to) {
+        if !synapse_quant::encode::can_encode(c.to) {
             return Err(RuleError::Unwritable {
                 tensor: tensor(),
                 ty: c.to,
