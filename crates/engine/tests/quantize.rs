@@ -32,11 +32,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn ggml_type(name: &str) -> GgmlType {
-    GgmlType::ALL
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(name))
-        .unwrap_or_else(|| panic!("type {name}"))
+    GgmlType::from_name(name).unwrap_or_else(|| panic!("type {name}"))
 }
 
 fn options(case: &Json) -> Options {

@@ -56,10 +56,7 @@ pub struct QuantizeArgs {
 
 /// A tensor type named as llama-quantize takes it (`q6_k`, `Q8_0`, `f16`).
 fn tensor_type(arg: &str, flag: &str) -> Result<GgmlType> {
-    GgmlType::ALL
-        .iter()
-        .copied()
-        .find(|t| t.name().eq_ignore_ascii_case(arg))
+    GgmlType::from_name(arg)
         .with_context(|| format!("{flag} {arg}: not a ggml type (Q4_K, Q6_K, Q8_0, F16, ...)"))
 }
 

@@ -64,11 +64,7 @@ fn weights(x: &[f32], qw: Option<&[f32]>, sigma2: f32, w: &mut [f32; 32]) {
 
 /// `σ²` of a (super-)block as ggml takes it: twice the mean square.
 fn sigma2(x: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for &v in x {
-        s += v * v;
-    }
-    s * (2.0 / x.len() as f32)
+    super::search::sum_squares(x) * (2.0 / x.len() as f32)
 }
 
 fn pack(l: &[u8], qs: &mut [u8]) {

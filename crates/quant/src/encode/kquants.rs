@@ -9,27 +9,11 @@ use half::f16;
 
 use super::legacy::{importance_weights, WEIGHTED};
 use super::search::{
-    asymmetric_levels, q3_levels, scale_levels, symmetric_levels, Ladder, GROUP_MAX_EPS,
+    asymmetric_levels, q3_levels, scale_levels, sum, sum_squares, symmetric_levels, Ladder,
+    GROUP_MAX_EPS,
 };
 use crate::blocks::*;
 use crate::reference::quantize::nearest_int;
-
-/// Sum of squares of a super-block, in index order.
-fn sum_squares(x: &[f32]) -> f32 {
-    let mut sum = 0.0f32;
-    for &v in x {
-        sum += v * v;
-    }
-    sum
-}
-
-fn sum(x: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for &v in x {
-        s += v;
-    }
-    s
-}
 
 /// 2-bit levels, four to a byte: byte `l` of each 32-byte half holds values `l`, `l+32`,
 /// `l+64`, `l+96` of its 128.

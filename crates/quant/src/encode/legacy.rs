@@ -6,7 +6,7 @@
 
 use half::f16;
 
-use super::search::{asymmetric_levels, cvtt, signed_max, symmetric_levels, Ladder};
+use super::search::{asymmetric_levels, cvtt, signed_max, sum_squares, symmetric_levels, Ladder};
 use crate::blocks::*;
 
 /// The ladder ggml's importance-weighted quantizers search (also the K-quants').
@@ -26,11 +26,7 @@ pub(super) fn importance_weights(x: &[f32], qw: &[f32], sigma2: f32, out: &mut [
 
 /// The mean square of a row, as ggml sums it.
 fn mean_square(row: &[f32]) -> f32 {
-    let mut sum = 0.0f32;
-    for &v in row {
-        sum += v * v;
-    }
-    sum / row.len() as f32
+    sum_squares(row) / row.len() as f32
 }
 
 /// Two 16-value halves of levels packed as ggml's 32-value formats store nibbles.

@@ -9,6 +9,24 @@ use crate::reference::quantize::nearest_int;
 /// Below this largest magnitude a group counts as all zeros (ggml's `GROUP_MAX_EPS`).
 pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
+/// The sum of `x`, in index order.
+pub(super) fn sum(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &v in x {
+        s += v;
+    }
+    s
+}
+
+/// The sum of the squares of `x`, in index order.
+pub(super) fn sum_squares(x: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for &v in x {
+        s += v * v;
+    }
+    s
+}
+
 /// The value of largest magnitude, the first of equals; 0 for none. Returns `(value, |value|)`.
 #[inline]
 pub(super) fn signed_max(x: &[f32]) -> (f32, f32) {
