@@ -31,6 +31,10 @@ enum Command {
         /// rather than their type and length.
         #[arg(long, requires = "json")]
         json_array: bool,
+        /// List the kernels each weight matrix runs on this CPU (with SYNAPSE_ISA's cap and
+        /// SYNAPSE_PACK applied), and why.
+        #[arg(long, conflicts_with = "json")]
+        kernels: bool,
     },
     /// Generate text from a prompt (streamed to stdout; speeds on stderr).
     Run(cmd::run::RunArgs),
@@ -149,7 +153,8 @@ fn run(cli: Cli) -> Result<()> {
             model,
             json,
             json_array,
-        } => cmd::info::run(&model, json, json_array),
+            kernels,
+        } => cmd::info::run(&model, json, json_array, kernels),
         Command::Dequantize { input, output } => cmd::dequantize::run(&input, &output),
         Command::Run(args) => cmd::run::run(&args),
         Command::Chat(args) => cmd::chat::run(&args),

@@ -98,6 +98,80 @@ fn info_lists_tensors_as_text_and_json() {
     assert_eq!(j["metadata"]["fixture.source"], "gemma-3-270m-q4_k_m.gguf");
 }
 
+/// `info --kernels` names the kernels of every weight matrix, within the tier cap it runs
+/// under (`SYNAPSE_ISA`) and with packing off (`SYNAPSE_PACK=0`).
+#[test]
+fn info_names_every_matrix_kernel_under_each_tier_cap() {
+    let input = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        input.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        input.display()
+    );
+    let f = GgufFile::open(&input).unwrap();
+    let matrices: Vec<_> = f
+        .tensor_infos()
+        .iter()
+        .filter(|t| t.shape.len() >= 2 && synapse_quant::vec_dot_type(t.ggml_type).is_ok())
+        .collect();
+    assert!(matrices.len() > 100);
+    for (isa, pack) in [
+        (None, None),
+        (Some("reference"), None),
+        (Some("avx2"), None),
+        (Some("avxvnni"), None),
+        (Some("avx512vnni"), Some("0")),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_synapse"));
+        cmd.args(["info".as_ref(), "--kernels".as_ref(), input.as_os_str()]);
+        cmd.env_remove("SYNAPSE_ISA").env_remove("SYNAPSE_PACK");
+        if let Some(isa) = isa {
+            cmd.env("SYNAPSE_ISA", isa);
+        }
+        if let Some(p) = pack {
+            cmd.env("SYNAPSE_PACK", p);
+        }
+        let r = cmd.output().unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let text = String::from_utf8(r.stdout).unwrap();
+        let header = text.lines().next().unwrap();
+        assert!(header.starts_with("kernels on this CPU: "), "{header}");
+        assert!(header.contains(&format!("tier cap: {}", isa.unwrap_or("none"))));
+        let kernels: Vec<&str> = text
+            .lines()
+            .filter_map(|l| {
+                l.trim_start()
+                    .strip_prefix("one token: ")
+                    .or(l.trim_start().strip_prefix("batch:     "))
+            })
+            .collect();
+        for t in &matrices {
+            let at = text.lines().position(|l| l.starts_with(&t.name)).unwrap();
+            let line = text.lines().nth(at).unwrap();
+            assert!(line.contains(t.ggml_type.name()), "{line}");
+            let next = text.lines().nth(at + 1).unwrap_or_default();
+            let lookups = line.ends_with("(row lookups only)");
+            assert!(lookups || next.contains("one token: "), "{line}\n{next}");
+        }
+        assert!(!kernels.is_empty());
+        for k in &kernels {
+            let name = &k[..k.find(':').unwrap()];
+            let tier = name.rsplit('.').next().unwrap();
+            if cfg!(target_arch = "x86_64") {
+                match isa {
+                    Some("reference") => assert_eq!(tier, "reference", "{k}"),
+                    Some("avx2") => assert!(["reference", "avx2"].contains(&tier), "{k}"),
+                    Some("avxvnni") => assert!(!tier.starts_with("avx512"), "{k}"),
+                    _ => {}
+                }
+            }
+            if pack == Some("0") {
+                assert!(!name.contains(".packed."), "{k}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bad_files_get_clear_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();

@@ -132,28 +132,17 @@ pub enum ModelError {
 }
 
 /// Whether this CPU can run the forward passes compiled for x86-64-v3 (AVX2, FMA, F16C), and
-/// `SYNAPSE_ISA` allows it (as it caps the kernels).
+/// the kernel configuration's tier cap allows it (as it caps the kernels).
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_x86_64_v3() -> bool {
-    static V3: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V3.get_or_init(|| {
-        synapse_quant::isa_tier_allowed("avx2")
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-    })
+    synapse_quant::cpu().avx2()
 }
 
-/// Whether this CPU has AVX-512 F besides x86-64-v3 (attention's sixteen-lane passes), and
-/// `SYNAPSE_ISA` allows AVX-512.
+/// Whether this CPU has AVX-512 F besides x86-64-v3 (attention's sixteen-lane passes), and the
+/// cap allows AVX-512.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn has_avx512f() -> bool {
-    static V4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V4.get_or_init(|| {
-        has_x86_64_v3()
-            && synapse_quant::isa_tier_allowed("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512f")
-    })
+    synapse_quant::cpu().avx512f()
 }
 
 /// The checks every architecture's forward pass makes before it touches anything.

@@ -77,14 +77,14 @@ fn kernel() -> (&'static str, ReadFn) {
     #[cfg(target_arch = "x86_64")]
     {
         let one = one_stream();
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if synapse_quant::Cpu::detect().avx512f() {
             return if one {
                 ("avx512 one-stream", x86::read_avx512_one)
             } else {
                 ("avx512", x86::read_avx512)
             };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if synapse_quant::Cpu::detect().avx2() {
             return if one {
                 ("avx2 one-stream", x86::read_avx2_one)
             } else {
@@ -92,12 +92,10 @@ fn kernel() -> (&'static str, ReadFn) {
             };
         }
     }
+    // NEON is aarch64's baseline.
     #[cfg(target_arch = "aarch64")]
-    {
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            return ("neon", arm::read_neon);
-        }
-    }
+    return ("neon", arm::read_neon);
+    #[cfg(not(target_arch = "aarch64"))]
     ("portable", read_portable)
 }
 
@@ -106,6 +104,7 @@ fn one_stream() -> bool {
     options().one_stream
 }
 
+#[cfg_attr(target_arch = "aarch64", allow(dead_code))]
 /// XOR of every word, eight independent lanes (compilers vectorise it to the baseline ISA).
 fn read_portable(lines: &[Line]) -> u64 {
     let mut acc = [0u64; 8];
@@ -308,7 +307,7 @@ mod arm {
     use std::arch::aarch64::*;
 
     pub fn read_neon(lines: &[Line]) -> u64 {
-        // SAFETY: chosen only when the CPU has NEON (`kernel` checks it).
+        // SAFETY: NEON is part of the aarch64 baseline.
         unsafe { neon(lines) }
     }
 
@@ -499,7 +498,7 @@ mod tests {
             let want = read_portable(lines);
             assert_eq!(kernel().1(lines), want, "{} on {n} lines", isa());
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if synapse_quant::Cpu::detect().avx2() {
                 assert_eq!(x86::read_avx2(lines), want, "avx2 on {n} lines");
                 assert_eq!(
                     x86::read_avx2_one(lines),
@@ -508,7 +507,7 @@ mod tests {
                 );
             }
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if synapse_quant::Cpu::detect().avx512f() {
                 assert_eq!(x86::read_avx512(lines), want, "avx512 on {n} lines");
                 assert_eq!(
                     x86::read_avx512_one(lines),

@@ -1,14 +1,17 @@
 //! The codec table: for each ggml type synapse can decode, its dequantizer, its quantizer (for
-//! the activation and float formats) and its dot product with the activation type it pairs with.
-//! Block sizes and ids come from [`GgmlType::traits`]; nothing here repeats them.
+//! the activation and float formats) and its reference dot product with the activation type it
+//! pairs with; and the checked, safe shapes every kernel's entry shares ([`gemv_rows`],
+//! [`gemm_operands`], [`cast_blocks`]). Block sizes and ids come from [`GgmlType::traits`];
+//! nothing here repeats them. This module knows no instruction set: the kernels build on it,
+//! and the kernel table ([`crate::kernels`]) chooses among them.
 
 use bytemuck::Pod;
 use half::{bf16, f16};
 use synapse_gguf::GgmlType;
 
 use crate::blocks::*;
+use crate::error::QuantError;
 use crate::reference::{dequant as dq, dot, quantize as qz};
-use crate::QuantError;
 
 /// A block of a ggml format, castable from file bytes.
 pub trait Block: Pod {
@@ -195,7 +198,7 @@ pub(crate) fn prefetch_ahead(w: &[u8], span: std::ops::Range<usize>) {
     }
 }
 
-fn gemv_erased<B: DotBlock>(
+pub(crate) fn gemv_erased<B: DotBlock>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -243,108 +246,6 @@ pub(crate) fn gemm_operands<'a, 'b, B: DotBlock>(
         });
     }
     Ok((x, y, per_row))
-}
-
-/// The tiled kernel ([`GemmFn`]) for a weight matrix of type `ty` (`repacked` as for
-/// [`matrix_kernel`]): the fastest of [`gemm_kernels`]; `None` means: run [`VecDot::gemv`] per
-/// token.
-pub fn gemm_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    gemm_kernels(ty, repacked).first().map(|k| k.1)
-}
-
-/// The kernel for one token (decode) where a tile beats [`VecDot::gemv`]: Q5_0 and Q5_1, whose
-/// row kernels take one row at a time (the AVX2 tiles take four), and Q2_K (both orders) and
-/// Q3_K, whose AVX-512 VNNI tiles (four rows a token, weights asked for ahead) take 64 values
-/// an instruction. The other formats' row kernels take several rows at once or are as fast as
-/// the tiles, which pay for their token-sharing layout (best of 3000, one thread, 64x2048: Q4_K
-/// 31 against 24 Gmac/s, Q6_K 32 against 24, Q8_0 25.5 against 25.0; Q5_0 11 against 14.7;
-/// best of 20, 2048x2048, `tilebench .. 1`: Q2_K 15.4 against 29.4, Q2_K repacked 14.0
-/// against 27.2, Q3_K 7.3 against 17.0, Q5_K 22.0 against 16.8, IQ4_XS 17.0 against 17.2).
-pub fn decode_tile_kernel(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    let isa = match ty {
-        GgmlType::Q5_0 | GgmlType::Q5_1 => "avx2",
-        GgmlType::Q2_K | GgmlType::Q3_K => "avx512vnni",
-        _ => return None,
-    };
-    gemm_kernels(ty, repacked)
-        .into_iter()
-        .find(|k| k.0 == isa)
-        .map(|k| k.1)
-}
-
-/// Every tiled kernel this CPU can run for a weight matrix, fastest first, with the name of its
-/// instruction set: all give the same bits (tested), so this is for tests and benchmarks.
-pub fn gemm_kernels(ty: GgmlType, repacked: bool) -> Vec<(&'static str, GemmFn)> {
-    #[cfg_attr(
-        not(any(target_arch = "x86_64", target_arch = "aarch64")),
-        allow(unused_mut)
-    )]
-    let mut kernels = Vec::new();
-    let repacked = repacked && llama_cpp_repacks(ty, 8);
-    #[cfg(target_arch = "aarch64")]
-    kernels.extend(crate::aarch64::gemm(ty, repacked).map(|k| (kernel_isa(), k)));
-    #[cfg(target_arch = "x86_64")]
-    {
-        use crate::x86::{avx512_ktile as avx512k, avx512_tile as avx512, tile};
-        if avx512::available() {
-            let k: Option<GemmFn> = match (ty, repacked) {
-                (GgmlType::Q4_0, false) => Some(avx512::q4_0),
-                (GgmlType::Q4_1, _) => Some(avx512::q4_1),
-                (GgmlType::Q5_0, _) => Some(avx512::q5_0),
-                (GgmlType::Q5_1, _) => Some(avx512::q5_1),
-                (GgmlType::Q8_0, _) => Some(avx512::q8_0),
-                (GgmlType::Q4_K, false) => Some(avx512k::q4_k),
-                (GgmlType::Q4_K, true) => Some(avx512k::q4_k_rows8),
-                (GgmlType::Q6_K, _) => Some(avx512k::q6_k),
-                (GgmlType::Q5_K, _) => Some(avx512k::q5_k),
-                (GgmlType::Q3_K, _) => Some(avx512k::q3_k),
-                (GgmlType::Q2_K, false) => Some(avx512k::q2_k),
-                (GgmlType::Q2_K, true) => Some(avx512k::q2_k_rows8),
-                (GgmlType::IQ4_XS, _) => Some(avx512k::iq4_xs),
-                (GgmlType::IQ4_NL, true) => Some(crate::x86::avx512_nl::iq4_nl_rows8),
-                (GgmlType::Q4_0, true) => Some(crate::x86::avx512_nl::q4_0_rows8),
-                _ => None,
-            };
-            kernels.extend(k.map(|k| ("avx512vnni", k)));
-        }
-        if ty == GgmlType::BF16 && crate::x86::bf16::has_avx512_bf16() {
-            kernels.push(("avx512bf16", crate::x86::bf16::gemm_bf16));
-        }
-        if crate::x86::f16::has_avx512() {
-            match ty {
-                GgmlType::F16 => kernels.push(("avx512", crate::x86::f16::gemm_512::<f16>)),
-                GgmlType::F32 => kernels.push(("avx512", crate::x86::f16::gemm_512::<f32>)),
-                _ => {}
-            }
-        }
-        if has_v3() {
-            let k: Option<GemmFn> = match (ty, repacked) {
-                (GgmlType::Q4_0, false) => Some(tile::q4_0),
-                (GgmlType::Q4_0, true) => Some(tile::q4_0_rows8),
-                (GgmlType::Q4_1, _) => Some(tile::q4_1),
-                (GgmlType::Q5_0, _) => Some(tile::q5_0),
-                (GgmlType::Q5_1, _) => Some(tile::q5_1),
-                (GgmlType::Q8_0, _) => Some(tile::q8_0),
-                (GgmlType::Q4_K, false) => Some(tile::q4_k),
-                (GgmlType::Q4_K, true) => Some(tile::q4_k_rows8),
-                (GgmlType::Q6_K, _) => Some(tile::q6_k),
-                (GgmlType::Q2_K, false) => Some(tile::q2_k),
-                (GgmlType::Q2_K, true) => Some(tile::q2_k_rows8),
-                (GgmlType::Q3_K, _) => Some(tile::q3_k),
-                (GgmlType::Q5_K, _) => Some(tile::q5_k),
-                (GgmlType::IQ4_XS, _) => Some(tile::iq4_xs),
-                (GgmlType::IQ4_NL, false) => Some(tile::iq4_nl),
-                (GgmlType::IQ4_NL, true) => Some(tile::iq4_nl_rows8),
-                (GgmlType::F16, _) => Some(crate::x86::f16::gemm_avx2::<f16>),
-                (GgmlType::BF16, _) => Some(crate::x86::bf16::gemm_avx2),
-                (GgmlType::F32, _) => Some(crate::x86::f16::gemm_avx2::<f32>),
-                _ => None,
-            };
-            kernels.extend(k.map(|k| ("avx2", k)));
-        }
-    }
-    let _ = (ty, repacked);
-    kernels
 }
 
 /// The entry points for one type, on raw bytes (length and alignment checked).
@@ -417,7 +318,7 @@ fn bad_cast<B: Block>(len: usize, addr: usize) -> QuantError {
 }
 
 /// Check that `n_values` values of `B` are exactly `n_bytes` bytes.
-fn check_sizes<B: Block>(n_values: usize, n_bytes: usize) -> Result<usize, QuantError> {
+pub(crate) fn check_sizes<B: Block>(n_values: usize, n_bytes: usize) -> Result<usize, QuantError> {
     let len = B::TYPE.block_len();
     if !n_values.is_multiple_of(len) {
         return Err(QuantError::NotBlockMultiple {
@@ -478,223 +379,9 @@ pub(crate) fn dot_row<B: DotBlock>(
     Ok(out[0])
 }
 
-fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+pub(crate) fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     dot_row::<B>(w, a, B::vec_dot)
 }
-
-/// The dot product the kernels run for a weight type, chosen at run time from the CPU's
-/// features: on x86-64 with AVX-512, its kernels for Q4_0, Q4_1, Q8_0, Q6_K (with VNNI), F16
-/// and F32 (`crate::x86::avx512`, `crate::x86::f16`) and, with AVX512-BF16, BF16
-/// (`crate::x86::bf16`: the reference's own `vdpbf16ps`); with AVX-VNNI, the 32-value formats'
-/// (`crate::x86::avxvnni`); with AVX2, FMA and F16C, hand-written AVX2 kernels for the 32-value
-/// formats, the K-quants, IQ4_NL, IQ4_XS, F16 and F32 (`crate::x86::avx2`, `crate::x86::f16`)
-/// and BF16 (`vdpbf16ps` emulated, `crate::x86::bf16`); on aarch64, NEON kernels for every quantized format and BF16 (`crate::aarch64`, with
-/// `sdot` where the CPU has FEAT_DotProd). Either way every float operation and its order are the reference's,
-/// so the results are bit-identical to it (tested); only the instructions differ.
-pub fn vec_dot_kernel(ty: GgmlType) -> Result<VecDot, QuantError> {
-    let reference = codec(ty)?.vec_dot.ok_or(QuantError::Unsupported {
-        ty,
-        what: "dot product",
-    })?;
-    #[cfg(target_arch = "x86_64")]
-    if let Some((f, gemv)) =
-        crate::x86::avx512_vec_dot(ty).or_else(|| crate::x86::avxvnni_vec_dot(ty))
-    {
-        return Ok(VecDot {
-            f,
-            gemv,
-            ..reference
-        });
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_v3() {
-        if let Some(k) = V3_KERNELS.iter().find(|k| k.0 == ty) {
-            return Ok(VecDot {
-                act: reference.act,
-                f: k.1,
-                gemv: k.2,
-            });
-        }
-    }
-    #[cfg(target_arch = "aarch64")]
-    if let Some((f, gemv)) = crate::aarch64::vec_dot(ty) {
-        return Ok(VecDot {
-            f,
-            gemv,
-            ..reference
-        });
-    }
-    Ok(reference)
-}
-
-/// Whether the kernel configuration ([`crate::configure`]) lets code outside this crate use x86
-/// tier `tier` (`reference`, `avx2`, `avxvnni` or `avx512vnni`; AVX-512 in general for the
-/// last), so that capping the tier caps the engine's own vector code (attention, the forward
-/// pass) with the kernels. True where it is uncapped; it says nothing of what the CPU has.
-#[cfg(target_arch = "x86_64")]
-pub fn isa_tier_allowed(tier: &str) -> bool {
-    crate::x86::tier_allowed(tier)
-}
-
-/// The best tier of kernels this CPU runs, for reports (`synapse bench`): `avx512vnni` (with
-/// AVX2 for the formats it lacks), `avx2`, `neon+dotprod`, `neon` or `reference`.
-pub fn kernel_isa() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    let isa = if crate::x86::has_avx512_vnni() {
-        "avx512vnni"
-    } else if crate::x86::has_avxvnni() {
-        "avxvnni"
-    } else if has_v3() {
-        "avx2"
-    } else {
-        "reference"
-    };
-    #[cfg(target_arch = "aarch64")]
-    let isa = if std::arch::is_aarch64_feature_detected!("dotprod") {
-        "neon+dotprod"
-    } else {
-        "neon"
-    };
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let isa = "reference";
-    isa
-}
-
-/// Whether the CPU has AVX2, FMA and F16C (x86-64-v3's vector features).
-#[cfg(target_arch = "x86_64")]
-fn has_v3() -> bool {
-    crate::x86::tier_allowed("avx2")
-        && std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-}
-
-/// The activation quantizer the kernels use for `ty` (see [`QuantizeBlock::quantize_act`]),
-/// chosen at run time: on x86-64 with AVX2, FMA and F16C, Q8_0, Q8_1 and Q8_K written out in
-/// AVX2 (`x86::actq`); same bits either way.
-pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
-    let reference = codec(ty)?.quantize_act.ok_or(QuantError::Unsupported {
-        ty,
-        what: "quantizer",
-    })?;
-    if ty == GgmlType::BF16 {
-        return Ok(quantize_bf16_row);
-    }
-    #[cfg(target_arch = "x86_64")]
-    if has_v3() {
-        return Ok(match ty {
-            GgmlType::Q8_0 => quantize_q8_0_avx2,
-            GgmlType::Q8_1 => quantize_q8_1_avx2,
-            GgmlType::Q8_K => quantize_q8_k_avx2,
-            GgmlType::F16 => quantize_f16_f16c,
-            _ => reference,
-        });
-    }
-    Ok(reference)
-}
-
-/// The entries of the activation quantizers written out in AVX2 (`x86::actq`).
-#[cfg(target_arch = "x86_64")]
-macro_rules! avx2_act_quantizers {
-    ($($name:ident: $block:ty => $f:path;)*) => {$(
-        fn $name(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-            check_sizes::<$block>(src.len(), dst.len())?;
-            let blocks = cast_blocks_mut::<$block>(dst)?;
-            // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA
-            // and F16C.
-            unsafe { $f(src, blocks) };
-            Ok(())
-        }
-    )*};
-}
-
-#[cfg(target_arch = "x86_64")]
-avx2_act_quantizers! {
-    quantize_q8_0_avx2: BlockQ8_0 => crate::x86::actq::quantize_q8_0;
-    quantize_q8_1_avx2: BlockQ8_1 => crate::x86::actq::quantize_q8_1;
-    quantize_q8_k_avx2: BlockQ8K => crate::x86::actq::quantize_q8_k;
-}
-
-/// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round
-/// to nearest even, NaNs kept quiet) in a loop the compiler vectorises, where the reference's
-/// value-by-value calls through [`QuantizeBlock`] took 3% of a BF16 file's two-thread prefill.
-fn quantize_bf16_row(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    check_sizes::<bf16>(src.len(), dst.len())?;
-    let y = cast_blocks_mut::<bf16>(dst)?;
-    #[cfg(target_arch = "x86_64")]
-    if has_v3() {
-        // SAFETY: AVX2 detected.
-        unsafe { bf16_row_avx2(src, y) };
-        return Ok(());
-    }
-    bf16_row(src, y);
-    Ok(())
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn bf16_row_avx2(x: &[f32], y: &mut [bf16]) {
-    bf16_row(x, y)
-}
-
-#[inline(always)]
-fn bf16_row(x: &[f32], y: &mut [bf16]) {
-    for (x, y) in x.iter().zip(y) {
-        *y = crate::reference::quantize::f32_to_bf16(*x);
-    }
-}
-
-/// F32 to F16 with F16C (`vcvtps2ph`, round to nearest even): the reference's bits.
-#[cfg(target_arch = "x86_64")]
-fn quantize_f16_f16c(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    check_sizes::<f16>(src.len(), dst.len())?;
-    let y = cast_blocks_mut::<f16>(dst)?;
-    // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
-    unsafe { crate::x86::f16::quantize_f16(src, y) };
-    Ok(())
-}
-
-/// A type-erased single-row dot product ([`VecDot::f`]).
-type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
-
-#[cfg(target_arch = "x86_64")]
-static V3_KERNELS: &[(GgmlType, DotFn, GemvFn)] = &[
-    (
-        GgmlType::F32,
-        crate::x86::f32_avx2,
-        crate::x86::f32_avx2_gemv,
-    ),
-    (
-        GgmlType::F16,
-        crate::x86::f16_avx2,
-        crate::x86::f16_avx2_gemv,
-    ),
-    (
-        GgmlType::BF16,
-        crate::x86::bf16_avx2,
-        crate::x86::bf16::gemv_avx2,
-    ),
-    (GgmlType::Q4_0, crate::x86::q4_0, crate::x86::q4_0_gemv),
-    (GgmlType::Q4_1, crate::x86::q4_1, crate::x86::q4_1_gemv),
-    (GgmlType::Q5_0, crate::x86::q5_0, crate::x86::q5_0_gemv),
-    (GgmlType::Q5_1, crate::x86::q5_1, crate::x86::q5_1_gemv),
-    (GgmlType::Q8_0, crate::x86::q8_0, crate::x86::q8_0_gemv),
-    (GgmlType::Q2_K, crate::x86::q2_k, crate::x86::q2_k_gemv),
-    (GgmlType::Q3_K, crate::x86::q3_k, crate::x86::q3_k_gemv),
-    (GgmlType::Q4_K, crate::x86::q4_k, crate::x86::q4_k_gemv),
-    (GgmlType::Q5_K, crate::x86::q5_k, crate::x86::q5_k_gemv),
-    (GgmlType::Q6_K, crate::x86::q6_k, crate::x86::q6_k_gemv),
-    (
-        GgmlType::IQ4_NL,
-        crate::x86::iq4_nl,
-        crate::x86::iq4_nl_gemv,
-    ),
-    (
-        GgmlType::IQ4_XS,
-        crate::x86::iq4_xs,
-        crate::x86::iq4_xs_gemv,
-    ),
-];
 
 /// Whether llama.cpp's x86-64 AVX-512 build (the reference synapse's logits are checked against)
 /// stores a weight matrix of type `ty` with `rows` rows in its interleaved ("repacked") layout
@@ -710,68 +397,12 @@ pub fn llama_cpp_repacks(ty: GgmlType, rows: usize) -> bool {
         )
 }
 
-/// The kernel for a weight matrix: [`vec_dot_kernel`], or, for a matrix llama.cpp repacks
-/// ([`llama_cpp_repacks`]), the dot product in the order of llama.cpp's repacked gemv.
-pub fn matrix_kernel(ty: GgmlType, repacked: bool) -> Result<VecDot, QuantError> {
-    let base = vec_dot_kernel(ty)?;
-    if !repacked {
-        return Ok(base);
-    }
-    #[cfg(target_arch = "x86_64")]
-    let tier = crate::x86::avx512_rows8(ty)
-        .or_else(|| crate::x86::avxvnni_rows8(ty))
-        .or_else(|| {
-            has_v3()
-                .then(|| AVX2_ROWS8.iter().find(|k| k.0 == ty).map(|k| (k.1, k.2)))
-                .flatten()
-        });
-    #[cfg(target_arch = "aarch64")]
-    let tier = crate::aarch64::rows8(ty);
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let tier = None;
-    let kernel = tier.or_else(|| {
-        rows8::REFERENCE
-            .iter()
-            .find(|k| k.0 == ty)
-            .map(|k| (k.1, k.2))
-    });
-    Ok(match kernel {
-        Some((f, gemv)) => VecDot { f, gemv, ..base },
-        None => base,
-    })
-}
-
-/// The AVX2 kernels in the repacked order.
-#[cfg(target_arch = "x86_64")]
-static AVX2_ROWS8: &[(GgmlType, DotFn, GemvFn)] = &[
-    (
-        GgmlType::Q4_0,
-        crate::x86::q4_0_rows8,
-        crate::x86::q4_0_rows8_gemv,
-    ),
-    (
-        GgmlType::IQ4_NL,
-        crate::x86::iq4_nl_rows8,
-        crate::x86::iq4_nl_rows8_gemv,
-    ),
-    (
-        GgmlType::Q4_K,
-        crate::x86::q4_k_rows8,
-        crate::x86::q4_k_rows8_gemv,
-    ),
-    (
-        GgmlType::Q2_K,
-        crate::x86::q2_k_rows8,
-        crate::x86::q2_k_rows8_gemv,
-    ),
-];
-
 /// Type-erased entries to the repacked-order dot products.
-mod rows8 {
-    use super::{dot_row, gemv_rows, GemvFn};
+pub(crate) mod rows8 {
+    use super::{dot_row, gemv_rows};
     use crate::blocks::*;
+    use crate::error::QuantError;
     use crate::reference::dot;
-    use crate::{GgmlType, QuantError};
 
     macro_rules! entries {
         ($( $name:ident, $gemv:ident: $block:ty => $f:path; )*) => {$(
@@ -784,14 +415,6 @@ mod rows8 {
             }
         )*};
     }
-
-    /// The reference in the repacked order, for every type llama.cpp repacks.
-    pub static REFERENCE: &[(GgmlType, super::DotFn, GemvFn)] = &[
-        (GgmlType::Q4_0, q4_0, q4_0_gemv),
-        (GgmlType::IQ4_NL, iq4_nl, iq4_nl_gemv),
-        (GgmlType::Q4_K, q4_k, q4_k_gemv),
-        (GgmlType::Q2_K, q2_k, q2_k_gemv),
-    ];
 
     entries! {
         q4_0, q4_0_gemv: BlockQ4_0 => dot::vec_dot_q4_0_q8_0_rows8;

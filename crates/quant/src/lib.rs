@@ -16,7 +16,11 @@ mod aarch64;
 pub mod blocks;
 pub mod codec;
 pub mod config;
+pub mod cpu;
 pub mod encode;
+mod error;
+pub mod kernel;
+pub mod kernels;
 pub mod packed;
 pub mod pages;
 pub mod reference;
@@ -25,14 +29,17 @@ mod test_util;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-#[cfg(target_arch = "x86_64")]
-pub use codec::isa_tier_allowed;
 pub use codec::{
-    act_quantizer, codec, decode_tile_kernel, gemm_kernel, gemm_kernels, kernel_isa,
-    llama_cpp_repacks, matrix_kernel, supported_types, vec_dot_kernel, Block, Codec, DotBlock,
-    GemmFn, GemvFn, QuantizeBlock, VecDot,
+    codec, llama_cpp_repacks, supported_types, Block, Codec, DotBlock, GemmFn, GemvFn,
+    QuantizeBlock, VecDot,
 };
 pub use config::{config, configure, KernelConfig, PrefetchDistances, Tier};
+pub use cpu::{cpu, Cpu, Vnni256};
+pub use error::QuantError;
+pub use kernels::{
+    act_quantizer, decode_tile_kernel, gemm_kernel, gemm_kernels, kernel_isa, matrix_kernel,
+    vec_dot_kernel,
+};
 pub use packed::{pack_matrix, PackedMatrix, PACK_GROUP_ROWS};
 pub use synapse_gguf::GgmlType;
 
@@ -57,52 +64,6 @@ pub mod ab {
     pub fn set_variant(v: usize) {
         VARIANT.store(v, Relaxed)
     }
-}
-
-/// What can go wrong when decoding or encoding blocks.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum QuantError {
-    #[error("{ty}: synapse has no {what} for this type")]
-    Unsupported { ty: GgmlType, what: &'static str },
-    #[error("{ty}: {values} values are not a whole number of {}-value blocks", ty.block_len())]
-    NotBlockMultiple { ty: GgmlType, values: usize },
-    #[error("{ty}: {values} values take {expected} bytes, got {bytes}")]
-    SizeMismatch {
-        ty: GgmlType,
-        values: usize,
-        bytes: usize,
-        expected: usize,
-    },
-    #[error("{ty}: {bytes} bytes are not a whole number of {}-byte blocks", ty.block_bytes())]
-    ByteLength { ty: GgmlType, bytes: usize },
-    #[error("{ty}: data at address {addr:#x} is not {align}-byte aligned")]
-    Misaligned {
-        ty: GgmlType,
-        addr: usize,
-        align: usize,
-    },
-    #[error("{ty}: no memory for a packed copy of {bytes} bytes: {reason}")]
-    NoMemory {
-        ty: GgmlType,
-        bytes: usize,
-        reason: String,
-    },
-    #[error("{ty}: block {block} (or value, for a float type) holds a NaN or infinite scale")]
-    NonFinite { ty: GgmlType, block: usize },
-    #[error("{ty}: an importance matrix row of {weights} weights for rows of {columns} columns")]
-    ImportanceLength {
-        ty: GgmlType,
-        columns: usize,
-        weights: usize,
-    },
-    #[error("{ty} dot {act}: {weights} weights against {activations} activations")]
-    DotLength {
-        ty: GgmlType,
-        act: GgmlType,
-        weights: usize,
-        activations: usize,
-    },
 }
 
 /// Decode `dst.len()` values of type `ty` from `src`.

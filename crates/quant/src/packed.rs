@@ -44,24 +44,6 @@ fn packing_enabled() -> bool {
     !crate::config().no_pack
 }
 
-/// The packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's repacked
-/// order) that this CPU has a kernel for: AVX-512 VNNI's (what `avx512_tile` checks), or,
-/// without it, AVX2's (for fewer formats).
-#[cfg(target_arch = "x86_64")]
-fn packed_format(
-    ty: GgmlType,
-    repacked: bool,
-) -> Option<&'static crate::x86::avx512_packed::PackedFormat> {
-    use crate::x86::{avx2_packed, avx512_packed, avx512_tile};
-    if avx512_tile::available() {
-        avx512_packed::format(ty, repacked)
-    } else if avx2_packed::available() {
-        avx2_packed::format(ty, repacked)
-    } else {
-        None
-    }
-}
-
 /// Pack the whole groups of sixteen rows of a weight matrix of type `ty` (`repacked` as for
 /// [`crate::matrix_kernel`]; `w`: its rows, `row_bytes` each), if this CPU has a packed kernel
 /// for that format (and the kernel configuration packs). `Ok(None)`: no packed form; the matrix
@@ -78,8 +60,10 @@ pub fn pack_matrix(
 ) -> Result<Option<PackedMatrix>, QuantError> {
     #[cfg(target_arch = "x86_64")]
     {
-        let repacked = repacked && crate::llama_cpp_repacks(ty, 8);
-        let Some(format) = packed_format(ty, repacked) else {
+        use crate::kernels::{select, Form, Order};
+        let order = Order::of(ty, repacked);
+        let Some(format) = select(crate::cpu(), ty, order, Form::Packed).and_then(|k| k.packed())
+        else {
             return Ok(None);
         };
         if !packing_enabled() || row_bytes == 0 {

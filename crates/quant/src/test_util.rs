@@ -7,12 +7,6 @@ use crate::codec::{dot_row, GemvFn};
 use crate::reference::dot as r;
 use crate::{GgmlType, QuantError};
 
-/// The kernel configuration `scripts/test.sh` runs this crate's unit tests under
-/// (`SYNAPSE_ISA=avx2 cargo test -p synapse-quant`, ...), as the synapse binary reads it.
-pub(crate) fn kernels_from_env() -> crate::KernelConfig {
-    crate::KernelConfig::from_vars(|k| std::env::var(k).ok()).0
-}
-
 /// Byte offsets of the f16 scale fields of a block of `ty`, which random bits would make
 /// NaN or huge.
 fn f16_fields(ty: GgmlType) -> &'static [usize] {

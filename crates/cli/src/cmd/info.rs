@@ -1,4 +1,5 @@
-//! `synapse info MODEL.gguf`: the header, the metadata and a table of tensors.
+//! `synapse info MODEL.gguf`: the header, the metadata and a table of tensors; with `--kernels`,
+//! the kernels each weight matrix runs on this CPU.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -10,10 +11,12 @@ use synapse_gguf::{Array, GgufFile, Value};
 
 use super::common::printable;
 
-pub fn run(path: &Path, as_json: bool, full_arrays: bool) -> Result<()> {
+pub fn run(path: &Path, as_json: bool, full_arrays: bool, kernels: bool) -> Result<()> {
     let file = super::common::open(path)?;
     let mut out = io::BufWriter::new(io::stdout().lock());
-    if as_json {
+    if kernels {
+        print_kernels(&mut out, &file)?;
+    } else if as_json {
         serde_json::to_writer_pretty(&mut out, &to_json(&file, full_arrays))?;
         writeln!(out)?;
     } else {
@@ -224,4 +227,64 @@ fn array_json(a: &Array) -> Json {
         Array::F64(v) => json!(v),
         Array::Array(v) => Json::Array(v.iter().map(array_json).collect()),
     }
+}
+
+/// For each weight matrix (each tensor of two or more dimensions in a format with a dot
+/// product), the kernels one token's product and a batch's run on this CPU, with why: what
+/// `synapse_quant::kernels::plan` decides when the engine loads it. The kernel configuration
+/// (`SYNAPSE_ISA`, `SYNAPSE_PACK`) applies, as it does to `run`.
+fn print_kernels(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
+    use synapse_quant::kernels::plan;
+    let cpu = synapse_quant::cpu();
+    let packing = !synapse_quant::config().no_pack;
+    writeln!(
+        out,
+        "kernels on this CPU: {} (tier cap: {}; packing {})",
+        cpu.tier_name(),
+        synapse_quant::config().isa_cap.map_or("none", |t| t.name()),
+        if packing { "on" } else { "off: SYNAPSE_PACK=0" }
+    )?;
+    let tied = file.tensors().all(|t| t.info.name != "output.weight");
+    let width = file.tensors().map(|t| t.info.name.len()).max().unwrap_or(0);
+    for t in file.tensors() {
+        let info = t.info;
+        let ty = info.ggml_type;
+        if info.shape.len() < 2 || synapse_quant::vec_dot_type(ty).is_err() {
+            continue;
+        }
+        let name = printable(&info.name);
+        let (cols, rows) = (info.shape[0], info.shape[1] as usize);
+        let experts: u64 = info.shape[2..].iter().product();
+        let shape = if experts > 1 {
+            format!("{experts} x {rows} x {cols}")
+        } else {
+            format!("{rows} x {cols}")
+        };
+        write!(out, "{name:<width$}  {ty:<6}  {shape}")?;
+        // The token embedding is read by row lookups; a tied one is the output matrix too,
+        // multiplied in the file's layout.
+        let embedding = info.name == "token_embd.weight";
+        if embedding && !tied {
+            writeln!(out, "  (row lookups only)")?;
+            continue;
+        }
+        let p = plan(cpu, ty, rows, packing && !embedding);
+        let list = |ks: Vec<(&synapse_quant::kernels::Kernel, usize, &str)>| {
+            let parts: Vec<String> = ks
+                .iter()
+                .map(|(k, n, why)| {
+                    let of = if ks.len() > 1 {
+                        format!(" ({n} rows)")
+                    } else {
+                        String::new()
+                    };
+                    format!("{}{of}: {why}", k.name())
+                })
+                .collect();
+            parts.join("; ")
+        };
+        writeln!(out, "\n    one token: {}", list(p.decode(rows)))?;
+        writeln!(out, "    batch:     {}", list(p.batch(rows)))?;
+    }
+    Ok(())
 }

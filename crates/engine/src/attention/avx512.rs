@@ -167,8 +167,7 @@ pub(super) unsafe fn heads(
 
 /// Whether the CPU has AVX512-FP16 (its F16 multiply-add rounds once, as ggml's F16 path).
 pub(super) fn has_avx512fp16() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512fp16"))
+    synapse_quant::cpu().avx512_fp16()
 }
 
 /// [`heads`], with the F16 part of heads of 128 and 256 values in native F16 arithmetic when

@@ -1,5 +1,4 @@
-//! aarch64 kernels, chosen at run time by [`crate::vec_dot_kernel`] and
-//! [`crate::matrix_kernel`]: NEON (the aarch64 baseline) with FEAT_DotProd's `sdot` for the
+//! aarch64 kernels, chosen at run time from the kernel table ([`crate::kernels`]): NEON (the aarch64 baseline) with FEAT_DotProd's `sdot` for the
 //! integer dot products where the CPU has it, widening multiplies where it does not.
 //!
 //! Every kernel does the reference's float operations in the reference's order
@@ -11,19 +10,18 @@
 //! and F16 keep the reference (ggml's AVX-512 order: four 16-lane accumulators, fused
 //! multiply-adds), which the compiler builds with NEON, the aarch64 baseline.
 
-mod bf16;
+pub(crate) mod bf16;
 mod kquants;
 mod legacy;
 mod neon;
 mod tile;
 
-use neon::{Dot, DotProd, Widen};
+use neon::Dot;
+pub(crate) use neon::{DotProd, Widen};
 
 use crate::blocks::*;
-use crate::codec::{dot_row, gemm_operands, gemv_rows, GemmFn, GemvFn};
+use crate::codec::{dot_row, gemm_operands, gemv_rows};
 use crate::{GgmlType, QuantError};
-
-type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
 
 /// `D`, if this CPU has its instructions; else the error an entry for weights of type `ty`
 /// gives.
@@ -34,7 +32,7 @@ fn detect<D: Dot>(ty: GgmlType) -> Result<D, QuantError> {
 macro_rules! entries {
     ($( $name:ident, $gemv:ident, $gemm:ident: $block:ty => $k:ty; )*) => {$(
         /// Type-erased entry to the NEON kernel, with the integer dot product `D`.
-        fn $name<D: Dot>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+        pub(crate) fn $name<D: Dot>(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
             let isa = detect::<D>(<$block as crate::codec::Block>::TYPE)?;
             // SAFETY: NEON is part of the aarch64 baseline (every aarch64 target Rust builds for
             // enables it), and `isa` exists only where the CPU has `D`'s instructions.
@@ -42,7 +40,7 @@ macro_rules! entries {
         }
 
         /// Type-erased entry to the NEON kernel, over consecutive rows.
-        fn $gemv<D: Dot>(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+        pub(crate) fn $gemv<D: Dot>(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             let isa = detect::<D>(<$block as crate::codec::Block>::TYPE)?;
             // SAFETY: as above.
             gemv_rows::<$block>(w, row_bytes, a, out, |x, y| unsafe { tile::dot::<$k, D>(isa, x, y) })
@@ -50,7 +48,7 @@ macro_rules! entries {
 
         /// Type-erased entry to the NEON tile: weight rows times a batch of tokens (see
         /// [`crate::GemmFn`]).
-        fn $gemm<D: Dot>(
+        pub(crate) fn $gemm<D: Dot>(
             w: &[u8],
             row_bytes: usize,
             a: &[u8],
@@ -86,95 +84,18 @@ entries! {
 }
 
 /// Type-erased entry to the NEON BF16 kernel ([`bf16::dot_bf16`]).
-fn bf16_dot(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+pub(crate) fn bf16_dot(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     dot_row::<half::bf16>(w, a, bf16::dot_bf16_row)
 }
 
 /// Type-erased entry to the NEON BF16 kernel, over consecutive rows.
-fn bf16_gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+pub(crate) fn bf16_gemv(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
     gemv_rows::<half::bf16>(w, row_bytes, a, out, bf16::dot_bf16_row)
-}
-
-/// The `vec_dot`-order kernel for weights of type `ty` on this CPU, if there is a NEON one.
-pub(crate) fn vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    match DotProd::detect() {
-        Some(_) => vec_dot_with::<DotProd>(ty),
-        None => vec_dot_with::<Widen>(ty),
-    }
-}
-
-/// The kernel in the order of llama.cpp's repacked gemv (see [`crate::llama_cpp_repacks`]) for
-/// weights of type `ty` on this CPU, if there is a NEON one.
-pub(crate) fn rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    match DotProd::detect() {
-        Some(_) => rows8_with::<DotProd>(ty),
-        None => rows8_with::<Widen>(ty),
-    }
-}
-
-fn vec_dot_with<D: Dot>(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => (q4_0::<D> as DotFn, q4_0_gemv::<D> as GemvFn),
-        T::Q4_1 => (q4_1::<D> as DotFn, q4_1_gemv::<D> as GemvFn),
-        T::Q5_0 => (q5_0::<D> as DotFn, q5_0_gemv::<D> as GemvFn),
-        T::Q5_1 => (q5_1::<D> as DotFn, q5_1_gemv::<D> as GemvFn),
-        T::Q8_0 => (q8_0::<D> as DotFn, q8_0_gemv::<D> as GemvFn),
-        T::IQ4_NL => (iq4_nl::<D> as DotFn, iq4_nl_gemv::<D> as GemvFn),
-        T::Q2_K => (q2_k::<D> as DotFn, q2_k_gemv::<D> as GemvFn),
-        T::Q3_K => (q3_k::<D> as DotFn, q3_k_gemv::<D> as GemvFn),
-        T::Q4_K => (q4_k::<D> as DotFn, q4_k_gemv::<D> as GemvFn),
-        T::Q5_K => (q5_k::<D> as DotFn, q5_k_gemv::<D> as GemvFn),
-        T::Q6_K => (q6_k::<D> as DotFn, q6_k_gemv::<D> as GemvFn),
-        T::IQ4_XS => (iq4_xs::<D> as DotFn, iq4_xs_gemv::<D> as GemvFn),
-        T::BF16 => (bf16_dot as DotFn, bf16_gemv as GemvFn),
-        _ => return None,
-    })
-}
-
-fn rows8_with<D: Dot>(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    use GgmlType as T;
-    Some(match ty {
-        T::Q4_0 => (q4_0_rows8::<D> as DotFn, q4_0_rows8_gemv::<D> as GemvFn),
-        T::IQ4_NL => (iq4_nl_rows8::<D> as DotFn, iq4_nl_rows8_gemv::<D> as GemvFn),
-        T::Q4_K => (q4_k_rows8::<D> as DotFn, q4_k_rows8_gemv::<D> as GemvFn),
-        T::Q2_K => (q2_k_rows8::<D> as DotFn, q2_k_rows8_gemv::<D> as GemvFn),
-        _ => return None,
-    })
-}
-
-/// The NEON tile for weights of type `ty` (`repacked`: in the order of llama.cpp's repacked gemv)
-/// on this CPU, if there is one: the same kernel as [`vec_dot`] or [`rows8`] gives, run over a
-/// batch with each weight block unpacked once for several tokens.
-pub(crate) fn gemm(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    match DotProd::detect() {
-        Some(_) => gemm_with::<DotProd>(ty, repacked),
-        None => gemm_with::<Widen>(ty, repacked),
-    }
-}
-
-fn gemm_with<D: Dot>(ty: GgmlType, repacked: bool) -> Option<GemmFn> {
-    use GgmlType as T;
-    Some(match (ty, repacked) {
-        (T::Q4_0, false) => q4_0_gemm::<D> as GemmFn,
-        (T::Q4_0, true) => q4_0_rows8_gemm::<D>,
-        (T::IQ4_NL, false) => iq4_nl_gemm::<D>,
-        (T::IQ4_NL, true) => iq4_nl_rows8_gemm::<D>,
-        (T::Q4_K, false) => q4_k_gemm::<D>,
-        (T::Q4_K, true) => q4_k_rows8_gemm::<D>,
-        (T::Q2_K, false) => q2_k_gemm::<D>,
-        (T::Q2_K, true) => q2_k_rows8_gemm::<D>,
-        (T::Q4_1, _) => q4_1_gemm::<D>,
-        (T::Q5_0, _) => q5_0_gemm::<D>,
-        (T::Q5_1, _) => q5_1_gemm::<D>,
-        (T::Q8_0, _) => q8_0_gemm::<D>,
-        (T::Q3_K, _) => q3_k_gemm::<D>,
-        (T::Q5_K, _) => q5_k_gemm::<D>,
-        (T::Q6_K, _) => q6_k_gemm::<D>,
-        (T::IQ4_XS, _) => iq4_xs_gemm::<D>,
-        (T::BF16, _) => bf16::gemm_bf16,
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ impl Dot for DotProd {
     const NEEDS: &'static str = "NEON dot-product kernel (no FEAT_DotProd on this CPU)";
 
     fn detect() -> Option<DotProd> {
-        std::arch::is_aarch64_feature_detected!("dotprod").then_some(DotProd(()))
+        crate::Cpu::detect().dotprod().then_some(DotProd(()))
     }
 
     #[inline(always)]

@@ -2,43 +2,34 @@
 //! does) against the reference, bit for bit, on random blocks, odd block and row counts.
 
 use super::*;
+use crate::kernels::{Isa, Order};
 use crate::test_util::{check, reference, reference_rows8, Case};
 
-fn cases<D: Dot>() -> Vec<Case> {
-    let mut out = Vec::new();
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::IQ4_NL,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_XS,
-    ] {
-        let (f, g) = vec_dot_with::<D>(ty).unwrap();
-        out.push((ty, f, g, reference(ty)));
-    }
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::IQ4_NL,
-        GgmlType::Q4_K,
-        GgmlType::Q2_K,
-    ] {
-        let (f, g) = rows8_with::<D>(ty).unwrap();
-        out.push((ty, f, g, reference_rows8(ty)));
-    }
-    out
+/// The table's NEON row kernels that need `isa`.
+fn cases(isa: Isa) -> Vec<Case> {
+    let rows = crate::kernels::table().iter().filter(|k| k.isa() == isa);
+    let cases: Vec<Case> = rows
+        .filter_map(|k| {
+            let (f, g) = k.row()?;
+            let reference = match k.order() {
+                Order::VecDot => reference(k.ty()),
+                Order::Rows8 => reference_rows8(k.ty()),
+            };
+            (k.ty() != GgmlType::BF16).then_some((k.ty(), f, g, reference))
+        })
+        .collect();
+    assert_eq!(
+        cases.len(),
+        16,
+        "{isa:?}: every quantized format in both orders"
+    );
+    cases
 }
 
 #[test]
 fn widening_kernels_are_bit_identical_to_the_reference() {
     for seed in 0..20 {
-        check(seed, &cases::<Widen>());
+        check(seed, &cases(Isa::Neon));
     }
 }
 
@@ -59,7 +50,7 @@ fn dotprod_kernels_are_bit_identical_to_the_reference() {
         return;
     };
     for seed in 100..120 {
-        check(seed, &cases::<DotProd>());
+        check(seed, &cases(Isa::NeonDotProd));
     }
 }
 
@@ -67,7 +58,7 @@ fn dotprod_kernels_are_bit_identical_to_the_reference() {
 #[test]
 fn entries_check_lengths() {
     let (w, a) = (vec![0u8; 2 * 144], vec![0u8; 292]);
-    let (f, gemv) = vec_dot_with::<Widen>(GgmlType::Q4_K).unwrap();
+    let (f, gemv) = (q4_k::<Widen>, q4_k_gemv::<Widen>);
     assert!(f(&w, &a).is_err());
     assert!(gemv(&w, 144, &a, &mut [0.0f32; 3]).is_err());
     assert!(f(&w[..143], &a).is_err());

@@ -32,26 +32,14 @@ use std::cell::RefCell;
 
 use super::avx512_packed::{
     group_passes, packed_format, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
-    unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat,
-    Q2KPacked, Q3KAct, Q3KActs, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
+    unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, Q2KPacked,
+    Q3KAct, Q3KActs, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
     Q5_1Packed, Q6KAct, Q6KPairs, Q8_0Packed, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS,
     Q6K_ACTS, ROWS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead, Vnni256};
 use crate::blocks::*;
 use crate::GgmlType;
-
-/// Whether this CPU runs these kernels: AVX2, FMA and F16C, and `SYNAPSE_ISA` allows the AVX2
-/// tier.
-pub(crate) fn available() -> bool {
-    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAVE.get_or_init(|| {
-        super::tier_allowed("avx2")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
-}
 
 /// Rows `8h..8h + 8` of sixteen consecutive u32, as a register.
 #[inline(always)]
@@ -2403,30 +2391,3 @@ packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => la
 packed_format!(Q8_0: Q8_0Packed, BlockQ8_0, GgmlType::Q8_0, GgmlType::Q8_0 => lanes32::<Q8_0Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>, LANES32_TILE_WEIGHTS);
 packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>, LANES32_TILE_WEIGHTS);
-
-/// The AVX2 packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
-/// repacked order), if there is one. Q8_0 was left unpacked while its packed kernels, half by
-/// half and two tokens a pass, were no faster than the tiles and the row kernels; with the
-/// one-token pass sweeping both halves ([`tokens32_one`]) and six tokens a pass, on a Zen 5
-/// (tilebench): one token of `1024 2048` 56 GMAC/s against the row kernel's 33.5 (the tiles'
-/// 44.5), cold copies of `8192 2048` at 93% of a plain read; 64 tokens of `512 2048` 70-72
-/// against the tiles' 63-64. The Q8_0 file at that tier (`bench/alternate.sh`, three pairs):
-/// decode 1.339x, prefill 1.146x.
-pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
-    match (ty, repacked) {
-        (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
-        (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),
-        (GgmlType::Q3_K, _) => Some(&Q3_K),
-        (GgmlType::Q5_K, _) => Some(&Q5_K),
-        (GgmlType::Q6_K, _) => Some(&Q6_K),
-        (GgmlType::IQ4_XS, _) => Some(&IQ4_XS),
-        (GgmlType::Q5_0, _) => Some(&Q5_0),
-        (GgmlType::Q4_0, false) => Some(&Q4_0),
-        (GgmlType::Q4_0, true) => Some(&Q4_0_ROWS8),
-        (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
-        (GgmlType::Q4_1, _) => Some(&Q4_1),
-        (GgmlType::Q5_1, _) => Some(&Q5_1),
-        (GgmlType::Q8_0, _) => Some(&Q8_0),
-        _ => None,
-    }
-}

@@ -3149,29 +3149,6 @@ fn float_rows(ty: GgmlType, w: &[u8], row_bytes: usize, groups: usize) -> Result
 /// whole 8192 x 2048 matrix do that once a matrix.
 const F16_TILE_WEIGHTS: usize = 8192 * 2048;
 
-/// The AVX-512 VNNI packed format of a weight matrix of type `ty` (`repacked`: in llama.cpp's
-/// repacked order), if there is one.
-pub(crate) fn format(ty: GgmlType, repacked: bool) -> Option<&'static PackedFormat> {
-    match (ty, repacked) {
-        (GgmlType::Q4_K, true) => Some(&Q4_K_ROWS8),
-        (GgmlType::Q2_K, true) => Some(&Q2_K_ROWS8),
-        (GgmlType::Q3_K, _) => Some(&Q3_K),
-        (GgmlType::IQ4_XS, _) => Some(&IQ4_XS),
-        (GgmlType::Q5_K, _) => Some(&Q5_K),
-        (GgmlType::Q6_K, _) => Some(&Q6_K),
-        (GgmlType::Q8_0, _) => Some(&Q8_0),
-        (GgmlType::Q5_0, _) => Some(&Q5_0),
-        (GgmlType::Q4_0, false) => Some(&Q4_0),
-        (GgmlType::Q4_0, true) => Some(&Q4_0_ROWS8),
-        (GgmlType::IQ4_NL, true) => Some(&IQ4_NL_ROWS8),
-        (GgmlType::Q4_1, _) => Some(&Q4_1),
-        (GgmlType::Q5_1, _) => Some(&Q5_1),
-        (GgmlType::F16, _) => Some(&F16_PACKED),
-        (GgmlType::BF16, _) if super::bf16::has_avx512_bf16() => Some(&BF16_PACKED),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,23 +21,6 @@ use super::avx2::{head_f16x2, hsum, load32, q5_bytes};
 use crate::blocks::*;
 use crate::{DotBlock, QuantError};
 
-/// Whether this CPU has what these kernels use: AVX-512 F/BW/DQ/VL with VNNI (and the AVX2,
-/// FMA and F16C of the helpers they share with [`super::avx2`]).
-pub fn available() -> bool {
-    static HAVE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAVE.get_or_init(|| {
-        super::tier_allowed("avx512vnni")
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512dq")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
-}
-
 /// A dot product over pairs of rows: per-token work (`tok`, shared by every pair), per-pair work
 /// (`prep`) and the work per pair and token (`step`).
 trait Pair {

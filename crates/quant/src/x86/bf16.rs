@@ -29,16 +29,6 @@ use super::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
 use crate::QuantError;
 
-/// Whether this CPU has AVX-512 F with BF16 (and `SYNAPSE_ISA` allows the AVX-512 tier).
-pub fn has_avx512_bf16() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        super::tier_allowed("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bf16")
-    })
-}
-
 /// 32 values from `p` as the pairs `vdpbf16ps` takes.
 ///
 /// # Safety
@@ -1101,7 +1091,7 @@ mod tests {
     use crate::reference::dot::vec_dot_bf16_bf16;
 
     fn avx2_fma() -> bool {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        crate::cpu().avx2()
     }
 
     /// Rows whose first pair makes lane 0 of the first accumulator `2^-126 - 2^-150`: the odd

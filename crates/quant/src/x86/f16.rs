@@ -575,19 +575,6 @@ tiled_entry! {
     gemm_avx2<E: Elem>: E => gemm_avx2_unchecked::<E>
 }
 
-/// Whether this CPU has what [`dot_512`] and [`gemm_512`] use: AVX-512 F, AVX2, FMA,
-/// F16C (and `SYNAPSE_ISA` allows the AVX-512 tier).
-pub fn has_avx512() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        super::tier_allowed("avx512vnni")
-            && is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-    })
-}
-
 /// F32 to F16, rounding to nearest even, eight at a time (`vcvtps2ph`): ggml's conversion of
 /// activations for F16 weights, and the reference's (`half`'s), bit for bit on finite values.
 ///

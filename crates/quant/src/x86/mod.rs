@@ -1,4 +1,4 @@
-//! x86-64 kernels, chosen at run time by [`crate::vec_dot_kernel`] from the CPU's features.
+//! x86-64 kernels, chosen at run time from the kernel table ([`crate::kernels`]).
 
 /// The safe entry point of a tiled kernel ([`crate::GemmFn`]): check the operands and cast
 /// them to `$block` weights and their activation blocks, then run `$driver(weights,
@@ -54,9 +54,8 @@ pub mod tile;
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 use crate::blocks::*;
-use crate::codec::GemvFn;
 use crate::codec::{cast_blocks, dot_row, gemv_rows_with, Block, DotBlock};
-use crate::{GgmlType, QuantError};
+use crate::QuantError;
 
 macro_rules! avx2_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
@@ -100,33 +99,6 @@ avx2_entry! {
 pub fn bf16_avx2(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     // SAFETY: `vec_dot_kernel` hands this entry out only after detecting AVX2, FMA and F16C.
     dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16_avx2_row(x, y) })
-}
-
-/// Whether the kernel configuration lets the dispatch use kernel tier `tier` (a
-/// [`crate::Tier`] name): a cap of `avx2`, say, keeps the x86 kernels at AVX2 on a machine that
-/// has more, so that every tier can be measured (and run) on one machine. Uncapped, every tier
-/// the CPU has is used. The tiers give the same bits; this changes only the speed.
-pub(crate) fn tier_allowed(tier: &str) -> bool {
-    let Some(t) = crate::Tier::from_name(tier) else {
-        return false;
-    };
-    crate::config().isa_cap.is_none_or(|cap| t <= cap)
-}
-
-/// Whether the CPU has AVX-512 (F, BW, VL) with VNNI, besides AVX2, FMA and F16C (and
-/// `SYNAPSE_ISA` allows that tier).
-pub(crate) fn has_avx512_vnni() -> bool {
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        tier_allowed("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
-            && std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-    })
 }
 
 macro_rules! avx512_entry {
@@ -223,7 +195,7 @@ impl Ahead {
             if let Some(plan) = prefetch_override() {
                 return [plan; 3];
             }
-            if amd_family().is_some_and(|f| f < 0x1A) {
+            if crate::cpu().amd_family().is_some_and(|f| f < 0x1A) {
                 let deep = Prefetch {
                     l2: 16384,
                     ..PREFETCH_AMD
@@ -250,29 +222,9 @@ fn prefetch_override() -> Option<Prefetch> {
     Some(Prefetch { l1: d.l1, l2: d.l2 })
 }
 
-/// The CPU family of an AMD CPU (CPUID leaf 1: the base family, plus the extended family
-/// where the base is 0xF), `None` on others.
-fn amd_family() -> Option<u32> {
-    if !is_amd() {
-        return None;
-    }
-    let eax = std::arch::x86_64::__cpuid(1).eax;
-    let base = (eax >> 8) & 0xF;
-    Some(if base == 0xF {
-        base + ((eax >> 20) & 0xFF)
-    } else {
-        base
-    })
-}
-
-/// Whether this is an AMD CPU (CPUID's vendor string), whose memory system some kernels are
-/// tuned for apart.
+/// Whether this is an AMD CPU, whose memory system some kernels are tuned for apart.
 pub(crate) fn is_amd() -> bool {
-    static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AMD.get_or_init(|| {
-        let id = std::arch::x86_64::__cpuid(0);
-        [id.ebx, id.edx, id.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD"
-    })
+    crate::cpu().amd_family().is_some()
 }
 
 /// Ask the caches for the 64-byte lines `lines` of the bytes at `p`, as far ahead as
@@ -447,70 +399,11 @@ vnni_rows_entry! {
     q4_0_rows8_vnni, q4_0_rows8_vnni_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
 }
 
-/// How this CPU runs the AVX-VNNI tier's kernels, whose integer products are the 256-bit
-/// `vpdpbusd`: in AVX-VNNI's VEX encoding, or in AVX-512 VNNI's EVEX encoding of the same
-/// instruction. The tiers above take precedence where `SYNAPSE_ISA` allows them, so the EVEX
-/// form runs where the kernels are capped at this tier (`SYNAPSE_ISA=avxvnni`) on a CPU with
-/// AVX-512 and no AVX-VNNI: that is how such a CPU runs (and tests) this tier's kernels, which
-/// qemu-user cannot emulate. The two forms give the same bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Vnni256 {
-    /// AVX-VNNI (Intel's client cores since Alder Lake, AMD's Zen 5).
-    Vex,
-    /// AVX-512 F, BW, VL and VNNI, without AVX-VNNI.
-    Evex,
-}
+pub(crate) use crate::cpu::Vnni256;
 
-/// The form of the AVX-VNNI tier this CPU runs, if any: it has AVX2, FMA and F16C, the
-/// 256-bit `vpdpbusd` in one encoding ([`Vnni256`]), and `SYNAPSE_ISA` allows the tier.
+/// The form of the AVX-VNNI tier this CPU runs, if any ([`crate::Cpu::vnni256`]).
 pub(crate) fn vnni256() -> Option<Vnni256> {
-    use std::arch::is_x86_feature_detected as has;
-    static FORM: std::sync::OnceLock<Option<Vnni256>> = std::sync::OnceLock::new();
-    *FORM.get_or_init(|| {
-        if !(tier_allowed("avxvnni") && has!("avx2") && has!("fma") && has!("f16c")) {
-            None
-        } else if has!("avxvnni") {
-            Some(Vnni256::Vex)
-        } else if has!("avx512f") && has!("avx512bw") && has!("avx512vl") && has!("avx512vnni") {
-            Some(Vnni256::Evex)
-        } else {
-            None
-        }
-    })
-}
-
-/// Whether this CPU runs the AVX-VNNI tier's kernels ([`vnni256`]).
-pub(crate) fn has_avxvnni() -> bool {
-    vnni256().is_some()
-}
-
-/// The AVX-VNNI tier's kernel in `vec_dot` order for weights of type `ty`, if this CPU runs
-/// that tier and there is one. (The dispatch prefers AVX-512 VNNI where both exist.) In the
-/// EVEX form, the AVX-512 tier's entries: the same source ([`avx512::vnni_row_kernels`]),
-/// compiled for AVX-512.
-pub(crate) fn avxvnni_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    use Vnni256::{Evex, Vex};
-    Some(match (ty, vnni256()?) {
-        (GgmlType::Q4_0, Vex) => (q4_0_vnni as DotFn, q4_0_vnni_gemv as GemvFn),
-        (GgmlType::Q4_1, Vex) => (q4_1_vnni as DotFn, q4_1_vnni_gemv as GemvFn),
-        (GgmlType::Q8_0, Vex) => (q8_0_vnni as DotFn, q8_0_vnni_gemv as GemvFn),
-        (GgmlType::Q4_0, Evex) => (q4_0_512 as DotFn, q4_0_512_gemv as GemvFn),
-        (GgmlType::Q4_1, Evex) => (q4_1_512 as DotFn, q4_1_512_gemv as GemvFn),
-        (GgmlType::Q8_0, Evex) => (q8_0_512 as DotFn, q8_0_512_gemv as GemvFn),
-        _ => return None,
-    })
-}
-
-/// The AVX-VNNI tier's kernel in the order of llama.cpp's repacked gemv, if this CPU runs that
-/// tier and there is one (in the EVEX form, as [`avxvnni_vec_dot`]).
-pub(crate) fn avxvnni_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    Some(match (ty, vnni256()?) {
-        (GgmlType::Q4_0, Vnni256::Vex) => {
-            (q4_0_rows8_vnni as DotFn, q4_0_rows8_vnni_gemv as GemvFn)
-        }
-        (GgmlType::Q4_0, Vnni256::Evex) => (q4_0_rows8_512 as DotFn, q4_0_rows8_512_gemv as GemvFn),
-        _ => return None,
-    })
+    crate::cpu().vnni256()
 }
 
 macro_rules! float_512_entry {
@@ -573,43 +466,4 @@ pub fn bf16_512_gemv(
         unsafe { bf16::dot_bf16::<1>(x, y) }
     };
     gemv_by::<half::bf16, 1>(w, row_bytes, a, out, one, one)
-}
-
-type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
-
-/// The AVX-512 VNNI kernel in `vec_dot` order for weights of type `ty`, if this CPU has those
-/// features and there is one.
-pub(crate) fn avx512_vec_dot(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    if ty == GgmlType::BF16 && bf16::has_avx512_bf16() {
-        return Some((bf16_512 as DotFn, bf16_512_gemv as GemvFn));
-    }
-    if f16::has_avx512() {
-        match ty {
-            GgmlType::F16 => return Some((f16_512 as DotFn, f16_512_gemv as GemvFn)),
-            GgmlType::F32 => return Some((f32_512 as DotFn, f32_512_gemv as GemvFn)),
-            _ => {}
-        }
-    }
-    if !has_avx512_vnni() {
-        return None;
-    }
-    Some(match ty {
-        GgmlType::Q4_0 => (q4_0_512 as DotFn, q4_0_512_gemv as GemvFn),
-        GgmlType::Q4_1 => (q4_1_512 as DotFn, q4_1_512_gemv as GemvFn),
-        GgmlType::Q8_0 => (q8_0_512 as DotFn, q8_0_512_gemv as GemvFn),
-        GgmlType::Q6_K => (q6_k_512 as DotFn, q6_k_512_gemv as GemvFn),
-        _ => return None,
-    })
-}
-
-/// The AVX-512 VNNI kernel in the order of llama.cpp's repacked gemv, if this CPU has those
-/// features and there is one.
-pub(crate) fn avx512_rows8(ty: GgmlType) -> Option<(DotFn, GemvFn)> {
-    if !has_avx512_vnni() {
-        return None;
-    }
-    Some(match ty {
-        GgmlType::Q4_0 => (q4_0_rows8_512 as DotFn, q4_0_rows8_512_gemv as GemvFn),
-        _ => return None,
-    })
 }

@@ -1,107 +1,14 @@
-//! The AVX2 and AVX-512 VNNI kernels against the reference, bit for bit, on random blocks, odd
-//! block and row counts, each where this CPU can run it. (The property tests check only the
-//! kernel the dispatch picks; on an AVX-512 machine that hides the AVX2 ones.)
+//! The float kernels of every x86 tier against the reference, bit for bit, each where this CPU
+//! can run it. (The quantized formats' row kernels are checked from the kernel table, in
+//! `kernels.rs`.)
 
 use super::*;
-use crate::test_util::{check, reference, reference_rows8, Case};
+use crate::kernels::DotFn;
+use crate::test_util::reference;
+use crate::{GemvFn, GgmlType};
 
 fn has_v3() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-}
-
-#[test]
-fn avx2_kernels_are_bit_identical_to_the_reference() {
-    if !has_v3() {
-        eprintln!("no AVX2/FMA/F16C on this CPU: the AVX2 kernels cannot run here");
-        return;
-    }
-    use GgmlType as T;
-    let cases: Vec<Case> = vec![
-        (T::Q4_0, q4_0, q4_0_gemv, reference(T::Q4_0)),
-        (T::Q4_1, q4_1, q4_1_gemv, reference(T::Q4_1)),
-        (T::Q5_0, q5_0, q5_0_gemv, reference(T::Q5_0)),
-        (T::Q5_1, q5_1, q5_1_gemv, reference(T::Q5_1)),
-        (T::Q8_0, q8_0, q8_0_gemv, reference(T::Q8_0)),
-        (T::Q2_K, q2_k, q2_k_gemv, reference(T::Q2_K)),
-        (T::IQ4_NL, iq4_nl, iq4_nl_gemv, reference(T::IQ4_NL)),
-        (T::Q3_K, q3_k, q3_k_gemv, reference(T::Q3_K)),
-        (T::Q4_K, q4_k, q4_k_gemv, reference(T::Q4_K)),
-        (T::Q5_K, q5_k, q5_k_gemv, reference(T::Q5_K)),
-        (T::Q6_K, q6_k, q6_k_gemv, reference(T::Q6_K)),
-        (T::IQ4_XS, iq4_xs, iq4_xs_gemv, reference(T::IQ4_XS)),
-        (
-            T::Q4_0,
-            q4_0_rows8,
-            q4_0_rows8_gemv,
-            reference_rows8(T::Q4_0),
-        ),
-        (
-            T::IQ4_NL,
-            iq4_nl_rows8,
-            iq4_nl_rows8_gemv,
-            reference_rows8(T::IQ4_NL),
-        ),
-        (
-            T::Q4_K,
-            q4_k_rows8,
-            q4_k_rows8_gemv,
-            reference_rows8(T::Q4_K),
-        ),
-        (
-            T::Q2_K,
-            q2_k_rows8,
-            q2_k_rows8_gemv,
-            reference_rows8(T::Q2_K),
-        ),
-    ];
-    for seed in 0..20 {
-        check(seed, &cases);
-    }
-}
-
-#[test]
-fn avx512_vnni_kernels_are_bit_identical_to_the_reference() {
-    if !has_avx512_vnni() {
-        eprintln!("no AVX-512 VNNI on this CPU: the AVX-512 kernels cannot run here");
-        assert!(avx512_vec_dot(GgmlType::Q6_K).is_none());
-        return;
-    }
-    let mut cases: Vec<Case> = Vec::new();
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q8_0,
-        GgmlType::Q6_K,
-    ] {
-        let (f, g) = avx512_vec_dot(ty).unwrap();
-        cases.push((ty, f, g, reference(ty)));
-    }
-    let (f, g) = avx512_rows8(GgmlType::Q4_0).unwrap();
-    cases.push((GgmlType::Q4_0, f, g, reference_rows8(GgmlType::Q4_0)));
-    for seed in 100..120 {
-        check(seed, &cases);
-    }
-}
-
-#[test]
-fn avxvnni_kernels_are_bit_identical_to_the_reference() {
-    if !has_avxvnni() {
-        eprintln!("no AVX-VNNI on this CPU: the AVX-VNNI kernels cannot run here");
-        assert!(avxvnni_vec_dot(GgmlType::Q4_0).is_none());
-        return;
-    }
-    let mut cases: Vec<Case> = Vec::new();
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let (f, g) = avxvnni_vec_dot(ty).unwrap();
-        cases.push((ty, f, g, reference(ty)));
-    }
-    let (f, g) = avxvnni_rows8(GgmlType::Q4_0).unwrap();
-    cases.push((GgmlType::Q4_0, f, g, reference_rows8(GgmlType::Q4_0)));
-    for seed in 200..220 {
-        check(seed, &cases);
-    }
+    crate::cpu().avx2()
 }
 
 /// The float kernels (AVX2, AVX-512 by one and by four rows, the AVX-512 tiles) against the
@@ -149,7 +56,7 @@ fn float_kernels<E: f16::Elem>(
             let row_bytes = size * n;
             let mut kernels: Vec<(DotFn, GemvFn)> = vec![avx2];
             let mut gemms: Vec<crate::GemmFn> = vec![f16::gemm_avx2::<E>];
-            if f16::has_avx512() {
+            if crate::cpu().avx512f() {
                 kernels.push(avx512);
                 gemms.push(f16::gemm_512::<E>);
             }
