@@ -449,3 +449,57 @@ mod tests {
         assert!(left.is_empty(), "{left:?}");
     }
 }
+
+/// Writing in place of an existing path (`crate::files`' checks, through the writer).
+#[cfg(all(test, unix))]
+mod replace_tests {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+
+    use crate::{GgufError, GgufWriter, Value};
+
+    fn writer() -> GgufWriter<'static> {
+        let mut w = GgufWriter::new();
+        w.set("general.name", Value::String("x".into()));
+        w
+    }
+
+    /// `write_file` refuses a FIFO (it used to rename a regular file over it), replaces a
+    /// regular file keeping its permissions, and leaves no temporary file either way.
+    #[test]
+    fn write_file_replaces_only_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("out.fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let e = writer().write_file(&fifo).unwrap_err();
+        assert!(
+            matches!(e, GgufError::NotAFile { what: "a FIFO", .. }),
+            "{e}"
+        );
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        let e = writer().write_file(dir.path()).unwrap_err();
+        assert!(
+            e.to_string().contains("a directory, not a regular file"),
+            "{e}"
+        );
+
+        let out = dir.path().join("out.gguf");
+        std::fs::write(&out, b"old").unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        writer().write_file(&out).unwrap();
+        let meta = std::fs::metadata(&out).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+        assert_eq!(std::fs::read(&out).unwrap(), writer().to_bytes().unwrap());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+}

@@ -27,7 +27,7 @@ use crate::api::{
     self, ApiError, ChatRequest, CompletionRequest, Prompt, MAX_PROMPTS, MAX_TOP_LOGPROBS,
 };
 use crate::scheduler::{Event, Finish, Job, Logprob, Refused};
-use crate::{App, Ready};
+use crate::state::{App, Ready};
 
 const PAGE: &str = include_str!("page.html");
 
