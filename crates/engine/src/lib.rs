@@ -8,6 +8,7 @@ pub mod attention;
 pub mod chat;
 pub mod delta_net;
 pub mod generate;
+mod kl_base;
 pub mod kl_divergence;
 pub mod kv;
 pub mod matmul;

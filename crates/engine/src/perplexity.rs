@@ -9,7 +9,7 @@
 //! order they finish, so the two can differ in the last bits of the sum, not in the digits
 //! either prints.
 
-use crate::kl_divergence;
+use crate::kl_base;
 use crate::matmul::Threads;
 use crate::model::{Logits, Model};
 use crate::ModelError;
@@ -142,10 +142,10 @@ pub fn perplexity(
         return Err(PerplexityError::NoChunks);
     }
     let first = n_ctx / 2;
-    let nv = kl_divergence::row_len(n_vocab);
+    let nv = kl_base::row_len(n_vocab);
     let mut rows = Vec::new();
     if let Some(out) = base.as_deref_mut() {
-        kl_divergence::write_header(out, n_ctx, n_vocab, &tokens[..n_chunk * n_ctx])?;
+        kl_base::write_header(out, n_ctx, n_vocab, &tokens[..n_chunk * n_ctx])?;
         rows = vec![0u16; (n_ctx - 1 - first) * nv];
     }
     let n_batch = cfg.n_batch.clamp(1, n_ctx);
@@ -179,10 +179,10 @@ pub fn perplexity(
                     let pairs = logits.chunks_exact(n_vocab).zip(next).enumerate();
                     let values = pairs
                         .map(|(j, (row, &t))| {
-                            kl_divergence::base_row(row, t, &mut rows[j * nv..(j + 1) * nv])
+                            kl_base::base_row(row, t, &mut rows[j * nv..(j + 1) * nv])
                         })
                         .collect();
-                    kl_divergence::write_rows(out, &rows)?;
+                    kl_base::write_rows(out, &rows)?;
                     add(values, i);
                 }
                 None if cfg.score_aside => {

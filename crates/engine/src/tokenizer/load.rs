@@ -107,7 +107,15 @@ const EOG_TEXTS: &[&str] = &[
     "[e~[",
 ];
 
-pub(super) fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
+impl Tokenizer {
+    /// Build the tokenizer a GGUF file's metadata describes. See [`TokenizerError`] for what is
+    /// refused; nothing here panics on a malformed vocabulary.
+    pub fn from_metadata(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
+        load(md)
+    }
+}
+
+fn load(md: &Metadata) -> Result<Tokenizer, TokenizerError> {
     let model_name =
         opt_str(md, KEY_MODEL)?.ok_or(TokenizerError::MissingKey { key: KEY_MODEL })?;
     let mut pre_name = opt_str(md, KEY_PRE)?.unwrap_or("");

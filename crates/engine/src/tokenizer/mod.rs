@@ -147,13 +147,8 @@ pub struct Tokenizer {
     piece_ends: Vec<u32>,
 }
 
+// `Tokenizer::from_metadata` is in `load.rs`, `Tokenizer::stream_decoder` in `stream.rs`.
 impl Tokenizer {
-    /// Build the tokenizer a GGUF file's metadata describes. See [`TokenizerError`] for what is
-    /// refused; nothing here panics on a malformed vocabulary.
-    pub fn from_metadata(md: &synapse_gguf::Metadata) -> Result<Tokenizer, TokenizerError> {
-        load::load(md)
-    }
-
     /// Tokenize `text`: BOS first if `add_bos` (and the vocabulary has one), and special-token
     /// texts such as `<|im_start|>` as their tokens if `parse_special` (user-defined tokens are
     /// always matched, as in llama.cpp). Use [`Tokenizer::add_bos_token`] for what the model
@@ -425,11 +420,6 @@ impl Tokenizer {
     /// rendered, nothing removed. Bytes that are not UTF-8 become U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
         String::from_utf8_lossy(&self.detokenize(ids, false, true)).into_owned()
-    }
-
-    /// A [`StreamDecoder`] over this vocabulary.
-    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
-        StreamDecoder::new(self)
     }
 }
 

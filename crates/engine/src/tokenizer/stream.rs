@@ -7,6 +7,13 @@
 
 use super::Tokenizer;
 
+impl Tokenizer {
+    /// A [`StreamDecoder`] over this vocabulary.
+    pub fn stream_decoder(&self) -> StreamDecoder<'_> {
+        StreamDecoder::new(self)
+    }
+}
+
 /// Decodes a stream of token ids into text, one token at a time.
 ///
 /// The text is the concatenation of [`Tokenizer::token_to_piece`] over the tokens (special
