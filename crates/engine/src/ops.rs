@@ -156,7 +156,7 @@ pub fn expf_ggml(x: f32) -> f32 {
 #[inline]
 pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         let body = gate.len() / 16 * 16;
         // SAFETY: the CPU has AVX-512 F and FMA (just checked).
         unsafe { swiglu16(&mut gate[..body], &up[..body]) };
@@ -198,7 +198,7 @@ pub fn silu_rows(x: &mut [f32], width: usize) {
 /// sixteen): sixteen lanes at a time where the CPU has AVX-512, one value at a time elsewhere.
 fn silu_body(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         // SAFETY: the CPU has AVX-512 F and FMA (just checked).
         return unsafe { silu16(x) };
     }
@@ -333,7 +333,7 @@ fn gelu_f16_table() -> &'static [half::f16] {
 /// except at and beyond +-10 (0 below, the identity above).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
         return unsafe { geglu_avx2(gate, up) };
     }
@@ -495,7 +495,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn vector_silu_matches_the_scalar_form() {
-        if !crate::has_avx512f() {
+        if !synapse_quant::cpu().avx512f() {
             eprintln!("no AVX-512 F on this CPU: the sixteen-lane SiLU cannot run here");
             return;
         }

@@ -8,7 +8,7 @@
 //! the same bits (the property tests check each against the reference), so the choice changes
 //! only the speed.
 
-use half::{bf16, f16};
+use half::bf16;
 use synapse_gguf::GgmlType;
 
 use crate::codec::{cast_blocks_mut, check_sizes, codec, GemmFn, QuantizeFn, VecDot};

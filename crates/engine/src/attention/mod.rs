@@ -264,11 +264,11 @@ enum Fast {
 #[cfg(target_arch = "x86_64")]
 impl Fast {
     fn for_width(head_dim: usize) -> Fast {
-        if crate::has_avx512f() {
+        if synapse_quant::cpu().avx512f() {
             if avx512::takes(head_dim) {
                 return Fast::Avx512;
             }
-        } else if crate::has_x86_64_v3() && avx2::takes(head_dim) {
+        } else if synapse_quant::cpu().avx2() && avx2::takes(head_dim) {
             return Fast::Avx2;
         }
         Fast::No
@@ -337,12 +337,12 @@ impl Heads<'_> {
             let scratch = scratch
                 .get_or_insert_with(|| Box::new(std::array::from_fn(|_| HeadScratch::new())));
             #[cfg(target_arch = "x86_64")]
-            if crate::has_avx512f() {
+            if synapse_quant::cpu().avx512f() {
                 // SAFETY: the CPU has AVX-512 F, AVX2, FMA and F16C (just checked).
                 return unsafe { self.some_v4(pieces, scratch) };
             }
             #[cfg(target_arch = "x86_64")]
-            if crate::has_x86_64_v3() {
+            if synapse_quant::cpu().avx2() {
                 // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
                 return unsafe { self.some_v3(pieces, scratch) };
             }

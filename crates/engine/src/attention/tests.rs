@@ -161,7 +161,7 @@ fn vector_fma_for_f16_rounds_once() {
             }
         }
     };
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C (checked); eight floats each way.
         each(8, &|[a, b, c], got| unsafe {
             let s = fma_for_f16_ymm(
@@ -176,7 +176,7 @@ fn vector_fma_for_f16_rounds_once() {
             "not run: no AVX2, FMA and F16C (CPU or SYNAPSE_ISA): fma_for_f16_ymm is never used"
         );
     }
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         // SAFETY: the CPU has AVX-512 F, FMA and F16C (checked); sixteen floats each way.
         each(16, &|[a, b, c], got| unsafe {
             let s = fma_for_f16_zmm(
@@ -198,7 +198,7 @@ fn vector_fma_for_f16_rounds_once() {
 #[test]
 fn v3_head_ops_match_scalar() {
     use rand::{Rng, SeedableRng};
-    if !crate::has_x86_64_v3() {
+    if !synapse_quant::cpu().avx2() {
         eprintln!("skipped: no AVX2/FMA/F16C (CPU or SYNAPSE_ISA): Scalar is the only path here");
         return;
     }
@@ -292,7 +292,7 @@ fn v3_head_ops_match_scalar() {
 #[test]
 fn v4_head_ops_match_scalar() {
     use rand::{Rng, SeedableRng};
-    if !crate::has_avx512f() {
+    if !synapse_quant::cpu().avx512f() {
         eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): V4 is never used here");
         return;
     }
@@ -540,7 +540,7 @@ fn fast_heads_match_scalar(
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx512_heads_match_scalar() {
-    if !crate::has_avx512f() || !avx512::takes(64) {
+    if !synapse_quant::cpu().avx512f() || !avx512::takes(64) {
         eprintln!("skipped: no AVX-512 F (CPU or SYNAPSE_ISA): the fast path is never used here");
         return;
     }
@@ -570,7 +570,7 @@ fn avx512_heads_match_scalar() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_heads_match_scalar() {
-    if !crate::has_x86_64_v3() || !avx2::takes(64) {
+    if !synapse_quant::cpu().avx2() || !avx2::takes(64) {
         eprintln!("skipped: no AVX2/FMA/F16C (CPU or SYNAPSE_ISA): the path is never used");
         return;
     }
@@ -599,12 +599,12 @@ fn avx2_heads_match_scalar() {
 fn vector_exp_is_libm_expf() {
     type Exp = fn(&mut [f32; 16]);
     let mut paths: Vec<(&str, Exp)> = Vec::new();
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         assert!(avx2::vector_exp_matches_libm());
         // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
         paths.push(("exp8 (AVX2)", |x| unsafe { avx2::exp_16(x) }));
     }
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         assert!(avx512::vector_exp_matches_libm());
         // SAFETY: the CPU has AVX-512 F and x86-64-v3 (just checked).
         paths.push(("exp16 (AVX-512)", |x| unsafe { avx512::exp_16(x) }));

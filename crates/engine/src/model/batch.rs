@@ -153,12 +153,12 @@ fn dispatch<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         // SAFETY: the CPU has AVX-512 F besides AVX2, FMA and F16C (just checked).
         return unsafe { runs_v4(m, seqs, s, out, threads) };
     }
     #[cfg(target_arch = "x86_64")]
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
         return unsafe { runs_v3(m, seqs, s, out, threads) };
     }

@@ -487,7 +487,7 @@ fn glu(act: Activation, gate: &mut [f32], up: &[f32]) {
 /// slower).
 fn glu_dispatch(act: Activation, gate: &mut [f32], up: &[f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")]
         unsafe fn v4(act: Activation, gate: &mut [f32], up: &[f32]) {
             glu(act, gate, up)
@@ -496,7 +496,7 @@ fn glu_dispatch(act: Activation, gate: &mut [f32], up: &[f32]) {
         return unsafe { v4(act, gate, up) };
     }
     #[cfg(target_arch = "x86_64")]
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn v3(act: Activation, gate: &mut [f32], up: &[f32]) {
             glu(act, gate, up)

@@ -655,7 +655,7 @@ pub(crate) trait ForwardBody {
     /// embedding, of which it reads one row, unless it is also the output).
     fn matrices(&self) -> Vec<&Matrix<'_>>;
 
-    /// The pass itself, after [`crate::check_forward`]; mark implementations `#[inline(always)]`
+    /// The pass itself, after [`check_forward`]; mark implementations `#[inline(always)]`
     /// so that the x86-64-v3 copy really is compiled with those features.
     fn forward_body(
         &self,
@@ -741,7 +741,7 @@ pub(crate) fn forward<M: ForwardBody>(
     out: &mut [f32],
     threads: &Threads,
 ) -> Result<(), ModelError> {
-    crate::check_forward(m.info(), st, tokens, logits, out)?;
+    crate::model::check_forward(m.info(), st, tokens, logits, out)?;
     // The cache's room for this pass, asked for before any work: a size the system refuses
     // is an error here, not an abort in the middle of a layer.
     st.make_room(st.pos + tokens.len())?;
@@ -761,12 +761,12 @@ fn dispatch<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     #[cfg(target_arch = "x86_64")]
-    if crate::has_avx512f() {
+    if synapse_quant::cpu().avx512f() {
         // SAFETY: the CPU has AVX-512 F besides AVX2, FMA and F16C (just checked).
         return unsafe { forward_v4(m, st, tokens, logits, out, threads) };
     }
     #[cfg(target_arch = "x86_64")]
-    if crate::has_x86_64_v3() {
+    if synapse_quant::cpu().avx2() {
         // SAFETY: the CPU has AVX2, FMA and F16C (just checked).
         return unsafe { forward_v3(m, st, tokens, logits, out, threads) };
     }
@@ -885,6 +885,51 @@ pub(crate) fn attn_shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> At
         scale: 1.0 / (head_dim as f32).sqrt(),
         softcap: None,
     }
+}
+
+/// The checks every architecture's forward pass makes before it touches anything.
+pub(crate) fn check_forward(
+    info: &ModelInfo,
+    st: &State,
+    tokens: &[u32],
+    logits: Logits,
+    out: &[f32],
+) -> Result<(), ModelError> {
+    if st.model != info.id {
+        return Err(ModelError::ForeignState);
+    }
+    let n = tokens.len();
+    if n == 0 && logits == Logits::Last {
+        return Err(ModelError::NoTokens);
+    }
+    if n > st.n_batch {
+        return Err(ModelError::BatchTooLarge {
+            n,
+            n_batch: st.n_batch,
+        });
+    }
+    // `pos` is public: a value past the context must not wrap around here.
+    if st.pos.checked_add(n).is_none_or(|end| end > st.n_ctx()) {
+        return Err(ModelError::ContextFull {
+            pos: st.pos,
+            n,
+            n_ctx: st.n_ctx(),
+        });
+    }
+    if let Some(&id) = tokens.iter().find(|&&id| id as usize >= info.n_vocab) {
+        return Err(ModelError::BadToken {
+            id,
+            n_vocab: info.n_vocab,
+        });
+    }
+    let need = logits.rows(n) * info.n_vocab;
+    if out.len() < need {
+        return Err(ModelError::LogitsBuffer {
+            have: out.len(),
+            need,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
