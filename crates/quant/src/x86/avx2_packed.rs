@@ -31,14 +31,16 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx512_packed::{
-    group_passes, packed_format, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
-    unpacked_passes, word_shuffle_bytes, Act32, IQ4NLPacked, IQ4XSPacked, Pack32, PackedFormat,
-    Q2KPacked, Q3KAct, Q3KActs, Q3KPairs, Q4KPacked, Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed,
-    Q5_1Packed, Q6KAct, Q6KPairs, Q8_0Packed, Tok32, LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS,
-    Q6K_ACTS, ROWS, TOKS32,
+    group_passes, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes, unpacked_passes,
+    word_shuffle_bytes, Act32, Pack32, Q3KAct, Q3KActs, Q6KAct, Tok32, LANES32_TILE_WEIGHTS,
+    PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead, Vnni256};
 use crate::blocks::*;
+use crate::packed::layout::{
+    packed_format, IQ4NLPacked, IQ4XSPacked, PackedFormat, Q2KPacked, Q3KPairs, Q4KPacked,
+    Q4_0Packed, Q4_1Packed, Q5KPacked, Q5_0Packed, Q5_1Packed, Q6KPairs, Q8_0Packed, ROWS,
+};
 use crate::GgmlType;
 
 /// Whether this CPU runs these kernels: AVX2, FMA and F16C, and `SYNAPSE_ISA` allows the AVX2

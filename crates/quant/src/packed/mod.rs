@@ -7,6 +7,9 @@
 //! Only whole groups of sixteen rows are packed; a matrix's last `rows % 16` rows stay with
 //! the kernels that read the file's layout.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod layout;
+
 use std::ops::Range;
 
 use crate::{GgmlType, QuantError};
@@ -25,7 +28,7 @@ pub struct PackedMatrix {
     #[cfg(target_arch = "x86_64")]
     data: crate::pages::Pages,
     #[cfg(target_arch = "x86_64")]
-    format: &'static crate::x86::avx512_packed::PackedFormat,
+    format: &'static layout::PackedFormat,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -48,10 +51,7 @@ fn packing_enabled() -> bool {
 /// order) that this CPU has a kernel for: AVX-512 VNNI's (what `avx512_tile` checks), or,
 /// without it, AVX2's (for fewer formats).
 #[cfg(target_arch = "x86_64")]
-fn packed_format(
-    ty: GgmlType,
-    repacked: bool,
-) -> Option<&'static crate::x86::avx512_packed::PackedFormat> {
+fn packed_format(ty: GgmlType, repacked: bool) -> Option<&'static layout::PackedFormat> {
     use crate::x86::{avx2_packed, avx512_packed, avx512_tile};
     if avx512_tile::available() {
         avx512_packed::format(ty, repacked)
@@ -96,7 +96,7 @@ pub fn pack_matrix(
         if groups == 0 {
             return Ok(None);
         }
-        use crate::x86::avx512_packed::PackError;
+        use layout::PackError;
         let data = (format.pack)(w, row_bytes, groups, release).map_err(|e| match e {
             PackError::Quant(e) => e,
             PackError::Io(e) => QuantError::NoMemory {
@@ -136,7 +136,7 @@ impl PackedMatrix {
     pub fn tile_rows(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::x86::avx512_packed::TILE_ROWS;
+            use layout::TILE_ROWS;
             let columns = self.per_row * self.ty.block_len();
             let rows = self.format.tile_weights / columns.max(1) / PACK_GROUP_ROWS;
             TILE_ROWS.max(rows * PACK_GROUP_ROWS)
