@@ -446,7 +446,7 @@ fn fifth_bits(qh: [u8; 4]) -> u32 {
 }
 
 /// A packed 4-bit 32-value format: `$name` for `$block`; `qh`: with fifth bits; `min`: with a
-/// min (its kernels' side, against its activations: `crate::x86::avx512_packed`'s
+/// min (its kernels' side, against its activations: `crate::x86::packed_common`'s
 /// `pack32_nibbles`). The heads (scales, mins, fifth bits) come first, in the order the
 /// one-token passes read a block, as Q4_K's and Q8_0's do: with them after the values each
 /// block began with a load a few lines ahead and then went back. Copies of an 8192 x 2048

@@ -30,10 +30,10 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avx512_packed::{
-    group_passes, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes, unpacked_passes,
-    word_shuffle_bytes, Act32, Pack32, Q3KAct, Q3KActs, Q6KAct, Tok32, LANES32_TILE_WEIGHTS,
-    PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, TOKS32,
+use super::packed_common::{
+    group_passes, ld8, pair_sums, pass_entries, q3_k_acts, q6_k_acts, token_passes,
+    unpacked_passes, word_shuffle_bytes, Act32, Pack32, Q3KAct, Q3KActs, Q6KAct, Tok32,
+    LANES32_TILE_WEIGHTS, PAIR_SUMS, Q3K_ACTS, Q6K_ACTS, TOKS32,
 };
 use super::{prefetch_ahead, prefetch_part, prefetch_part_as, Ahead, Vnni256};
 use crate::blocks::*;
@@ -53,13 +53,6 @@ pub(crate) fn available() -> bool {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
     })
-}
-
-/// Rows `8h..8h + 8` of sixteen consecutive u32, as a register.
-#[inline(always)]
-pub(super) unsafe fn ld8(p: &[u32; ROWS], h: usize) -> __m256i {
-    // SAFETY: 32 readable bytes (h < 2); AVX (the callers' features).
-    unsafe { _mm256_loadu_si256(p.as_ptr().add(8 * h).cast()) }
 }
 
 /// Rows `8h..8h + 8` of sixteen f16 (bits), as floats.
