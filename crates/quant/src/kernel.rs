@@ -107,7 +107,7 @@ pub(crate) enum Entry {
     Row(DotFn, GemvFn),
     Tile(GemmFn),
     #[cfg(target_arch = "x86_64")]
-    Packed(&'static crate::x86::avx512_packed::PackedFormat),
+    Packed(&'static crate::packed::layout::PackedFormat),
 }
 
 /// One row of the table.
@@ -175,7 +175,7 @@ impl Kernel {
 
     /// The packed format, for a [`Form::Packed`] kernel.
     #[cfg(target_arch = "x86_64")]
-    pub(crate) fn packed(&self) -> Option<&'static crate::x86::avx512_packed::PackedFormat> {
+    pub(crate) fn packed(&self) -> Option<&'static crate::packed::layout::PackedFormat> {
         match self.entry {
             Entry::Packed(p) => Some(p),
             _ => None,

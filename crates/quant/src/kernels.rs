@@ -136,8 +136,8 @@ fn bf16_row(x: &[f32], y: &mut [bf16]) {
 /// F32 to F16 with F16C (`vcvtps2ph`, round to nearest even): the reference's bits.
 #[cfg(target_arch = "x86_64")]
 fn quantize_f16_f16c(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
-    check_sizes::<f16>(src.len(), dst.len())?;
-    let y = cast_blocks_mut::<f16>(dst)?;
+    check_sizes::<half::f16>(src.len(), dst.len())?;
+    let y = cast_blocks_mut::<half::f16>(dst)?;
     // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA and F16C.
     unsafe { crate::x86::f16::quantize_f16(src, y) };
     Ok(())

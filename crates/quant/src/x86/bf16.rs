@@ -262,7 +262,7 @@ pub(crate) fn pack_rows(
             }
         }
     };
-    super::avx512_packed::pack_row_groups(w, row_bytes, groups, release, &pack_group)
+    crate::packed::layout::pack_row_groups(w, row_bytes, groups, release, &pack_group)
 }
 
 /// The chains of a group (`rows`: sixteen rows of `k` values, as bytes) into `chains` in the
@@ -570,7 +570,7 @@ thread_local! {
         const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
-/// The packed BF16 kernel (`avx512_packed::PackedFn`): `p` whole groups of `k = per_row`
+/// The packed BF16 kernel (`packed::layout::PackedFn`): `p` whole groups of `k = per_row`
 /// values a row, `a` the `n_tok` tokens' BF16 activations, `out` `(n_tok, rows)`.
 pub(crate) fn packed_kernel(
     p: &[u8],
@@ -584,7 +584,7 @@ pub(crate) fn packed_kernel(
     // two columns).
     let bf16 = crate::GgmlType::BF16;
     let (x, y) =
-        super::avx512_packed::operands::<[u32; GROUP / 2], bf16>(bf16, bf16, p, k, a, n_tok, out)?;
+        crate::packed::layout::operands::<[u32; GROUP / 2], bf16>(bf16, bf16, p, k, a, n_tok, out)?;
     let x: &[u32] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yc, yp, sums)| {
         if n_tok == 1 {

@@ -749,7 +749,7 @@ pub(super) unsafe fn reduce_pairs(mut v: [__m512; 16]) -> __m512 {
 
 /// Pack the first `groups` groups of sixteen rows of an F16 matrix (`w`: its rows,
 /// `row_bytes` each) in the layout above, into new anonymous memory (as
-/// `avx512_packed::pack_groups`: huge pages asked for, pieces over the cores, `release` given
+/// `packed::layout::pack_groups`: huge pages asked for, pieces over the cores, `release` given
 /// each piece's rows once packed).
 pub(crate) fn pack_rows(
     w: &[u8],
@@ -775,7 +775,7 @@ pub(crate) fn pack_rows(
             }
         }
     };
-    super::avx512_packed::pack_row_groups(w, row_bytes, groups, release, &pack_group)
+    crate::packed::layout::pack_row_groups(w, row_bytes, groups, release, &pack_group)
 }
 
 /// The chains of a group (`rows`: sixteen rows of `k` values, as bits) into `chains` in the
@@ -1077,7 +1077,7 @@ unsafe fn gemm_packed(
     }
 }
 
-/// The packed F16 kernel (`avx512_packed::PackedFn`): `p` whole groups of `k = per_row`
+/// The packed F16 kernel (`packed::layout::PackedFn`): `p` whole groups of `k = per_row`
 /// values a row, `a` the `n_tok` tokens' F16 activations, `out` `(n_tok, rows)`.
 pub(crate) fn packed_kernel(
     p: &[u8],
@@ -1090,7 +1090,7 @@ pub(crate) fn packed_kernel(
     // A packed "block": one column of a group's sixteen rows.
     let f16 = crate::GgmlType::F16;
     let (x, y) =
-        super::avx512_packed::operands::<[f16; GROUP], f16>(f16, f16, p, k, a, n_tok, out)?;
+        crate::packed::layout::operands::<[f16; GROUP], f16>(f16, f16, p, k, a, n_tok, out)?;
     let x: &[f16] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yf, yp, sums)| {
         if n_tok == 1 {

@@ -47,6 +47,7 @@ pub mod avx512_tile;
 pub mod avxvnni;
 pub mod bf16;
 pub mod f16;
+mod packed_common;
 #[cfg(test)]
 mod tests;
 pub mod tile;

@@ -7,6 +7,9 @@
 //! Only whole groups of sixteen rows are packed; a matrix's last `rows % 16` rows stay with
 //! the kernels that read the file's layout.
 
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod layout;
+
 use std::ops::Range;
 
 use crate::{GgmlType, QuantError};
@@ -25,7 +28,7 @@ pub struct PackedMatrix {
     #[cfg(target_arch = "x86_64")]
     data: crate::pages::Pages,
     #[cfg(target_arch = "x86_64")]
-    format: &'static crate::x86::avx512_packed::PackedFormat,
+    format: &'static layout::PackedFormat,
 }
 
 impl std::fmt::Debug for PackedMatrix {
@@ -80,7 +83,7 @@ pub fn pack_matrix(
         if groups == 0 {
             return Ok(None);
         }
-        use crate::x86::avx512_packed::PackError;
+        use layout::PackError;
         let data = (format.pack)(w, row_bytes, groups, release).map_err(|e| match e {
             PackError::Quant(e) => e,
             PackError::Io(e) => QuantError::NoMemory {
@@ -120,7 +123,7 @@ impl PackedMatrix {
     pub fn tile_rows(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::x86::avx512_packed::TILE_ROWS;
+            use layout::TILE_ROWS;
             let columns = self.per_row * self.ty.block_len();
             let rows = self.format.tile_weights / columns.max(1) / PACK_GROUP_ROWS;
             TILE_ROWS.max(rows * PACK_GROUP_ROWS)
