@@ -1,7 +1,7 @@
 //! The codec table: for each ggml type synapse can decode, its dequantizer, its quantizer (for
 //! the activation and float formats) and its reference dot product with the activation type it
-//! pairs with; and the checked, safe shapes every kernel's entry shares ([`gemv_rows`],
-//! [`gemm_operands`], [`cast_blocks`]). Block sizes and ids come from [`GgmlType::traits`];
+//! pairs with; and the checked, safe shapes every kernel's entry shares (`gemv_rows`,
+//! `gemm_operands`, [`cast_blocks`]). Block sizes and ids come from [`GgmlType::traits`];
 //! nothing here repeats them. This module knows no instruction set: the kernels build on it,
 //! and the kernel table ([`crate::kernels`]) chooses among them.
 

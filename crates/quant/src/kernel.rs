@@ -7,8 +7,12 @@ use crate::codec::{GemmFn, GemvFn};
 use crate::cpu::{Cpu, Vnni256};
 use crate::error::QuantError;
 
-/// A type-erased single-row dot product ([`VecDot::f`]).
+/// A type-erased single-row dot product ([`crate::VecDot::f`]).
 pub type DotFn = fn(&[u8], &[u8]) -> Result<f32, QuantError>;
+
+/// Rows per packed group: a packed matrix is multiplied in whole groups, so a caller that
+/// splits one over threads gives each a multiple of this many rows.
+pub const PACK_GROUP_ROWS: usize = 16;
 
 /// The order a product sums a row's blocks in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,9 +39,9 @@ impl Order {
 /// How a kernel reads the weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Form {
-    /// Weight rows one (or a few) at a time, with one token ([`VecDot`]).
+    /// Weight rows one (or a few) at a time, with one token ([`crate::VecDot`]).
     Row,
-    /// A tile of weight rows by tokens, in the file's layout ([`GemmFn`]).
+    /// A tile of weight rows by tokens, in the file's layout ([`crate::GemmFn`]).
     Tile,
     /// Rows packed at load time, sixteen as one ([`crate::PackedMatrix`]).
     Packed,

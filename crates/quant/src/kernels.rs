@@ -58,7 +58,7 @@ pub fn kernel_isa() -> &'static str {
     cpu().tier_name()
 }
 
-/// The activation quantizer the kernels use for `ty` (see [`QuantizeBlock::quantize_act`]),
+/// The activation quantizer the kernels use for `ty` (see [`crate::QuantizeBlock::quantize_act`]),
 /// chosen at run time: on x86-64 with AVX2, FMA and F16C, Q8_0, Q8_1 and Q8_K written out in
 /// AVX2 (`x86::actq`); same bits either way.
 pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
@@ -470,7 +470,7 @@ pub struct Plan {
     /// The packed kernel, where the matrix is packed: its whole groups of sixteen rows run on
     /// it for every batch size.
     pub packed: Option<&'static Kernel>,
-    /// Rows packed (a multiple of [`crate::PACK_GROUP_ROWS`]); the rest run on the other
+    /// Rows packed (a multiple of [`crate::kernel::PACK_GROUP_ROWS`]); the rest run on the other
     /// kernels.
     pub packed_rows: usize,
 }
@@ -480,7 +480,7 @@ pub struct Plan {
 pub fn plan(cpu: &Cpu, ty: GgmlType, rows: usize, pack: bool) -> Plan {
     let order = Order::of(ty, crate::llama_cpp_repacks(ty, rows));
     let packed = select(cpu, ty, order, Form::Packed).filter(|_| pack);
-    let group = crate::PACK_GROUP_ROWS;
+    let group = crate::kernel::PACK_GROUP_ROWS;
     Plan {
         ty,
         order,

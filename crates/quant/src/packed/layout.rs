@@ -15,7 +15,6 @@ use crate::{GgmlType, QuantError};
 
 /// Rows per group: one per i32 lane of a 512-bit register.
 pub(crate) const ROWS: usize = 16;
-const _: () = assert!(ROWS == crate::PACK_GROUP_ROWS);
 
 /// A packed format: one value holds one block of each of sixteen rows.
 pub(crate) trait Pack: Pod + Send {

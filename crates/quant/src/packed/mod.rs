@@ -14,9 +14,9 @@ use std::ops::Range;
 
 use crate::{GgmlType, QuantError};
 
-/// Rows per packed group: a packed matrix is multiplied in whole groups, so a caller that
-/// splits one over threads gives each a multiple of this many rows.
-pub const PACK_GROUP_ROWS: usize = 16;
+pub use crate::kernel::PACK_GROUP_ROWS;
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(layout::ROWS == PACK_GROUP_ROWS);
 
 /// A packed weight matrix: its first [`PackedMatrix::rows`] rows, in groups of sixteen.
 pub struct PackedMatrix {
