@@ -10,6 +10,14 @@ scripts/fetch-models.sh
 scripts/test-deps.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Every crate's modules import one way: no module imports from one that imports it (the
+# checker is checked too, on a made-up crate with cycles and one without).
+python3 scripts/check-imports.py
+python3 scripts/check-imports.py --crate scripts/check-imports/good >/dev/null
+if python3 scripts/check-imports.py --crate scripts/check-imports/bad >/dev/null; then
+    echo "test.sh: check-imports.py found no cycle in scripts/check-imports/bad" >&2
+    exit 1
+fi
 # The API docs build without a broken or ambiguous link.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 cargo test --workspace --locked

@@ -17,11 +17,9 @@ use std::arch::x86_64::*;
 
 use half::slice::HalfFloatSliceExt;
 
-use super::avx512::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
-use super::{
-    fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, AttnShape, HeadJob, HeadScratch, LayerRows,
-    Rows, F16_STEP,
-};
+use super::exp::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
+use super::f16::{fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, F16_STEP};
+use super::heads::{cap_scores, AttnShape, HeadJob, HeadScratch, LayerRows, Rows};
 
 /// `e^x` of four values in double precision, rounded to f32: [`super::avx512`]'s `exp8`, step
 /// for step, with the table read by a gather.
@@ -79,7 +77,7 @@ pub(super) unsafe fn exp_16(x: &mut [f32; 16]) {
 pub(crate) fn vector_exp_matches_libm() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: the callers checked AVX2, FMA and F16C.
-    *OK.get_or_init(|| super::exp_agrees(|x| unsafe { exp_16(x) }, 0, u32::MAX, 4093))
+    *OK.get_or_init(|| super::exp::exp_agrees(|x| unsafe { exp_16(x) }, 0, u32::MAX, 4093))
 }
 
 /// Whether [`heads`] takes heads of `head_dim` values on this machine (the caller checked AVX2,
@@ -159,7 +157,7 @@ fn by_width<const CH: usize>(
             i = e;
         }
         for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-            super::cap_scores(s, &mut sc.scores[..job.n_pos]);
+            cap_scores(s, &mut sc.scores[..job.n_pos]);
             weights(job.n_pos, sc);
         }
         let values = rows.map(|r| r.1);

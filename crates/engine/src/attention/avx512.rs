@@ -18,58 +18,9 @@ use std::arch::x86_64::*;
 
 use half::slice::HalfFloatSliceExt;
 
-use super::{
-    fma_for_f16_zmm, prefetch_ahead, round_f16_zmm, AttnShape, HeadJob, HeadScratch, LayerRows,
-    Rows, F16_STEP,
-};
-
-/// `2^(i/32)` as the nearest double, less `i << 47`: with `k = 32 q + i`, the double whose bits
-/// are `TAB[i] + (k << 47)` is `2^(k/32)` (the exponent field takes `q`).
-pub(super) const TAB: [u64; 32] = [
-    0x3ff0000000000000,
-    0x3fefd9b0d3158574,
-    0x3fefb5586cf9890f,
-    0x3fef9301d0125b51,
-    0x3fef72b83c7d517b,
-    0x3fef54873168b9aa,
-    0x3fef387a6e756238,
-    0x3fef1e9df51fdee1,
-    0x3fef06fe0a31b715,
-    0x3feef1a7373aa9cb,
-    0x3feedea64c123422,
-    0x3feece086061892d,
-    0x3feebfdad5362a27,
-    0x3feeb42b569d4f82,
-    0x3feeab07dd485429,
-    0x3feea47eb03a5585,
-    0x3feea09e667f3bcd,
-    0x3fee9f75e8ec5f74,
-    0x3feea11473eb0187,
-    0x3feea589994cce13,
-    0x3feeace5422aa0db,
-    0x3feeb737b0cdc5e5,
-    0x3feec49182a3f090,
-    0x3feed503b23e255d,
-    0x3feee89f995ad3ad,
-    0x3feeff76f2fb5e47,
-    0x3fef199bdd85529c,
-    0x3fef3720dcef9069,
-    0x3fef5818dcfba487,
-    0x3fef7c97337b9b5f,
-    0x3fefa4afa2a490da,
-    0x3fefd0765b6e4540,
-];
-/// `32 / ln 2` (0x1.71547652b82fep+5).
-pub(super) const INV_LN2_32: f64 = f64::from_bits(0x4047_1547_652b_82fe);
-/// Adding it rounds a double below 2^51 in magnitude to an integer (ties to even) held in the
-/// low bits.
-pub(super) const SHIFT: f64 = f64::from_bits(0x4338_0000_0000_0000); // 0x1.8p+52
-/// The polynomial for `2^(r/32)`, `|r| <= 1/2`: `(C0 r + C1) r^2 + (C2 r + 1)`; the
-/// coefficients of `2^r`'s cubic (0x1.c6af84b912394p-5, 0x1.ebfce50fac4f3p-3,
-/// 0x1.62e42ff0c52d6p-1) over `32^3`, `32^2` and `32`.
-pub(super) const C0: f64 = f64::from_bits(0x3ebc_6af8_4b91_2394);
-pub(super) const C1: f64 = f64::from_bits(0x3f2e_bfce_50fa_c4f3);
-pub(super) const C2: f64 = f64::from_bits(0x3f96_2e42_ff0c_52d6);
+use super::exp::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
+use super::f16::{fma_for_f16_zmm, round_f16_zmm, F16_STEP};
+use super::heads::{cap_scores, prefetch_ahead, AttnShape, HeadJob, HeadScratch, LayerRows, Rows};
 
 /// `e^x` of eight values in double precision, then rounded to f32: `x 32/ln 2 = k + r` with `k`
 /// an integer, a table of `2^(i/32)` for `k mod 32` and a cubic for `2^(r/32)`. The
@@ -130,7 +81,7 @@ pub(crate) fn exp16(x: __m512) -> __m512 {
 pub(crate) fn vector_exp_matches_libm() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: the callers checked AVX-512 F, AVX2, FMA and F16C.
-    *OK.get_or_init(|| super::exp_agrees(|x| unsafe { exp_16(x) }, 0, u32::MAX, 4093))
+    *OK.get_or_init(|| super::exp::exp_agrees(|x| unsafe { exp_16(x) }, 0, u32::MAX, 4093))
 }
 
 /// Sixteen lanes of [`exp16`] (for [`super::exp_agrees`]).
@@ -236,7 +187,7 @@ unsafe fn by_width<const CH: usize, const R: usize>(
             }
         }
         for (job, sc) in jobs.iter().zip(scratch.iter_mut()) {
-            super::cap_scores(s, &mut sc.scores[..job.n_pos]);
+            cap_scores(s, &mut sc.scores[..job.n_pos]);
             weights(job.n_pos, sc);
         }
         for (jobs, scratch) in jobs.chunks_mut(side).zip(scratch.chunks(side)) {

@@ -1,6 +1,8 @@
 //! The attention paths against the scalar reference: the F16 rounding helpers, each tier's head
 //! operations and fast paths, and the vector exponential against libm's.
 use super::*;
+#[cfg(target_arch = "x86_64")]
+use super::{exp::exp_agrees, heads::LayerRows};
 
 /// The F16 value nearest to `x` (ties to even), by search: the reference for [`fma_for_f16`].
 fn nearest_f16(x: f64) -> f32 {

@@ -9,39 +9,11 @@
 //! sequences yet, runs them one after another, with the same results.
 
 use super::blocks::{embed, Run};
-use super::{ForwardBody, Logits, Matrix, Scratch, State, StateBytes};
+use super::{
+    Batch, ForwardBody, Logits, Matrix, Model, ModelInfo, Scratch, Seq, State, StateBytes,
+};
 use crate::matmul::Threads;
 use crate::ModelError;
-
-/// One sequence's part of a batched pass: feed `tokens` at `state.pos..` and write the logits
-/// `logits` asks for.
-pub struct Seq<'s> {
-    pub state: &'s mut State,
-    pub tokens: &'s [u32],
-    pub logits: Logits,
-}
-
-/// The scratch of batched passes of up to [`Batch::n_tokens`] tokens in all, allocated once.
-pub struct Batch {
-    n_tokens: usize,
-    /// `None` where the architecture runs a batch's sequences one after another, each in its
-    /// own state's scratch.
-    s: Option<Scratch>,
-}
-
-impl Batch {
-    /// Tokens a pass may hold, all sequences together.
-    pub fn n_tokens(&self) -> usize {
-        self.n_tokens
-    }
-
-    /// Whether the sequences of a pass run together (their products over all their rows at
-    /// once); `false`: one after another, each in batches its state's scratch holds, so states
-    /// need scratch for the chunks they are given.
-    pub fn is_joint(&self) -> bool {
-        self.s.is_some()
-    }
-}
 
 /// [`crate::Model::new_batch`].
 pub(crate) fn new_batch<M: ForwardBody>(m: &M, n_tokens: usize) -> Result<Batch, ModelError> {
@@ -231,4 +203,48 @@ pub(crate) fn logit_rows(seqs: &mut [Seq<'_>], s: &mut Scratch, d: usize) -> usi
         q.state.pos += m;
     }
     rows
+}
+
+/// Every architecture is a [`Model`] through its `ForwardBody`: the checks and the x86-64-v3
+/// dispatch of `forward` are written once, here.
+impl<M: ForwardBody + Send + Sync> Model for M {
+    fn info(&self) -> &ModelInfo {
+        ForwardBody::info(self)
+    }
+
+    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
+        ForwardBody::new_state(self, n_ctx, n_batch)
+    }
+
+    fn forward(
+        &self,
+        st: &mut State,
+        tokens: &[u32],
+        logits: Logits,
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        super::forward(self, st, tokens, logits, out, threads)
+    }
+
+    fn new_batch(&self, n_tokens: usize) -> Result<Batch, ModelError> {
+        new_batch(self, n_tokens)
+    }
+
+    fn forward_batch(
+        &self,
+        b: &mut Batch,
+        seqs: &mut [Seq<'_>],
+        out: &mut [f32],
+        threads: &Threads,
+    ) -> Result<(), ModelError> {
+        forward_batch(self, b, seqs, out, threads)
+    }
+
+    fn weight_memory(&self) -> Vec<&[u8]> {
+        self.matrices()
+            .into_iter()
+            .flat_map(|m| m.resident())
+            .collect()
+    }
 }

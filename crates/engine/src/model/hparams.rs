@@ -846,7 +846,7 @@ fn recurrent_layers(k: &Keys, n_layer: usize) -> Result<Vec<bool>, ModelError> {
 /// them, each finite and above 0 (they divide the angles).
 pub(crate) fn rope_factors(file: &GgufFile, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
     let name = "rope_freqs.weight";
-    let factors = super::blocks::optional_vector(file, name, n)?;
+    let factors = super::common::optional_vector(file, name, n)?;
     if let Some((i, f)) = factors
         .iter()
         .flatten()

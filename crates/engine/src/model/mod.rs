@@ -3,22 +3,22 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use synapse_gguf::{GgmlType, GgufFile};
-
 use crate::attention::AttnShape;
 use crate::delta_net::{DeltaNetBuffers, RecurrentState};
 use crate::kv::KvCache;
-use crate::matmul::{matmul, Acts, Matrix, Threads};
+use crate::matmul::{Acts, Matrix, Threads};
 use crate::ops::Rope;
 use crate::ModelError;
 use hparams::MoeParams;
-use moe::MoeBuffers;
 
-pub use batch::{Batch, Seq};
+pub(crate) use common::{attn_shape, bytes, mm, mm_many, vector};
+pub use registry::{load, supported_architectures};
 
 mod batch;
 mod blocks;
+mod common;
 mod decoder;
+mod ffn;
 pub mod gemma3;
 pub mod granite;
 mod hparams;
@@ -30,53 +30,8 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen35;
 pub mod qwen3moe;
+mod registry;
 pub mod smollm3;
-
-/// Loads one architecture from a file, borrowing its weights.
-type Loader = for<'a> fn(&'a GgufFile) -> Result<Box<dyn Model + 'a>, ModelError>;
-
-/// The architectures synapse runs, and how to load each: a new architecture is a file in this
-/// directory and a line here.
-const REGISTRY: &[(&str, Loader)] = &[
-    ("llama", |f| Ok(Box::new(llama::load(f)?))),
-    ("gemma2", |f| {
-        Ok(Box::new(gemma3::Gemma3::load(f, "gemma2")?))
-    }),
-    ("gemma3", |f| {
-        Ok(Box::new(gemma3::Gemma3::load(f, "gemma3")?))
-    }),
-    ("granite", |f| Ok(Box::new(granite::load(f)?))),
-    ("olmo2", |f| Ok(Box::new(olmo2::Olmo2::load(f)?))),
-    ("phi3", |f| Ok(Box::new(phi3::load(f)?))),
-    ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
-    ("qwen3", |f| Ok(Box::new(qwen3::load(f)?))),
-    ("qwen3moe", |f| Ok(Box::new(qwen3moe::load(f)?))),
-    ("qwen35", |f| {
-        Ok(Box::new(qwen35::Qwen35::load(f, "qwen35")?))
-    }),
-    ("qwen35moe", |f| {
-        Ok(Box::new(qwen35::Qwen35::load(f, "qwen35moe")?))
-    }),
-    ("smollm3", |f| Ok(Box::new(smollm3::load(f)?))),
-];
-
-/// Names of the supported architectures.
-pub fn supported_architectures() -> Vec<&'static str> {
-    REGISTRY.iter().map(|(name, _)| *name).collect()
-}
-
-/// Load the model a GGUF file holds, reading its weights in place.
-pub fn load(file: &GgufFile) -> Result<Box<dyn Model + '_>, ModelError> {
-    let arch = file.metadata().str("general.architecture")?;
-    let (_, load) = REGISTRY
-        .iter()
-        .find(|(name, _)| *name == arch)
-        .ok_or_else(|| ModelError::UnsupportedArchitecture {
-            arch: arch.to_string(),
-            supported: supported_architectures().join(", "),
-        })?;
-    load(file)
-}
 
 /// What every architecture tells about itself.
 #[derive(Debug, Clone)]
@@ -411,11 +366,6 @@ pub(crate) fn scratch_rows(n_ctx: usize, n_batch: usize) -> usize {
     n_batch.min(n_ctx)
 }
 
-/// `elem` bytes times each of `dims`, or `None` where that overflows.
-pub(crate) fn bytes(elem: usize, dims: &[usize]) -> Option<usize> {
-    dims.iter().try_fold(elem, |a, &d| a.checked_mul(d))
-}
-
 /// The bytes of a state's buffers, added up with checked arithmetic before any is allocated,
 /// then asked of the system at once: a state too large to address, or one the system will not
 /// give, is an error ([`ModelError::StateSize`]) rather than an abort on an allocation.
@@ -581,6 +531,130 @@ impl Scratch {
     }
 }
 
+/// The scratch of a mixture's pass of up to `n` tokens.
+#[derive(Default)]
+pub(crate) struct MoeBuffers {
+    /// `(n, n_expert)`: the router's logits.
+    logits: Vec<f32>,
+    /// `(n_expert)`: one token's probabilities.
+    probs: Vec<f32>,
+    /// `(n, n_used)`: each token's experts, most probable first, and their weights.
+    chosen: Vec<(u32, f32)>,
+    /// Where each expert's rows start among the gathered rows (`n_expert + 1` entries).
+    starts: Vec<usize>,
+    /// `(n * n_used)`: the token of each gathered row.
+    src: Vec<usize>,
+    /// `(n, n_used)`: the gathered row of each token's expert of each rank.
+    slot: Vec<usize>,
+    /// `(n * n_used, n_ff_exp)`: the experts' gate (then GLU) and up rows.
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// `(n * n_used, n_embd)`: the experts' outputs.
+    down: Vec<f32>,
+    /// The gathered rows, quantized.
+    acts: Acts,
+    /// `(n, n_embd)`, `(n)`: the shared expert's output and its gate's logits, where the
+    /// mixture has one.
+    shared: Vec<f32>,
+    shared_gate: Vec<f32>,
+}
+
+impl MoeBuffers {
+    pub fn new(n: usize, n_embd: usize, p: &MoeParams) -> MoeBuffers {
+        let rows = n * p.n_used;
+        MoeBuffers {
+            logits: vec![0.0; n * p.n_expert],
+            probs: vec![0.0; p.n_expert],
+            chosen: vec![(0, 0.0); rows],
+            starts: vec![0; p.n_expert + 1],
+            src: vec![0; rows],
+            slot: vec![0; rows],
+            gate: vec![0.0; rows * p.n_ff_exp],
+            up: vec![0.0; rows * p.n_ff_exp],
+            down: vec![0.0; rows * n_embd],
+            acts: Acts::with_capacity(rows, n_embd.max(p.n_ff_exp)),
+            shared: vec![
+                0.0;
+                if p.n_ff_shared.is_some() {
+                    n * n_embd
+                } else {
+                    0
+                }
+            ],
+            shared_gate: vec![0.0; if p.n_ff_shared.is_some() { n } else { 0 }],
+        }
+    }
+
+    /// The bytes [`MoeBuffers::new`] allocates, or `None` where that overflows.
+    pub fn bytes(n: usize, n_embd: usize, p: &MoeParams) -> Option<usize> {
+        let rows = n.checked_mul(p.n_used)?;
+        let widest = n_embd.max(p.n_ff_exp);
+        [
+            bytes(4, &[n, p.n_expert]),
+            bytes(24, &[rows]),
+            bytes(4 * 2, &[rows, p.n_ff_exp]),
+            bytes(4, &[rows, n_embd]),
+            // Acts: the rows and at most three spare ones, four bytes a value at most.
+            bytes(4, &[rows.checked_add(6)?, widest]),
+            bytes(4, &[n, n_embd.checked_add(1)?]),
+        ]
+        .into_iter()
+        .try_fold(0usize, |a, b| a.checked_add(b?))
+    }
+
+    /// Lay out the `n * k` rows the tokens' choices make, expert by expert and, within an
+    /// expert, token by token: `starts`, `src` and `slot`. Returns the number of rows.
+    fn group(&mut self, n: usize, k: usize, n_expert: usize) -> usize {
+        let rows = n * k;
+        self.starts.fill(0);
+        for &(e, _) in &self.chosen[..rows] {
+            self.starts[e as usize + 1] += 1;
+        }
+        for e in 0..n_expert {
+            self.starts[e + 1] += self.starts[e];
+        }
+        // `slot` holds each expert's next free row while it is filled; the starts stay.
+        let mut next = self.starts.clone();
+        for (i, &(e, _)) in self.chosen[..rows].iter().enumerate() {
+            let r = next[e as usize];
+            next[e as usize] += 1;
+            self.src[r] = i / k;
+            self.slot[i] = r;
+        }
+        rows
+    }
+}
+
+/// One sequence's part of a batched pass: feed `tokens` at `state.pos..` and write the logits
+/// `logits` asks for.
+pub struct Seq<'s> {
+    pub state: &'s mut State,
+    pub tokens: &'s [u32],
+    pub logits: Logits,
+}
+
+/// The scratch of batched passes of up to [`Batch::n_tokens`] tokens in all, allocated once.
+pub struct Batch {
+    pub(crate) n_tokens: usize,
+    /// `None` where the architecture runs a batch's sequences one after another, each in its
+    /// own state's scratch.
+    pub(crate) s: Option<Scratch>,
+}
+
+impl Batch {
+    /// Tokens a pass may hold, all sequences together.
+    pub fn n_tokens(&self) -> usize {
+        self.n_tokens
+    }
+
+    /// Whether the sequences of a pass run together (their products over all their rows at
+    /// once); `false`: one after another, each in batches its state's scratch holds, so states
+    /// need scratch for the chunks they are given.
+    pub fn is_joint(&self) -> bool {
+        self.s.is_some()
+    }
+}
+
 /// The RoPE angles of the positions a forward pass rotates, kept from layer to layer: every
 /// layer of a pass rotates the same positions, with the same RoPE (Gemma 3 alternates two),
 /// and the angles (a `powf`, then a cosine and a sine a pair) depend on nothing else. Worked
@@ -686,50 +760,6 @@ pub(crate) trait ForwardBody {
     }
 }
 
-/// Every architecture is a [`Model`] through its `ForwardBody`: the checks and the x86-64-v3
-/// dispatch of `forward` are written once, here.
-impl<M: ForwardBody + Send + Sync> Model for M {
-    fn info(&self) -> &ModelInfo {
-        ForwardBody::info(self)
-    }
-
-    fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
-        ForwardBody::new_state(self, n_ctx, n_batch)
-    }
-
-    fn forward(
-        &self,
-        st: &mut State,
-        tokens: &[u32],
-        logits: Logits,
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        forward(self, st, tokens, logits, out, threads)
-    }
-
-    fn new_batch(&self, n_tokens: usize) -> Result<Batch, ModelError> {
-        batch::new_batch(self, n_tokens)
-    }
-
-    fn forward_batch(
-        &self,
-        b: &mut Batch,
-        seqs: &mut [Seq<'_>],
-        out: &mut [f32],
-        threads: &Threads,
-    ) -> Result<(), ModelError> {
-        batch::forward_batch(self, b, seqs, out, threads)
-    }
-
-    fn weight_memory(&self) -> Vec<&[u8]> {
-        self.matrices()
-            .into_iter()
-            .flat_map(|m| m.resident())
-            .collect()
-    }
-}
-
 /// Check the request, then run the forward pass compiled for x86-64-v3 when the CPU has AVX2,
 /// FMA and F16C: the same source and the same float operations in the same order (so the same
 /// bits), with hardware fused multiply-adds and vector instructions instead of library calls.
@@ -800,91 +830,6 @@ unsafe fn forward_v3<M: ForwardBody>(
     threads: &Threads,
 ) -> Result<(), ModelError> {
     m.forward_body(st, tokens, logits, out, threads)
-}
-
-/// `out = w · x` for the first `n` rows of `x` (`(n, w.cols)`), quantizing `x` first.
-pub(crate) fn mm(
-    name: &'static str,
-    w: &Matrix,
-    x: &[f32],
-    n: usize,
-    acts: &mut Acts,
-    out: &mut [f32],
-    threads: &Threads,
-) {
-    crate::quantize::collect::dense(w.name, x, n, w.cols);
-    acts.quantize(w.act_type(), &x[..n * w.cols], w.cols, threads);
-    crate::profile::mark("quantize activations");
-    matmul(w, acts, &mut out[..n * w.rows], threads);
-    let macs = (n * w.rows * w.cols) as u64;
-    crate::profile::mark_product(name, w.bytes() as u64, macs);
-}
-
-/// [`mm`] for matrices that share their input (Q, K, V; gate, up): the input quantized once
-/// and all the products in one hand-off to the threads when the matrices take the same
-/// activation type, separate [`mm`]s otherwise. Same bits either way.
-pub(crate) fn mm_many(
-    name: &'static str,
-    ws: &[&Matrix],
-    x: &[f32],
-    n: usize,
-    acts: &mut Acts,
-    outs: &mut [&mut [f32]],
-    threads: &Threads,
-) {
-    let (ty, cols) = (ws[0].act_type(), ws[0].cols);
-    if ws.iter().all(|w| w.act_type() == ty && w.cols == cols) {
-        // A fused matrix's parts (Phi-3's attn_qkv) share its name: its input counts once.
-        for (i, w) in ws.iter().enumerate() {
-            if ws[..i].iter().all(|p| p.name != w.name) {
-                crate::quantize::collect::dense(w.name, x, n, cols);
-            }
-        }
-        acts.quantize(ty, &x[..n * cols], cols, threads);
-        crate::profile::mark("quantize activations");
-        crate::matmul::matmul_many(ws, acts, outs, threads);
-        let bytes = ws.iter().map(|w| w.bytes() as u64).sum();
-        let macs = ws.iter().map(|w| (n * w.rows * w.cols) as u64).sum();
-        crate::profile::mark_product(name, bytes, macs);
-    } else {
-        for (w, out) in ws.iter().zip(outs.iter_mut()) {
-            mm(name, w, x, n, acts, out, threads);
-        }
-    }
-}
-
-/// A 1-D F32 (or F16/BF16) tensor of `n` values, decoded: norm weights, RoPE factors.
-pub(crate) fn vector(file: &GgufFile, name: &str, n: usize) -> Result<Vec<f32>, ModelError> {
-    let t = file.tensor(name).map_err(|_| ModelError::MissingTensor {
-        tensor: name.into(),
-    })?;
-    if t.info.n_elements() as usize != n
-        || !matches!(
-            t.info.ggml_type,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16
-        )
-    {
-        return Err(ModelError::Shape {
-            tensor: name.into(),
-            shape: t.info.shape.clone(),
-            expected: format!("[{n}] of F32"),
-        });
-    }
-    synapse_quant::dequantize(t.info.ggml_type, t.data).map_err(|e| ModelError::Tensor {
-        tensor: name.into(),
-        source: e,
-    })
-}
-
-/// Attention shape of a layer.
-pub(crate) fn attn_shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttnShape {
-    AttnShape {
-        n_head,
-        n_head_kv,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        softcap: None,
-    }
 }
 
 /// The checks every architecture's forward pass makes before it touches anything.

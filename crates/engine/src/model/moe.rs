@@ -17,10 +17,11 @@
 
 use synapse_gguf::GgufFile;
 
-use super::blocks::{glu_rows, matrix, packed, Activation, Ffn};
+use super::common::{matrix, mm, packed};
+use super::ffn::{glu_rows, Activation, Ffn};
 use super::hparams::MoeParams;
-use super::{bytes, mm, Scratch};
-use crate::matmul::{matmul_grouped, Acts, Job, Matrix, Threads};
+use super::{MoeBuffers, Scratch};
+use crate::matmul::{matmul_grouped, Job, Matrix, Threads};
 use crate::ops::{expf_ggml, reduce_add_16, sigmoid};
 use crate::{ModelError, Tap};
 
@@ -182,7 +183,7 @@ impl<'a> Moe<'a> {
         let h = &s.h;
         for e in [&self.experts[0].gate, &self.experts[0].up] {
             let row = |t: usize, _| &h[t * d..(t + 1) * d];
-            crate::quantize::collect::routed(e.name, n_expert, d, (n, k), choice, row);
+            crate::quantize::sums::routed(e.name, n_expert, d, (n, k), choice, row);
         }
         let (gate_ty, up_ty) = (
             self.experts[0].gate.act_type(),
@@ -217,7 +218,7 @@ impl<'a> Moe<'a> {
 
         let down_ty = self.experts[0].down.act_type();
         let (gate, slot) = (&b.gate, &b.slot);
-        crate::quantize::collect::routed(
+        crate::quantize::sums::routed(
             self.experts[0].down.name,
             n_expert,
             f,
@@ -299,100 +300,6 @@ impl<'a> Moe<'a> {
             }
         }
         crate::profile::mark_product(name, weight_bytes, macs);
-    }
-}
-
-/// The scratch of a mixture's pass of up to `n` tokens.
-#[derive(Default)]
-pub(crate) struct MoeBuffers {
-    /// `(n, n_expert)`: the router's logits.
-    logits: Vec<f32>,
-    /// `(n_expert)`: one token's probabilities.
-    probs: Vec<f32>,
-    /// `(n, n_used)`: each token's experts, most probable first, and their weights.
-    chosen: Vec<(u32, f32)>,
-    /// Where each expert's rows start among the gathered rows (`n_expert + 1` entries).
-    starts: Vec<usize>,
-    /// `(n * n_used)`: the token of each gathered row.
-    src: Vec<usize>,
-    /// `(n, n_used)`: the gathered row of each token's expert of each rank.
-    slot: Vec<usize>,
-    /// `(n * n_used, n_ff_exp)`: the experts' gate (then GLU) and up rows.
-    gate: Vec<f32>,
-    up: Vec<f32>,
-    /// `(n * n_used, n_embd)`: the experts' outputs.
-    down: Vec<f32>,
-    /// The gathered rows, quantized.
-    acts: Acts,
-    /// `(n, n_embd)`, `(n)`: the shared expert's output and its gate's logits, where the
-    /// mixture has one.
-    shared: Vec<f32>,
-    shared_gate: Vec<f32>,
-}
-
-impl MoeBuffers {
-    pub fn new(n: usize, n_embd: usize, p: &MoeParams) -> MoeBuffers {
-        let rows = n * p.n_used;
-        MoeBuffers {
-            logits: vec![0.0; n * p.n_expert],
-            probs: vec![0.0; p.n_expert],
-            chosen: vec![(0, 0.0); rows],
-            starts: vec![0; p.n_expert + 1],
-            src: vec![0; rows],
-            slot: vec![0; rows],
-            gate: vec![0.0; rows * p.n_ff_exp],
-            up: vec![0.0; rows * p.n_ff_exp],
-            down: vec![0.0; rows * n_embd],
-            acts: Acts::with_capacity(rows, n_embd.max(p.n_ff_exp)),
-            shared: vec![
-                0.0;
-                if p.n_ff_shared.is_some() {
-                    n * n_embd
-                } else {
-                    0
-                }
-            ],
-            shared_gate: vec![0.0; if p.n_ff_shared.is_some() { n } else { 0 }],
-        }
-    }
-
-    /// The bytes [`MoeBuffers::new`] allocates, or `None` where that overflows.
-    pub fn bytes(n: usize, n_embd: usize, p: &MoeParams) -> Option<usize> {
-        let rows = n.checked_mul(p.n_used)?;
-        let widest = n_embd.max(p.n_ff_exp);
-        [
-            bytes(4, &[n, p.n_expert]),
-            bytes(24, &[rows]),
-            bytes(4 * 2, &[rows, p.n_ff_exp]),
-            bytes(4, &[rows, n_embd]),
-            // Acts: the rows and at most three spare ones, four bytes a value at most.
-            bytes(4, &[rows.checked_add(6)?, widest]),
-            bytes(4, &[n, n_embd.checked_add(1)?]),
-        ]
-        .into_iter()
-        .try_fold(0usize, |a, b| a.checked_add(b?))
-    }
-
-    /// Lay out the `n * k` rows the tokens' choices make, expert by expert and, within an
-    /// expert, token by token: `starts`, `src` and `slot`. Returns the number of rows.
-    fn group(&mut self, n: usize, k: usize, n_expert: usize) -> usize {
-        let rows = n * k;
-        self.starts.fill(0);
-        for &(e, _) in &self.chosen[..rows] {
-            self.starts[e as usize + 1] += 1;
-        }
-        for e in 0..n_expert {
-            self.starts[e + 1] += self.starts[e];
-        }
-        // `slot` holds each expert's next free row while it is filled; the starts stay.
-        let mut next = self.starts.clone();
-        for (i, &(e, _)) in self.chosen[..rows].iter().enumerate() {
-            let r = next[e as usize];
-            next[e as usize] += 1;
-            self.src[r] = i / k;
-            self.slot[i] = r;
-        }
-        rows
     }
 }
 

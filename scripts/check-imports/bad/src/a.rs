@@ -1,0 +1,1 @@
+pub fn f() -> crate::Bar { crate::Bar }

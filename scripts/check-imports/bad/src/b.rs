@@ -1,0 +1,2 @@
+pub struct Bar;
+pub fn g() { super::a::f(); }

@@ -1,0 +1,3 @@
+mod q;
+pub struct P;
+pub fn run() { q::thing(); }

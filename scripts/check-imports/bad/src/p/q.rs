@@ -1,0 +1,1 @@
+pub fn thing() -> super::P { super::P }

@@ -1,0 +1,2 @@
+use super::a::f;
+pub fn arm() { let _ = f(); let _ = crate::Qux; }
