@@ -13,8 +13,9 @@
 //! The arrays hold room for [`INITIAL_POSITIONS`] at first and double, rows copied, when a
 //! position past them is stored, up to the context. Allocated whole for the context, the
 //! first token's rows touched every KV head's pages, and with huge pages that is the whole
-//! cache: on a Zen 4 VM, whose hypervisor makes the first touch of memory slow, a five-token
-//! prompt to SmolLM2 took 143-334 ms at a context of 4096 against 19-27 ms at 512.
+//! cache: on a VM whose hypervisor makes the first touch of memory slow, a short prompt then
+//! took several times as long at a large context (measurements: docs/perf-log.md, "The KV
+//! cache and attention").
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;

@@ -500,13 +500,10 @@ pub fn matmul_grouped(jobs: &[Job], acts: &Acts, outs: &mut [&mut [f32]], thread
 /// Below this many weight bytes a thread, a one-token product is split into equal shares
 /// instead of [`Claims`]: it takes a few tens of microseconds, and the claims cost more than
 /// the imbalance they remove. Each claim starts a new run of rows, whose first lines come
-/// before the prefetchers have caught up, and a small product ends in many small claims:
-/// SmolLM2's decode at two threads, 1.5 MB a layer, 315 -> 283 tok/s with claims; the
-/// 1B-shaped Q4_K_M file's attention products (2.4 and 3.5-3.8 MB), at two threads on a Zen 5,
-/// decode in 0.976-0.998x the time with a share each (1 -> 2 or 4 MiB a thread, `--ab` in one
-/// process, eleven runs with either build as the first variant; 0.975-0.976x with
-/// `ffn_down`'s 9.4-13.8 MB shared too, two runs). The Zen 4 had read 0.977-1.004x (2 MiB).
-/// Larger products keep the claims, which let a thread the machine slows take fewer pieces.
+/// before the prefetchers have caught up, and a small product ends in many small claims: with
+/// a share each, a small model's decode and a larger one's attention products ran faster
+/// (measurements: docs/perf-log.md, "One-token products in equal shares"). Larger products
+/// keep the claims, which let a thread the machine slows take fewer pieces.
 const STATIC_BELOW: usize = 4 << 20;
 
 /// The rows of a [`matmul_many`] call, handed to the threads in pieces as they ask

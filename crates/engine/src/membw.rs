@@ -9,8 +9,8 @@
 //! limits the loads, and the best of several repetitions (the least disturbed one).
 //!
 //! A scalar sum, or one thread's loop compiled without vectors, measures the core's issue rate
-//! rather than the memory: on a Sapphire Rapids VM such a loop reported about 9 GB/s, and an
-//! AVX2 loop with one stream 8-9, where this probe reports 16.5 on the same busy host.
+//! rather than the memory, and reports a fraction of what this probe reads (measurements:
+//! docs/perf-log.md, "The read-bandwidth probe").
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -37,9 +37,9 @@ type ReadFn = fn(&[Line]) -> u64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProbeOptions {
     /// On x86-64, one stream a thread in address order instead of four: what a kernel that
-    /// reads its weights once, in order, meets. Decode's kernels each read one; on the Zen 5 VM
-    /// of docs/perf-log.md (section "One stream against four") decode read 94-97% of this probe
-    /// and 87-92% of the four-stream one in the same minutes.
+    /// reads its weights once, in order, meets. Decode's kernels each read one, and came nearer
+    /// this probe's rate than the four-stream one's (measurements: docs/perf-log.md, "The
+    /// read-bandwidth probe").
     pub one_stream: bool,
     /// Ask for transparent huge pages for the buffer (Linux).
     pub huge_pages: bool,
@@ -136,11 +136,10 @@ const SKEW: usize = 613;
 
 /// Lines each of the four streams of the x86 loops reads from a slice of `n` lines: about a
 /// quarter, but such that no two streams start a multiple of a large power of two apart (the
-/// rest of the slice goes through a plain loop). A buffer of 1 GiB cut in exact quarters put
-/// its streams 256 MiB apart, and on a Zen 4 EPYC VM the probe then read 16-19 GB/s on one core
-/// where one stream, or the same four streams 97 lines off those starts, read 25-29 (`synapse
-/// bench --membw`, alternated, 2026-12-03): streams that far apart contend for the same cache
-/// sets and memory banks, and every ratio against the probe came out half again too high.
+/// rest of the slice goes through a plain loop). Streams that far apart (a buffer of 1 GiB cut
+/// in exact quarters put them 256 MiB apart) contend for the same cache sets and memory banks:
+/// the probe read far less than one stream did, and every ratio against it came out too high
+/// (measurements: docs/perf-log.md, "The read-bandwidth probe").
 #[cfg(any(target_arch = "x86_64", test))]
 fn quarter(n: usize) -> usize {
     // Starts 613 lines (mod 1024) apart: 0, 613, 202 and 815 lines into a 64 KiB window.
@@ -185,9 +184,9 @@ mod x86 {
     ///
     /// - [`Walk::four`], the probe's: four streams at once, the slice's first `4 * part` lines
     ///   cut in four equal parts, each step the next line of every part. Several streams can
-    ///   keep more requests in flight than one (with 32-byte AVX2 loads, 1.5x on one core of a
-    ///   Sapphire Rapids VM; with 64-byte loads the same as one stream there, about 16.5 GB/s
-    ///   on a busy host). The parts are [`super::quarter`]s: never a large power of two apart.
+    ///   keep more requests in flight than one, at least with 32-byte AVX2 loads (measurements:
+    ///   docs/perf-log.md, "The read-bandwidth probe"). The parts are [`super::quarter`]s: never
+    ///   a large power of two apart.
     /// - [`Walk::one`]: one stream, four consecutive lines a step, what a kernel reading its
     ///   weights in order meets (`SYNAPSE_MEMBW_STREAMS=1`).
     #[derive(Clone, Copy)]
@@ -411,8 +410,8 @@ pub fn read_part(buf: &ProbeBuffer, threads: &Threads, part: usize, parts: usize
 /// `threads` over part `part` of `parts` equal parts of the bytes of `slices` taken end to end
 /// (each thread its own contiguous share), in GB/s. Over a model's weights
 /// ([`crate::Model::weight_memory`]) it measures the bandwidth of the very pages a decode step
-/// streams. (On a Zen 4 VM such passes once read 1.5x the probe's buffer: the buffer's four
-/// streams lay 256 MiB apart then, not its pages.)
+/// streams. (Such passes once read well over the probe's buffer, whose four streams lay 256 MiB
+/// apart then, not its pages: docs/perf-log.md, "The read-bandwidth probe".)
 pub fn read_slices_part(slices: &[&[u8]], threads: &Threads, part: usize, parts: usize) -> f64 {
     let (_, read) = kernel();
     let total: usize = slices.iter().map(|s| s.len()).sum();

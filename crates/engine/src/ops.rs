@@ -30,7 +30,8 @@ fn scale_of(sum: f64, n: usize, eps: f32) -> f32 {
 /// overlap where one row's waits on each addition's latency (2048 values: about 8000 cycles
 /// alone). The same bits as one row at a time. Never inlined: compiled into the forward
 /// pass's AVX-512 build, the four chains went into one register of four f64 lanes gathered
-/// from the four rows, and SmolLM2's prefill spent 1.6x the time in its norms.
+/// from the four rows, and the norms ran much slower (measurements: docs/perf-log.md,
+/// "Element-wise operations").
 #[inline(never)]
 fn rms_scales4(rows: &[f32], width: usize, eps: f32) -> [f32; 4] {
     if rows.len() != 4 * width {
@@ -250,8 +251,8 @@ fn silu_v16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
 }
 
 /// [`swiglu_scalar`]'s body sixteen values at a time (`gate.len()` a multiple of sixteen): the
-/// scalar loop is not vectorised (its exponential's range test and f64 scaling), and took
-/// 1.3 ns a value, about 0.5-1.5% of a decode step.
+/// scalar loop is not vectorised (its exponential's range test and f64 scaling), and took a
+/// share of a decode step (measurements: docs/perf-log.md, "Element-wise operations").
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma")]
 fn swiglu16(gate: &mut [f32], up: &[f32]) {
@@ -366,7 +367,8 @@ fn gelu_f32_table() -> &'static [f32] {
 /// `half` makes one value at a time with F16C, round to nearest even), its table entry
 /// gathered, then the same one multiply; the same selections at +-10. Every value's arithmetic
 /// is the scalar one, so the same bits (tested over every F16 value). Gemma 3's prefill spent
-/// 4% of its samples in the scalar loop's conversions.
+/// a share of its time in the scalar loop's conversions (docs/perf-log.md, "Element-wise
+/// operations").
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C.

@@ -135,9 +135,9 @@ pub(crate) fn gemv_rows<B: DotBlock>(
 }
 
 /// [`gemv_rows`], with the burst of requests before each row (`BURST`) or without, for the
-/// kernels that ask for their bytes as they go (`x86::prefetch_ahead`): on top of those,
-/// the burst cost the AVX2 rows about five points of the read bandwidth in gemv-bench (Q4_K
-/// 71-75% without it, 65-68% with it).
+/// kernels that ask for their bytes as they go (`x86::prefetch_ahead`): on top of those, the
+/// burst cost the AVX2 rows some of the read bandwidth (measurements: docs/perf-log.md,
+/// "Prefetch: asked for as the loop goes").
 pub(crate) fn gemv_rows_with<B: DotBlock, const BURST: bool>(
     w: &[u8],
     row_bytes: usize,

@@ -106,7 +106,8 @@ avx2_act_quantizers! {
 
 /// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round
 /// to nearest even, NaNs kept quiet) in a loop the compiler vectorises, where the reference's
-/// value-by-value calls through [`QuantizeBlock`] took 3% of a BF16 file's two-thread prefill.
+/// value-by-value calls through [`QuantizeBlock`] took a share of a BF16 file's prefill
+/// (docs/perf-log.md, "F16 and BF16 kernels").
 fn quantize_bf16_row(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     check_sizes::<bf16>(src.len(), dst.len())?;
     let y = cast_blocks_mut::<bf16>(dst)?;

@@ -5,11 +5,9 @@
 //!
 //! Each packed matrix had its own mapping before. The kernel backs a mapping with huge pages
 //! only in the 2 MiB-aligned ranges that lie wholly inside it, and a 2.4 MiB attention matrix
-//! at an arbitrary page seldom contains one: on a Zen 4 VM packed copies of a 2048 x 2048
-//! Q4_K matrix were 21% huge pages (8192 x 2048: 85%), the 1B-shaped Q4_K_M file's packed
-//! weights 596 of about 800 MB (now 788 of 803), and a plain read of 512 MiB there ran
-//! 26.6-28.5 GB/s over huge pages against 21.7-25.4 over 4 KiB ones (a page walk each 4 KiB,
-//! under nested paging). A region here is one mapping of 64 MiB or more, asked for
+//! at an arbitrary page seldom contains one: much of the packed weights lay in 4 KiB pages, over
+//! which a plain read runs slower (a page walk each 4 KiB, under nested paging; measurements:
+//! docs/perf-log.md, "Huge pages"). A region here is one mapping of 64 MiB or more, asked for
 //! huge pages once; the arrays follow each other in it, 4 KiB-aligned, so only a region's
 //! unused end is left out of huge pages.
 //!

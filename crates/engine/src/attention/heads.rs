@@ -115,11 +115,10 @@ impl HeadScratch {
 /// How far ahead the passes over the cache's rows ask for them, in bytes of a head's rows: a
 /// decode step reads them from memory, and one position's work is a few nanoseconds against a
 /// hundred or more for a miss, so the requests go far enough ahead to cover it: 16 KiB, 128
-/// rows of SmolLM2's 64-value heads (its tg32 at depth 2048, against 16 rows ahead, in one
-/// process: 0.87-0.96x the time at one thread, 0.92x at two; 256 or 512 rows no better;
-/// Llama-3.2-1B's and Gemma 3's unchanged, their attention a smaller share of a token there).
-/// Measured when the cache kept every KV head's row of a position together; with each KV
-/// head's rows consecutive the hardware prefetchers follow them too.
+/// rows of SmolLM2's 64-value heads, faster than 16 rows and as fast as more (measurements:
+/// docs/perf-log.md, "The KV cache and attention"). Measured when the cache kept every KV
+/// head's row of a position together; with each KV head's rows consecutive the hardware
+/// prefetchers follow them too.
 #[cfg(target_arch = "x86_64")]
 pub(crate) const AHEAD_BYTES: usize = 16 << 10;
 

@@ -123,11 +123,8 @@ pub(crate) fn in_pieces<T: Send>(
 /// One Q4_K block of sixteen rows (2304 bytes, sixteen blocks' worth). The scales come first,
 /// in the order the kernels read a block: its one-token pass streams with the hardware's
 /// prefetchers alone on AMD's cores before Zen 5 ([`Ahead::Stream`]), and with the scales at
-/// the block's end each block began with a jump forward and back. Copies of a 2048 x 2048
-/// matrix, streamed cold against a plain read of the same bytes (tilebench
-/// `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, the two layouts in turn, four runs each):
-/// 55.6-92.7% -> 93.5-95.1% (8192 x 2048: 46-79% -> 78-91%); with the other CPUs'
-/// prefetch distances (`SYNAPSE_PREFETCH=8192,0` and `4096,16384`) 48-81% -> 72-81%.
+/// the block's end each block began with a jump forward and back, which read less of the
+/// memory (measurements: docs/perf-log.md, "Packed layouts: each block's heads first").
 ///
 /// [`Ahead::Stream`]: crate::x86::Ahead::Stream
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -409,9 +406,8 @@ impl Pack for IQ4XSPacked {
 // The 32-value formats.
 
 /// One Q8_0 block of sixteen rows (544 bytes), each value stored plus 128; the scales first,
-/// as Q4_K's ([`Q4KPacked`]): copies of a 2048 x 8192 and an 8192 x 2048 matrix streamed cold
-/// at 67-83% and 52-84% of a plain read with the scales last, 81-97% and 98-102% with them
-/// first (three runs each, in turn).
+/// as Q4_K's ([`Q4KPacked`]), which read more of the memory than the scales last
+/// (measurements: docs/perf-log.md, "Packed layouts: each block's heads first").
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q8_0Packed {
@@ -448,13 +444,9 @@ fn fifth_bits(qh: [u8; 4]) -> u32 {
 /// min (its kernels' side, against its activations: `crate::x86::packed_common`'s
 /// `pack32_nibbles`). The heads (scales, mins, fifth bits) come first, in the order the
 /// one-token passes read a block, as Q4_K's and Q8_0's do: with them after the values each
-/// block began with a load a few lines ahead and then went back. Copies of an 8192 x 2048
-/// matrix streamed cold against a plain read of the same bytes, on a Zen 5 (tilebench
-/// `TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0`, the two layouts in turn, two runs each): Q4_0
-/// 80.8 / 80.9% -> 91.7 / 92.0%, Q5_0 90.5 / 90.8% -> 92.9 / 92.2%; decode of the files with
-/// every matrix in the format (`bench/alternate.sh`, old and new builds alternated) Q4_0 1.139x
-/// / 1.074x the tok/s at one / two threads, Q4_1 1.145x / 1.126x, Q5_0 1.020x, Q5_1 1.039x at
-/// one, SmolLM2-135M Q4_1 1.057x / 1.040x; prefill unchanged (1.003x, 0.996x).
+/// block began with a load a few lines ahead and then went back, which read less of the memory
+/// and decoded slower (measurements: docs/perf-log.md, "Packed layouts: each block's heads
+/// first").
 macro_rules! packed_nibbles {
     ($(#[$doc:meta])* $name:ident: $block:ty, qh $qh:tt, min $min:tt) => {
         $(#[$doc])*
@@ -512,9 +504,9 @@ packed_nibbles!(
 );
 
 /// One IQ4_NL block of sixteen rows (288 bytes): Q4_0's layout (its scales first), each
-/// nibble an index into the sixteen non-uniform levels. Its one-token pass read the same share
-/// of a plain read either way (91.1 / 92.3% with the scales last, 94.6 / 91.1% first), and its
-/// file's decode 1.028x the tok/s with them first (three pairs).
+/// nibble an index into the sixteen non-uniform levels. (Its one-token pass read about as much
+/// of the memory either way, and its file decoded a little faster with the scales first:
+/// docs/perf-log.md, "Packed layouts: each block's heads first".)
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct IQ4NLPacked {

@@ -511,7 +511,8 @@ const Q2K_SCALE_PICK: [[u8; 32]; 4] = {
 pub(super) fn q2_k_lanes(x: &BlockQ2K, y: &BlockQ8K) -> __m256i {
     let m3 = _mm256_set1_epi8(3);
     // The sixteen 4-bit scales as i16: groups 0..8 in both halves of `sc[0]`, 8..16 of `sc[1]`
-    // (built from a scalar pair a step instead, the row kernel ran at 30 GMAC/s; this, 45).
+    // (built from a scalar pair a step instead, the row kernel ran slower: docs/perf-log.md,
+    // "Row kernels").
     // SAFETY: 16 readable bytes of scales.
     let raw = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
     let raw = _mm_and_si128(raw, _mm_set1_epi8(0x0F));

@@ -489,8 +489,8 @@ unsafe fn gemm_packed(
     // `chain_at(s, m, i, j) PT + t`.
     let block_len = 32 * s * PT;
     // The tokens' pairs (values 64 i + 32 j + 2 m, + 1: word m of the 32 values from
-    // 64 i + 32 j), sixteen tokens at a time (the pair-by-pair loop this replaced took 13% of
-    // the batch kernel's time, 9% of a BF16 file's two-thread prefill, once a call).
+    // 64 i + 32 j), sixteen tokens at a time (the pair-by-pair loop this replaced took a
+    // share of a BF16 file's prefill: docs/perf-log.md, "F16 and BF16 kernels").
     // SAFETY: this function's CPU; 32 values from 64 i + 32 j <= k - 32 of each token, and
     // `chain_at(..) PT + 8 <= block_len`.
     unsafe {
@@ -810,8 +810,8 @@ unsafe fn row_sums(x: &[bf16], y: &[bf16]) -> [f32; 2] {
 
 /// The reduced accumulators of every row of `x` (`k` values each) with one activation row `y`,
 /// a row at a time, into `parts` (one pair a row), under FTZ and DAZ ([`flushing`]). A row at
-/// a time: the BF16 file's decode at `SYNAPSE_ISA=avx2` took 1.23x the time with two rows at
-/// once, 1.53x with three, 1.73x with four (alternated token by token, one thread, Zen 5).
+/// a time: two, three or four rows at once made the BF16 file's decode at the AVX2 tier slower
+/// (measurements: docs/perf-log.md, "F16 and BF16 kernels").
 #[inline(never)]
 #[target_feature(enable = "avx2,fma")]
 fn row_sums_avx2(x: &[bf16], k: usize, y: &[bf16], parts: &mut [[f32; 2]]) {
@@ -984,9 +984,8 @@ fn tile_sums_avx2(
     }
     let a = &a[..];
     // Three rows by four tokens: twelve independent sums of two dependent multiply-adds a
-    // step each keep both FMA pipes busy (tilebench 512 x 2048 x 64 tokens, Zen 5: 45.6-46.1
-    // GMAC/s, where two by four gave 39.6-40.9, four by three 25.0, two by six 40.6, three by
-    // three 41.2).
+    // step each keep both FMA pipes busy, the fastest of the shapes measured
+    // (docs/perf-log.md, "F16 and BF16 kernels").
     const R: usize = 3;
     const T: usize = 4;
     // About 32 rows (256 KiB of f32 at 2048 values a row), a whole number of tiles: blocks of

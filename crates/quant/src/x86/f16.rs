@@ -112,10 +112,10 @@ pub fn dot_512<E: Elem, const R: usize>(x: [&[E]; R], y: &[E]) -> [f32; R] {
     let mut i = 0;
     while i < np {
         // Each row's bytes ahead of this step's 64 values, as the loop goes (past a row's end,
-        // the next rows'): a burst before each group of rows held F16 at 67% of the bandwidth.
-        // Both distances on every CPU: the rows move together, and the second-level request
-        // reaches the rows after them (kbench, F16 8192 x 2048, one token, on a Zen 5: 31-33
-        // GB/s so, 20-23 with the first level alone at 2, 4 or 8 KiB).
+        // the next rows'): a burst before each group of rows read less of the bandwidth. Both
+        // distances on every CPU: the rows move together, and the second-level request reaches
+        // the rows after them (measurements: docs/perf-log.md, "Prefetch: asked for as the loop
+        // goes" and "Prefetch distances").
         for r in x {
             prefetch_lines_by(
                 r.as_ptr().wrapping_add(i).cast(),
@@ -431,10 +431,10 @@ unsafe fn rows_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
 /// `T` tokens ([`tile`]). The loop order only: every output sums its chains in the reference's
 /// order.
 ///
-/// tilebench, AVX-512, 2048 x 2048 by 64 tokens: 29.8 GMAC/s with tiles of two rows by three
-/// tokens that held all four of an output's accumulators (five loads and two widenings for six
-/// multiply-adds) -> 36. A pass from the first-level cache runs at about 3.5 G multiply-adds a
-/// second, from the second-level cache at about 2: the blocking is what keeps it in the first.
+/// Tiles that held all four of an output's accumulators (two rows by three tokens: five loads
+/// and two widenings for six multiply-adds) ran slower than these. A pass runs much faster from
+/// the first-level cache than from the second: the blocking is what keeps it in the first
+/// (measurements: docs/perf-log.md, "F16 and BF16 kernels").
 ///
 /// # Safety
 /// The CPU must have `W`'s features; `w.len()` and `y.len()` must be multiples of `k > 0` and
@@ -457,8 +457,9 @@ unsafe fn gemm_by<W: Lanes, E: Elem, const R: usize, const T: usize>(
     let block = 32 / R * R;
     let np = k & !63;
     // Rows of the copies a line longer than the 64-value steps they hold, so that rows of
-    // 2048 or 8192 values do not all start on the same first-level cache set (tilebench
-    // measured no difference on this CPU; [`tile`] relies on the 16).
+    // 2048 or 8192 values do not all start on the same first-level cache set (no difference
+    // measured on one CPU: docs/perf-log.md, "F16 and BF16 kernels"; [`tile`] relies on the
+    // 16).
     let kp = np + 16;
     a.resize(n_tok * kp, 0.0);
     for (t, at) in a.chunks_exact_mut(kp).enumerate() {
@@ -782,8 +783,8 @@ pub(crate) fn pack_rows(
 /// packed layout: for chain `m + 16 q` at step `i`, its sixteen rows at `((m s + i) 4 + q)
 /// 16`. Each half step's 32 columns of the sixteen rows loaded and transposed as 32-bit words
 /// ([`transpose16`]: word `j`, columns `2j` and `2j + 1` of every row), then split into the
-/// two columns' halves. (Gathering each word pair from the sixteen rows instead took 39% of
-/// an F16 file's load.)
+/// two columns' halves. (Gathering each word pair from the sixteen rows instead made an F16
+/// file's load much slower: docs/perf-log.md, "F16 and BF16 kernels".)
 ///
 /// # Safety
 /// The CPU must have AVX-512 F.
@@ -975,8 +976,8 @@ const PASS_OUT: usize = PASS_GROUPS * PASS_TOKENS;
 /// then from cache), passes of [`PASS_TOKENS`] tokens over the four chains ([`chain_pass`])
 /// and their first adds; last each output's halves, quarters and pairs ([`reduce_pairs`]) and
 /// its tail. (Passes over all 64 chains token block by token block read a block's rows once a
-/// token block, from the second-level cache or, for rows of 8192 values, beyond it: 85 GMAC/s
-/// there against 100 with rows of 2048.)
+/// token block, from the second-level cache or, for rows of 8192 values, beyond it, and ran
+/// slower there than with rows of 2048: docs/perf-log.md, "F16 and BF16 kernels".)
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, AVX2, FMA and F16C; `p` holds whole groups, `y` `n_tok k`
@@ -1094,9 +1095,9 @@ pub(crate) fn packed_kernel(
     let x: &[f16] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yf, yp, sums)| {
         if n_tok == 1 {
-            // The token's values in the order the group's chains are read (a row of 8192
-            // values read in column order missed the first-level cache: `ffn_down` streamed
-            // at 27 GB/s, the other matrices at 34).
+            // The token's values in the order the group's chains are read (a row of 8192 values
+            // read in column order missed the first-level cache, and `ffn_down` streamed slower
+            // than the other matrices: docs/perf-log.md, "F16 and BF16 kernels").
             let s = k / 64;
             yf.clear();
             yf.resize(64 * s, 0.0);
@@ -1116,8 +1117,8 @@ pub(crate) fn packed_kernel(
 }
 
 /// [`gemv_packed`] compiled for its features. (The bodies as `target_feature` functions of
-/// their own, without these entries, measured slower: tilebench F16 one token 34 -> 29 GMAC/s,
-/// 64 tokens 72 -> 50.)
+/// their own, without these entries, measured slower: docs/perf-log.md, "F16 and BF16
+/// kernels".)
 ///
 /// # Safety
 /// As [`gemv_packed`].

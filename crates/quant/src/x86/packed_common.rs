@@ -127,8 +127,9 @@ pub(super) use group_passes;
 /// [`group_passes`] for kernels that take a group's blocks unpacked: `$unpack(group, $vb)` once
 /// before the group's passes, then `$f::<T>((group, &$vb[..]), ...)` for each pass, each pass
 /// first asking for its share of the next group's bytes ([`crate::x86::prefetch_share`]):
-/// unpacking a group from memory waited for it (prefill of the Q3_K_M, Q2_K, Q4_K_M, Q5_K_M
-/// and Q6_K files took 1.05-1.2x the time without the requests, alternated in one process).
+/// unpacking a group from memory waited for it, and the K-quant files' prefill ran slower
+/// without the requests (measurements: docs/perf-log.md, "Prefetch: asked for as the loop
+/// goes").
 macro_rules! unpacked_passes {
     ($p:expr, $per_row:expr, $a:expr, $out:expr, $unpack:ident, $vb:expr, $f:ident,
      $full:literal, [$($rest:literal)*], $tabs:tt) => {{
@@ -647,9 +648,9 @@ pub(super) struct Tok32 {
 
 impl Tok32 {
     /// A token block `y` whose lanes of four values sum to `sums` (i32 lanes), against weights
-    /// stored plus `offset`: in registers, the scales by F16C (the scalar form, through
-    /// `half`'s conversions, took 4-5% of a Q4_0 file's prefill, the table being built once a
-    /// call).
+    /// stored plus `offset`: in registers, the scales by F16C (the scalar form, through `half`'s
+    /// conversions, took a share of a Q4_0 file's prefill, the table being built once a call:
+    /// docs/perf-log.md, "Batch calls' sizes").
     ///
     /// # Safety
     /// The CPU must have AVX2 and F16C.
@@ -689,14 +690,10 @@ thread_local! {
 
 /// Weights a batch call of the 32-value formats ([`lanes32`]) covers: each call builds a table
 /// of every token block's lane sums (48 bytes a block: 786 KiB for 64 tokens of 8192 columns),
-/// and in calls of 64 rows that table cost about as much as the products themselves. kbench
-/// at 64 tokens, one thread, Zen 5 (`synapse bench-kernels kbench --formats Q4_0,Q8_0,Q5_0
-/// --tokens 64`), GMAC/s, 64 rows a call -> 256 x 2048 weights -> 1024 x 2048: Q4_0 512 x 2048
-/// 114-118 -> 171-193 -> 142-202, 2048 x 8192 109-113 -> 90-116 -> 155-169; Q8_0 2048 x 8192
-/// 88-90 -> 84-90 -> 100-118; Q5_0 2048 x 8192 72-92 -> 85-88 -> 116-119. The AVX2 kernels
-/// build the same table (at `SYNAPSE_ISA=avx2`, 64 rows -> 1024 x 2048: Q5_0 31-39 -> 43-46,
-/// Q4_1 32-43 -> 44-50). Larger calls changed nothing measurable for the K-quants, whose
-/// per-call work on the tokens is smaller.
+/// and in calls of 64 rows that table cost about as much as the products themselves. Calls of
+/// 1024 x 2048 weights ran faster, at the AVX2 tier too; larger calls changed nothing
+/// measurable for the K-quants, whose per-call work on the tokens is smaller (measurements:
+/// docs/perf-log.md, "Batch calls' sizes").
 ///
 /// [`lanes32`]: super::avx512_packed
 pub(super) const LANES32_TILE_WEIGHTS: usize = 1024 * 2048;

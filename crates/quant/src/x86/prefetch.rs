@@ -4,10 +4,10 @@ use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
 
 /// How far ahead of the kernels their weights are asked for, in bytes: into the first-level
 /// cache from `l1` bytes ahead, and into the second from `l2` (none where 0). The hardware's
-/// prefetchers alone leave a core well under the bandwidth a streaming read reaches. Asked for
+/// prefetchers alone leave a core well under the bandwidth a streaming read reaches; asked for
 /// as the loop goes rather than in a burst before each row ([`crate::codec::prefetch_ahead`]),
-/// gemv-bench's row kernels read 15-25 points more of the bandwidth (F16 on AVX-512 67% ->
-/// 82-98%; on AVX2 Q4_K 53% -> 71-73%, Q8_0 55% -> 76%).
+/// the rows read more of it (measurements: docs/perf-log.md, "Prefetch: asked for as the loop
+/// goes").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Prefetch {
     pub l1: usize,
@@ -15,18 +15,16 @@ pub(crate) struct Prefetch {
 }
 
 /// Intel's cores (measured on a Xeon of the Sapphire Rapids generation): one distance alone is
-/// bounded by the first level's few line-fill buffers (kbench, one token: packed Q4_K 67-81% of
-/// the read bandwidth with one distance of 8 KiB, 78-105% with 4 and 16 KiB).
+/// bounded by the first level's few line-fill buffers, so both levels are asked, from 4 and 16
+/// KiB ahead (measurements: docs/perf-log.md, "Prefetch distances").
 pub(crate) const PREFETCH_BOTH: Prefetch = Prefetch {
     l1: 4096,
     l2: 16384,
 };
 
-/// AMD's (measured on a Zen 5 EPYC, 43 GB/s for one core): the second-level requests cost
-/// more than they bring, and the first level wants to be asked from further ahead. kbench, one
-/// token, one thread, the 8192 x 2048 matrix: packed Q4_K 33.6 -> 39.5 GB/s with 8 KiB alone,
-/// Q6_K 34.4 -> 38.5, Q4_0 33.7 -> 38.8, Q5_K 35.1 -> 41.0; any second-level distance (8 to
-/// 64 KiB) took Q4_K back to 31-34.
+/// AMD's (measured on a Zen 5 EPYC): the second-level requests cost more than they bring, and
+/// the first level wants to be asked from further ahead, 8 KiB (measurements: docs/perf-log.md,
+/// "Prefetch distances").
 pub(crate) const PREFETCH_AMD: Prefetch = Prefetch { l1: 8192, l2: 0 };
 
 /// Which prefetch distances a kernel asks ahead at. Only the speed depends on them;
@@ -37,32 +35,19 @@ pub(crate) enum Ahead {
     /// The distances of this CPU: [`PREFETCH_AMD`] on AMD's, [`PREFETCH_BOTH`] on others.
     Plan,
     /// [`Ahead::Plan`] for the kernels whose loads lag the memory most: on AMD's cores before Zen 5
-    /// (measured on a Zen 4 EPYC), a second-level request 16 KiB ahead besides the first- level
-    /// one. The one-token kernels streaming 512 MiB of copies of a 2048 x 8192 matrix, against a
-    /// plain read of the same bytes (tilebench `TILEBENCH_SUSTAINED`, three runs each in turn),
-    /// first-level request alone -> both: Q6_K 60-76% -> 83-93%, IQ4_XS 68-69% -> 80-82%, Q3_K
-    /// 73-78% -> 79-85%; in decode of the 1B-shaped Q4_K_M file its Q6_K output matrix went from
-    /// 19.0-20.0 to 21.4-23.1 GB/s. Q4_K (8192 x 2048: 67-74% -> 65-76%), Q5_K (87-89% either way)
-    /// and Q8_0 gained nothing, and the plan for every kernel cost Gemma 3's decode 6%: only the
-    /// kernels that gain take this one. The AVX2 tier's kernels of the same three formats
-    /// (`SYNAPSE_ISA=avx2` on the Zen 4, two runs each): IQ4_XS 39-45% -> 55-57%, Q3_K 36-51% ->
-    /// 50-61%, Q6_K 55-60% -> 58-61%. The 32-value formats' and Q2_K's one-token kernels (two runs
-    /// each): Q4_1 60% -> 75-89%, Q4_0 57-63% -> 74-75%, Q5_0 60-65% -> 76-84%, Q2_K 52-68% ->
-    /// 67-68%.
+    /// (measured on a Zen 4 EPYC), a second-level request 16 KiB ahead besides the first-level
+    /// one. The one-token kernels of Q6_K, IQ4_XS, Q3_K, Q2_K and the 32-value formats read more
+    /// of the memory so, others gained nothing, and the plan for every kernel slowed Gemma 3's
+    /// decode: only the kernels that gain take this one (measurements: docs/perf-log.md,
+    /// "Prefetch distances").
     Deep,
     /// [`Ahead::Plan`] for the one-token kernels that stream best on their own: on AMD's cores
     /// before Zen 5 (measured on a Zen 4 EPYC), no requests at all. Q4_K's and Q8_0's, the kernels
     /// that spend the fewest operations a byte, read more of the memory with the core's own
     /// prefetchers alone (likely the requests only took line-fill buffers from their loads; not
-    /// checked with counters, which that VM lacks). Against a plain read of the same bytes
-    /// (tilebench `TILEBENCH_COLD=512 TILEBENCH_SUSTAINED=0`, separate processes in turn), with
-    /// requests (their plans then) -> none: Q4_K 8192 x 2048 50.7 / 67.1 / 72.6 / 69.9 / 77.8 /
-    /// 75.8% -> 97.7 / 93.3 / 74.6 / 96.4 / 84.3 / 75.5%, Q8_0 2048 x 8192 67.8 / 68.6 / 70.0% ->
-    /// 77.7 / 79.1 / 78.2%. Every other one-token kernel read less without them (Q5_K 75-85% ->
-    /// 26-30%, Q4_1 71-73% -> 40-42%, Q6_K, IQ4_XS, Q3_K, Q5_0, Q5_1, IQ4_NL 10 to 30 points less,
-    /// Q2_K and Q4_0 4 to 17). F16's packed one-token kernel too, whose rows are read chain by
-    /// chain in address order: the pure F16 file's decode 1.113x the tok/s without requests
-    /// (`SYNAPSE_PREFETCH=0,0`, bench/alternate.sh, five pairs at one thread, 1.020-1.165).
+    /// checked with counters, which that VM lacks), and so does F16's packed one-token kernel,
+    /// whose rows are read chain by chain in address order; every other one-token kernel read
+    /// less (measurements: docs/perf-log.md, "Prefetch distances").
     Stream,
 }
 

@@ -79,8 +79,8 @@ avx512_entry! {
 /// `out.len() % R` one at a time through `dot::<1>`'s counterpart `one`): the shapes and casts
 /// checked as [`crate::codec::gemv_rows`] checks them. The kernels ask for their rows' bytes
 /// ahead as they go ([`prefetch_ahead`], [`prefetch_lines`]): a burst of requests for each
-/// group before its loop, as `gemv_rows` makes, held the AVX-512 rows at 34-61% of the read
-/// bandwidth (gemv-bench, one thread), where they now read 51-91%.
+/// group before its loop, as `gemv_rows` makes, held the AVX-512 rows well under the read
+/// bandwidth (measurements: docs/perf-log.md, "Prefetch: asked for as the loop goes").
 fn gemv_by<B: DotBlock, const R: usize>(
     w: &[u8],
     row_bytes: usize,
@@ -177,9 +177,8 @@ macro_rules! float_512_entry {
 
         /// Type-erased entry to the AVX-512 float kernel, over consecutive rows: four at a
         /// time (the token's values loaded once for four rows), or one at a time on AMD's
-        /// CPUs, which stream one row at 34-36 GB/s and four side by side at 26-28 (kbench,
-        /// F16, one token, one thread, on a Zen 5 EPYC; the prefetch distances did not
-        /// change it). The rows' sums are the same either way.
+        /// CPUs, which stream one row faster than four side by side (measurements:
+        /// docs/perf-log.md, "Row kernels"). The rows' sums are the same either way.
         pub fn $gemv(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
             let one = |x: [&[$elem]; 1], y: &[$elem]| {
                 // SAFETY: as above.

@@ -151,13 +151,9 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
 /// one word). The token's value goes in as its magnitude, shared by the sixteen rows, against
 /// the level with the token's sign, where the batch pass takes the level's magnitude against
 /// the token with the level's sign: the same products, one `vpsignb` fewer a word. The same
-/// integers, row by row, as the pass of one token. Cold copies of an 8192 x 2048 matrix against
-/// a plain read of the same bytes, on a Zen 5 at `SYNAPSE_ISA=avx2`: half by half 59.4% ->
-/// one sweep 69.8% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`; decode of the IQ4_XS file at
-/// that tier 1.149x the tok/s, `bench/alternate.sh`, three pairs); then, builds alternated in
-/// another hour, 60-61% -> 67-68% with the nibble pairs and the token's magnitude (hot, `IQ4_XS
-/// 1024 2048 1`: 46.6-48.1 -> 53.0-53.6 GMAC/s; the nibble pairs alone 50.0-50.3), decode of
-/// the IQ4_XS file 1.099x (five pairs, 1.05-1.11x).
+/// integers, row by row, as the pass of one token. The one sweep, the nibble pairs and the
+/// token's magnitude each read more of the memory (measurements: docs/perf-log.md, "AVX2
+/// one-token passes: one sweep over both halves").
 ///
 /// [`q4_k_one`]: super::kquants
 #[inline]
@@ -234,10 +230,10 @@ thread_local! {
     static IQ4XS_LEVELS: RefCell<Vec<[__m256i; 128]>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Packed IQ4_XS groups times every token, as [`q4_k`], eight tokens a pass (tilebench, `IQ4_XS
-/// 512 2048 64` at `SYNAPSE_ISA=avx2`: 44.7, 49.9 and 51.0 GMAC/s at 4, 8 and 12 tokens a pass,
-/// against 32.4 for the AVX2 tiles this replaces; one token 26.8 against the row kernel's 17.9).
-/// More than a pass of tokens, and each group's levels are looked up once for all its passes.
+/// Packed IQ4_XS groups times every token, as [`q4_k`], eight tokens a pass (faster than four,
+/// about as fast as twelve, and faster than the AVX2 tiles this replaces; measurements:
+/// docs/perf-log.md, "AVX2 packed: tokens a pass"). More than a pass of tokens, and each
+/// group's levels are looked up once for all its passes.
 ///
 /// # Safety
 /// As [`q4_k`].

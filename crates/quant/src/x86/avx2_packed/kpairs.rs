@@ -187,13 +187,9 @@ pass_entries!(
 /// [`q6_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
 /// the group, as [`q4_k_one`]: each pair of the token's values broadcast once for the sixteen
 /// rows. The same operations on the same integers, row by row, as the pass of one token; the
-/// two halves' sixteen float lanes live in memory between sub-blocks (sixteen registers). On a
-/// Zen 5 (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048 matrix 55.9-56.5 -> 67.3-68.5 GMAC/s
-/// (tilebench, two runs each); cold copies of an 8192 x 2048 matrix against a plain read of
-/// the same bytes 83.0% -> 100.6% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`); decode of
-/// the pure Q6_K file in 0.817x the time at one thread, the 1B-shaped Q4_K_M file's (its
-/// output and some `ffn_down` and `attn_v` matrices in Q6_K) 0.905-0.923x at one thread and
-/// 0.956-0.966x at two (`synapse bench --ab`).
+/// two halves' sixteen float lanes live in memory between sub-blocks (sixteen registers). One
+/// sweep runs faster, hot and from memory, than two halves (measurements: docs/perf-log.md,
+/// "AVX2 one-token passes: one sweep over both halves").
 ///
 /// [`q4_k_one`]: super::kquants
 #[inline]
@@ -251,11 +247,8 @@ fn q6_k_one<const T: usize>(
 }
 
 /// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for
-/// the paired products (`q6_k_acts`), eight tokens a pass (tilebench, `Q6_K 512 2048 64` at
-/// `SYNAPSE_ISA=avx2`, best of five, in `vec_dot`'s pairing: 39, 45, 49, 51, 57 and 55 GMAC/s
-/// at 2, 3, 4, 6, 8 and 12 tokens a pass, against 35 for the AVX2 tiles it replaced; the
-/// paired products, builds alternated on a Zen 5: `2048 2048 64` 76-88 -> 92-112, one token
-/// `512 2048 1` 47 -> 56).
+/// the paired products (`q6_k_acts`), eight tokens a pass, the fastest of two to twelve
+/// (measurements, the paired products' too: docs/perf-log.md, "AVX2 packed: tokens a pass").
 /// More than a pass of tokens, and each group is unpacked once for all its passes.
 ///
 /// # Safety
@@ -528,12 +521,9 @@ pass_entries!(
 /// the group, as [`q4_k_one`]: each of the token's values and offsets broadcast once for the
 /// sixteen rows, each lane's words unpacked pair by pair from its three words a half (a whole
 /// octet a half would not fit the sixteen registers). The same operations on the same integers,
-/// row by row, as the pass of one token. On a Zen 5 (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048
-/// matrix 61.5 -> 71.9 GMAC/s (tilebench); cold copies of an 8192 x 2048 matrix against a plain
-/// read of the same bytes 61.0% -> 72.0% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`): still
-/// bound by its vector instructions, about eleven for each eight-row word of values; decode of
-/// the pure Q3_K_M file 1.20x the tokens a second at one thread (`bench/alternate.sh`, six
-/// pairs, 1.19-1.28x).
+/// row by row, as the pass of one token. One sweep runs faster than two halves, yet it is still
+/// bound by its vector instructions, about eleven for each eight-row word of values
+/// (measurements: docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 ///
 /// [`q4_k_one`]: super::kquants
 #[inline]

@@ -255,13 +255,9 @@ q4_k_tokens!(
 /// the group: each of the token's values broadcast once for the sixteen rows instead of once a
 /// half, and the loop's work on the token and its control shared. The same operations on the
 /// same integers, row by row, as the pass of one token, in every tier that takes this file's
-/// kernels: the AVX-VNNI tier's pass of one token with `vpdpbusd`, half by half, read 66-67
-/// GMAC/s hot and 67.8% of a plain read cold where this one reads 99-102 and 93.9%. On a Zen 5
-/// (`SYNAPSE_ISA=avx2`): hot, a 1024 x 2048 matrix 69-70 -> 103-106 GMAC/s (tilebench, two
-/// runs each); cold copies of an 8192 x 2048 matrix against a plain read of the same bytes
-/// 72.3% -> 100.1% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`, the two forms alternated);
-/// the 1B-shaped Q4_K_M file's decode 0.839-0.850x the time at one thread, 0.879-0.882x at two
-/// (`synapse bench --ab`, two runs each).
+/// kernels: the AVX-VNNI tier's pass of one token with `vpdpbusd`, half by half, was slower
+/// hot and from memory, and at the AVX2 tier the sweep sped decode up (measurements:
+/// docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k_one<const T: usize>(
@@ -509,10 +505,8 @@ fn q2_k_tokens<const T: usize>(
 
 /// [`q2_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
 /// the group, as [`q4_k_one`]. The same operations on the same integers, row by row, as the
-/// pass of one token. Cold copies of an 8192 x 2048 matrix against a plain read of the same
-/// bytes, on a Zen 5 at `SYNAPSE_ISA=avx2`: 45.9% -> 52.7% (`TILEBENCH_COLD=1024
-/// TILEBENCH_SUSTAINED=0,1`); the Q2_K file's decode at that tier 1.065x the tok/s
-/// (`bench/alternate.sh`, three pairs).
+/// pass of one token; one sweep reads more of the memory than two halves (measurements:
+/// docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -773,10 +767,9 @@ unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool>(
 
 /// [`q5_k_tokens`] for one token (decode), both halves of the sixteen rows in one sweep over
 /// the group, as [`q4_k_one`]: each of the token's words broadcast once for the sixteen rows.
-/// The same operations on the same integers, row by row, as the pass of one token. Cold copies
-/// of an 8192 x 2048 matrix against a plain read of the same bytes, on a Zen 5 at
-/// `SYNAPSE_ISA=avx2`: 63.6% -> 85.2% (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`); decode
-/// of the Q5_K_M file at that tier 1.290x the tok/s (`bench/alternate.sh`, three pairs).
+/// The same operations on the same integers, row by row, as the pass of one token; one sweep
+/// reads more of the memory than two halves (measurements: docs/perf-log.md, "AVX2 one-token
+/// passes: one sweep over both halves").
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -839,10 +832,10 @@ pass_entries!(
     (ys: [&[BlockQ8K]; T], pair_sums: [&[[i16; 8]]; T])
 );
 
-/// Packed Q5_K groups times every token, as [`q4_k`], four tokens a pass (tilebench, `Q5_K 512
-/// 2048 64` at `SYNAPSE_ISA=avx2`, best of five: 53.6 GMAC/s at four tokens a pass, 53.4 at
-/// eight, against 32 for the AVX2 tiles this replaces). More than a pass of tokens, and each
-/// group is unpacked once for all its passes.
+/// Packed Q5_K groups times every token, as [`q4_k`], four tokens a pass (as fast as eight, and
+/// faster than the AVX2 tiles this replaces; measurements: docs/perf-log.md, "AVX2 packed:
+/// tokens a pass"). More than a pass of tokens, and each group is unpacked once for all its
+/// passes.
 ///
 /// # Safety
 /// As [`q4_k`].

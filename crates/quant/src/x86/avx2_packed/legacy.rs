@@ -29,13 +29,8 @@ const fn signed<P: Pack32>() -> bool {
 
 /// Whether a format's lanes start at the token's bias (`-OFFSET * sum`): not for [`signed`]
 /// formats, nor where the offset is 0 (Q4_1 and Q5_1, whose bias is all zeros: adding it, a
-/// broadcast and an add a lane, had cost them a fifth of their passes' time). On a Zen 5 at
-/// `SYNAPSE_ISA=avx2`, tilebench hot, with the zeros added -> without: one token of a 1024 x
-/// 2048 matrix Q4_1 44.6-53.2 -> 68.4-71.2 GMAC/s, Q5_1 37.0 -> 47.0; 64 tokens of 512 x 2048
-/// Q4_1 52.1 -> 62.9, Q5_1 36.2 -> 54.5; cold one-token copies of 8192 x 2048 against a plain
-/// read, Q4_1 71-72% -> 90-91%, Q5_1 66% -> 81%. SmolLM2-135M Q4_1 at one thread
-/// (`bench/alternate.sh`, four pairs): decode 1.157x, prefill 1.218x; the Q5_1 file's decode
-/// 1.214x.
+/// broadcast and an add a lane, had cost them a fifth of their passes' time; measurements:
+/// docs/perf-log.md, "Q4_1 and Q5_1: lanes without the zero bias").
 const fn biased<P: Pack32>() -> bool {
     !signed::<P>() && P::OFFSET != 0
 }
@@ -205,13 +200,9 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
 
 /// [`tokens32`] for one token (decode), both halves of the sixteen rows in one sweep over the
 /// group, as [`q4_k_one`]: each of the token's words broadcast once for the sixteen rows. The
-/// same operations on the same integers, row by row, as the pass of one token. Cold copies of
-/// an 8192 x 2048 matrix against a plain read of the same bytes, on a Zen 5 at
-/// `SYNAPSE_ISA=avx2` (`TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED=0,1`, half by half -> both):
-/// Q4_1 69.9% -> 78.7%, Q5_0 63.9% -> 73.1%, Q5_1 67.1% -> 74.3%; in the repacked order
-/// ([`tokens32_rows8_one`]) Q4_0 84.1% -> 96.7%, IQ4_NL 56.1% -> 64.9%. Decode at that tier,
-/// builds alternated (`bench/alternate.sh`, three pairs, one thread): the pure Q4_0 file
-/// 1.219x the tok/s, Q4_1 1.114x, SmolLM2-135M Q4_1 1.036x.
+/// same operations on the same integers, row by row, as the pass of one token. One sweep read
+/// more of the memory than two halves, here and in the repacked order ([`tokens32_rows8_one`])
+/// (measurements: docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 ///
 /// [`q4_k_one`]: super::kquants
 #[inline]
@@ -318,11 +309,9 @@ fn tokens32_rows8_one<P: Pack32, const T: usize>(
     }
 }
 
-/// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`]. Six for `tokens32` (tilebench
-/// `512 2048 64` at `SYNAPSE_ISA=avx2` on a Zen 5, GMAC/s at two / four / six / eight tokens a
-/// pass: Q8_0 54-56 / 68-69 / 70-72 / 72, Q4_1 63-71 / 70-73 / 72-73 / 71, Q5_0 49 / 52 / 54 /
-/// 53, Q5_1 57 / 60 / 60-61 / 46-62); the files' prefill with six instead of two
-/// (`bench/alternate.sh`, three pairs): Q5_0 1.103x, SmolLM2-135M Q4_1 1.023x.
+/// Tokens a pass of [`tokens32`] and of [`tokens32_rows8`]. Six for `tokens32`, at or near the
+/// fastest of two to eight for each format, and faster than two in the files' prefill
+/// (measurements: docs/perf-log.md, "AVX2 packed: tokens a pass").
 const TOKENS32: usize = 6;
 const TOKENS32_ROWS8: usize = 8;
 

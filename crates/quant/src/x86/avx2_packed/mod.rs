@@ -17,15 +17,12 @@
 //! block at a time) is theirs, so each output has the row kernel's bits (tested).
 //!
 //! Where the CPU has AVX-VNNI (Intel client cores since Alder Lake), Q4_K's sums are
-//! `vpdpbusd` into i32 lanes instead, scaled by a 32-bit multiply: 90 -> 100 GMAC/s in the
-//! tilebench below (`SYNAPSE_ISA=avxvnni`), 44.5 -> 45.3 for one token (`Q4_K 2048 2048 1
-//! repacked`).
+//! `vpdpbusd` into i32 lanes instead, scaled by a 32-bit multiply, a little faster.
 //!
 //! Eight rows (one register) are done at a time; for Q4_K six tokens a pass: every unpacked
 //! weight register serves six tokens. AVX2 has sixteen vector registers, so some of a pass's sums
-//! live in memory; six measured best (tilebench, `Q4_K 512 2048 64 repacked` at
-//! `SYNAPSE_ISA=avx2`: 71, 78, 85, 87, 89 and 76 GMAC/s at 2, 3, 4, 5, 6 and 8 tokens a pass,
-//! against 37 for the AVX2 tiles this replaces).
+//! live in memory; six measured best of two to eight (measurements, AVX-VNNI's too:
+//! docs/perf-log.md, "AVX2 packed: tokens a pass").
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;

@@ -95,8 +95,9 @@ fn iq4_xs_tokens<const T: usize>(
             prefetch_part(g, k, 8);
             // Two chains a token up to eight tokens a pass (even and odd levels, added at the
             // end): one chain of sixteen dependent `vpdpwssd` (5 cycles each) for four tokens'
-            // work left the multipliers waiting (45 against 69 GMAC/s in tilebench). Passes of
-            // sixteen tokens (one chain each) ran slower still (see `iq4_xs`).
+            // work left the multipliers waiting (measurements: docs/perf-log.md, "AVX-512 packed
+            // K-quants and IQ4_XS"). Passes of sixteen tokens (one chain each) ran slower still
+            // (see `iq4_xs`).
             let mut lane = [_mm512_setzero_si512(); T];
             let mut lane1 = [_mm512_setzero_si512(); T];
             for j in 0..8 {
@@ -211,20 +212,18 @@ unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f
             }
             v
         }));
-        // Passes of eight tokens: the IQ4_XS file's prefill, passes of sixteen (one chain a
-        // token) and of eight (two) alternated in one process on a Zen 5, took 0.65-0.76x the
-        // time with eight; passes of four or six took 1.04-1.08x eight's. Likely why (not
-        // checked with counters, which that machine lacks): eight tokens' widened blocks, 4
-        // KiB a token at 2048 columns, fit its 48 KiB first-level cache; sixteen do not.
+        // Passes of eight tokens, faster in the IQ4_XS file's prefill than passes of four, six or
+        // sixteen (measurements: docs/perf-log.md, "AVX-512 packed K-quants and IQ4_XS"). Likely
+        // why (not checked with counters): eight tokens' widened blocks, 4 KiB a token at 2048
+        // columns, fit a Zen 5's 48 KiB first-level cache; sixteen do not.
         group_passes!(p, per_row, a, out, iq4_xs_tokens, 8, [1 2 3 4 5 6 7], (y16))
     });
 }
 
 // IQ4_XS widens every token's values to i16 once a call (`iq4_xs`): calls of 256 rows where a
-// row has 2048 columns spread that over more (tilebench IQ4_XS at 64 tokens by 2048 columns:
-// 82.5, 87.5, 90.3 and 91.9 GMAC/s at 64, 128, 256 and 512 rows; kbench, engine matmul, 2048x2048
-// 75 -> 87, 8192x2048 77 -> 86). With 8192 columns the widened tokens alone are 1 MiB, and 256
-// rows a call measured 5% slower there than 64: the same number of weights a call, not rows.
+// row has 2048 columns spread that over more rows. With 8192 columns the widened tokens alone
+// are 1 MiB, and 256 rows a call ran slower there than 64: the same number of weights a call,
+// not rows (measurements: docs/perf-log.md, "Batch calls' sizes").
 packed_format!(
     IQ4_XS: IQ4XSPacked, BlockQ8K, GgmlType::IQ4_XS, GgmlType::Q8_K => iq4_xs, 256 * 2048
 );

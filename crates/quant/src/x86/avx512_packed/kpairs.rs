@@ -215,12 +215,10 @@ packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k)
 /// `for $l in 0..8 { $body }`, with the eight copies written out when a pass has one token
 /// (`$t == 1`): as a loop, the compiler kept a one-token pass's eight float lanes on the stack,
 /// indexed by `l`, and worked out each lane's shuffle masks and prefetch lines at run time.
-/// Only Q3_K's pass takes it (decode, where that pass runs: 63.5 -> 74.8 GMAC/s hot, 77-90% ->
-/// 90-103% of a plain read over cold copies, the Q3_K_M file's tg32 1.157x at one thread and
-/// 0.98-1.04x at two). Written out, the Q6_K, Q5_K and IQ4_XS passes ran faster hot (Q6_K 53
-/// -> 60, 75 GMAC/s with their prefetch loop's tests hoisted) but streamed less of the memory
-/// over cold copies (Q6_K 87-90% -> 75-78%, Q5_K 82-88% -> 52-70%), or decoded slower at two
-/// threads (IQ4_XS 0.95x), on the Zen 4 (docs/perf-log.md, 2026-12-03 03:30 UTC): they keep the
+/// Only Q3_K's pass takes it (decode, where that pass runs, read more of the memory so).
+/// Written out, the Q6_K, Q5_K and IQ4_XS passes ran faster hot but streamed less of the
+/// memory over cold copies, or decoded slower at two threads, on the Zen 4 (measurements:
+/// docs/perf-log.md, "AVX-512 packed K-quants and IQ4_XS"): they keep the
 /// loop. Several tokens' accumulators do not fit the registers anyway, and eight copies of
 /// their bodies would crowd the instruction cache.
 macro_rules! lanes8 {
@@ -524,6 +522,5 @@ unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
 
 // Q3_K's batch calls cover 256 x 2048 weights: each call prepares every token's block (values
 // interleaved, lane sums), which took much of the lane sums' gain back in calls of 64 rows
-// (tilebench `TILEBENCH_IN_TILES=1 Q3_K 8192 2048 64`: 138-141 -> 152-154 GMAC/s; about 1.07x of
-// the Q3_K_M file's 1.2x pp64, docs/perf-log.md).
+// (measurements: docs/perf-log.md, "Batch calls' sizes").
 packed_format!(Q3_K: Q3KPairs, BlockQ8K, GgmlType::Q3_K, GgmlType::Q8_K => q3_k, 256 * 2048);

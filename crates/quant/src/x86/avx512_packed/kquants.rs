@@ -104,20 +104,10 @@ fn q4_k_unpack(g: &[Q4KPacked], vb: &mut Vec<[__m512i; 64]>) {
 /// streams its weights with the hardware prefetchers alone on AMD's cores before Zen 5
 /// ([`Ahead::Stream`]), and the token's values are read again by every group of sixteen rows:
 /// across a wide row a group is 16 x 144 bytes a block (129 KiB at 14336 columns), enough
-/// streamed weights between two uses to push the token's lines out of the first level. Cold
-/// copies against a plain read of the same bytes, on the Zen 4 EPYC (tilebench
-/// `TILEBENCH_COLD=1024 TILEBENCH_SUSTAINED`, without -> with these requests, alternated in one
-/// process): 4096 x 14336 (Llama 3.1 8B's `ffn_down`) 80.6 / 73.7% -> 89.0 / 87.1%, 1024 x
-/// 16384 76.7% -> 86.6% (and with requests for the first five lines of the block alone, an
-/// earlier form: 69.4 / 87.6 / 75.7% -> 81.8 / 94.5 / 85.1%, and 72.6 / 87.6 / 81.6% -> 89.6 /
-/// 90.9 / 87.2%; docs/perf-log.md); in the engine, that
-/// file's shapes in Q4_K (`synth llama-3.1-8b --layers 4 --type Q4_K_M --pure`, `--profile`,
-/// three runs of each build) its `ffn_down` read at 0.965-0.975 of its `ffn_gate_up`'s rate
-/// without, 1.033-1.057 with. At 8192 columns neither way led (91.2 / 88.3 / 90.4% -> 93.6 /
-/// 87.9 / 87.8%), and narrower rows read less with them (2048 x 2048 98.3% -> 92.5%, 14336 x
-/// 4096 87.2% -> 82.6%). The same requests gained nothing in the one-token passes of Q5_K and
-/// Q6_K (which ask for their weights ahead themselves) or Q8_0 (4096 x 14336: 92.9 / 87.9% ->
-/// 90.1 / 90.2%). Only the speed depends on them.
+/// streamed weights between two uses to push the token's lines out of the first level. Rows
+/// wider than 8192 read more of the memory with these requests, rows of 8192 and narrower the
+/// same or less (measurements: docs/perf-log.md, "Q4_K: the next token block asked for in wide
+/// rows"). Only the speed depends on them.
 const WIDE_ROW: usize = 8192;
 
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb`, one entry a
@@ -638,12 +628,10 @@ pass_entries!(
 /// Whether Q5_K's passes take the paired form of the scaling ([`q5_k_pass`]; three multiplies,
 /// a shift and a `vpternlogd` for 128 products, where the plain form takes four multiplies):
 /// on AMD's cores, whose shift and logic pipes are not the multipliers' (a Zen 5 issues two
-/// 512-bit multiplies a cycle and four 512-bit adds; a loop of the paired form's instructions
-/// ran 1.3x the plain one's products there, tilebench Q5_K 1.14-1.16x, and the Q5_K file's
-/// prefill 0.87-1.00x the time at one thread and 0.90-1.03x at two, alternated in one process
-/// over four runs). Elsewhere the plain form, the one
-/// measured before: the shift and the logic operation may take the multipliers' own port
-/// (Intel's 512-bit shifts do), where the paired form would be the slower. The kernel
+/// 512-bit multiplies a cycle and four 512-bit adds), where the paired form ran faster
+/// (measurements: docs/perf-log.md, "AVX-512 packed K-quants and IQ4_XS"). Elsewhere the plain
+/// form, the one measured before: the shift and the logic operation may take the multipliers'
+/// own port (Intel's 512-bit shifts do), where the paired form would be the slower. The kernel
 /// configuration may choose (`paired`: to compare the forms, and to test the one this CPU
 /// would not take); only the speed depends on it.
 fn shifts_beside_multiplies() -> bool {
@@ -652,7 +640,7 @@ fn shifts_beside_multiplies() -> bool {
 
 /// Packed Q5_K groups times every token, as [`q4_k`]. Up to eight tokens, passes of four that
 /// unpack the values as they go; more, and each group is unpacked once and taken eight tokens a
-/// pass (tilebench Q5_K 2048 2048 64: 124.9 GMAC/s at four a pass, 129.8 at eight).
+/// pass, the faster (measurements: docs/perf-log.md, "AVX-512 packed K-quants and IQ4_XS").
 ///
 /// # Safety
 /// As [`q4_k`].

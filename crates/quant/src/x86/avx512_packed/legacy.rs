@@ -107,10 +107,8 @@ fn tokens32<P: Pack32, L: Lanes32, const T: usize>(
                 // SAFETY: values 4l..4l + 4 of the token's 32.
                 let a = unsafe { bcast4(y[t].add(4 * l)) };
                 // Q4_1's and Q5_1's lanes start at zero, their bias being all zeros: the
-                // broadcast of it took a load a lane (tilebench hot on a Zen 5, Q4_1 one token
-                // 125 -> 156 GMAC/s, 64 tokens 127-132 -> 167-171; Q5_1 112 -> 116-120 and
-                // 122 -> 144-166; SmolLM2-135M Q4_1's prefill 1.119x / 1.107x at one / two
-                // threads, bench/alternate.sh, four pairs; its decode unchanged).
+                // broadcast of it took a load a lane (measurements: docs/perf-log.md, "Q4_1
+                // and Q5_1: lanes without the zero bias").
                 let start = if P::OFFSET == 0 {
                     _mm512_setzero_si512()
                 } else {

@@ -90,12 +90,11 @@ unsafe fn mullo_epi8(a: __m512i, b: __m512i) -> __m512i {
 
 /// [`dpwssd`] by the four bytes at `b` in every lane: in a pass of several tokens (`T > 1`)
 /// with the broadcast folded into the instruction's memory operand, where a register operand
-/// takes a `vpbroadcastd` of its own (IQ4_XS batches, two such products a four values: 70.5 ->
-/// 87.6 GMAC/s in tilebench `IQ4_XS 512 2048 64`, the IQ4_XS file's pp64 1.32x at one thread
-/// and 1.34x at two, bench/alternate.sh, four pairs; Q5_K_M's and Q6_K's 1.01x, 1.03x). A
-/// one-token pass keeps the register form: those passes stream their weights from memory in
-/// decode, where a change of their instruction mix changed how much of the memory they read
-/// on a Zen 4 (see `lanes8!`), and the fold was not measured there.
+/// takes a `vpbroadcastd` of its own (IQ4_XS batches, two such products a four values, ran
+/// faster so: docs/perf-log.md, "AVX-512 packed K-quants and IQ4_XS"). A one-token pass keeps
+/// the register form: those passes stream their weights from memory in decode, where a change
+/// of their instruction mix changed how much of the memory they read on a Zen 4 (see
+/// `lanes8!`), and the fold was not measured there.
 ///
 /// # Safety
 /// Four readable bytes at `b`; the CPU must have AVX-512 F and VNNI.
@@ -243,7 +242,7 @@ fn float_rows(ty: GgmlType, w: &[u8], row_bytes: usize, groups: usize) -> Result
     Ok(())
 }
 
-/// Weights of an F16 (and BF16) batch call. Each call lays its tokens out chain by chain first
-/// (a sixteenth of a pass's work per call of 1024 x 2048 weights, measured): calls of up to a
-/// whole 8192 x 2048 matrix do that once a matrix.
+/// Weights of an F16 (and BF16) batch call. Each call lays its tokens out chain by chain
+/// first, a cost worth a share of a small call's work (docs/perf-log.md, "Batch calls'
+/// sizes"): calls of up to a whole 8192 x 2048 matrix do that once a matrix.
 const F16_TILE_WEIGHTS: usize = 8192 * 2048;
