@@ -30,7 +30,7 @@ done
 # Say which x86 tiers this CPU cannot run, so that their kernels' absence from this run is
 # seen (qemu-user's TCG emulates neither AVX-VNNI nor AVX-512: docs/perf-log.md). A CPU with
 # AVX-512 VNNI and no AVX-VNNI runs the avxvnni tier's kernels in the EVEX encoding of their
-# 256-bit `vpdpbusd` (x86/mod.rs, `Vnni256`): the same source, only the encoding untested.
+# 256-bit `vpdpbusd` (crates/quant/src/cpu.rs, `Vnni256`): the same source, only the encoding untested.
 flags=""
 if [[ $(uname -m) == x86_64 ]]; then
     flags=" $(grep -m1 '^flags' /proc/cpuinfo || true) "

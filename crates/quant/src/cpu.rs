@@ -39,7 +39,7 @@ pub struct Cpu {
 pub enum Vnni256 {
     /// AVX-VNNI (Intel's client cores since Alder Lake, AMD's Zen 5).
     Vex,
-    /// AVX-512 F, BW, VL and VNNI, without AVX-VNNI.
+    /// AVX-512 F, BW, DQ, VL and VNNI, without AVX-VNNI.
     Evex,
 }
 
@@ -52,6 +52,7 @@ impl Cpu {
 
     /// This CPU with the kernels kept at tier `cap` or below (`None`: no cap). Capping only
     /// removes: the tiers give the same bits, so a cap changes only the speed.
+    #[inline]
     pub fn capped(self, cap: Option<Tier>) -> Cpu {
         Cpu {
             cap: cap.map_or(self.cap, |c| c.min(self.cap)),
@@ -60,17 +61,20 @@ impl Cpu {
     }
 
     /// The tier cap in force.
+    #[inline]
     pub fn cap(&self) -> Tier {
         self.cap
     }
 
     /// Whether the AVX2 tier runs: AVX2, FMA and F16C, and the cap allows it.
+    #[inline]
     pub fn avx2(&self) -> bool {
         self.cap >= Tier::Avx2 && self.v3
     }
 
     /// How the AVX-VNNI tier runs, if it does ([`Vnni256`]): it needs the AVX2 tier's
     /// features besides.
+    #[inline]
     pub fn vnni256(&self) -> Option<Vnni256> {
         if self.cap < Tier::AvxVnni || !self.v3 {
             None
@@ -85,32 +89,38 @@ impl Cpu {
 
     /// Whether AVX-512 F runs beside the AVX2 tier's features (the float kernels, attention's
     /// sixteen-lane passes): the cap must allow the AVX-512 tier.
+    #[inline]
     pub fn avx512f(&self) -> bool {
         self.cap >= Tier::Avx512Vnni && self.v3 && self.avx512f
     }
 
     /// Whether the AVX-512 VNNI tier runs: AVX-512 F, BW, DQ, VL and VNNI with the AVX2 tier's
     /// features.
+    #[inline]
     pub fn avx512_vnni(&self) -> bool {
         self.avx512f() && self.avx512_int
     }
 
     /// Whether AVX512-BF16's `vdpbf16ps` runs (within the AVX-512 tier).
+    #[inline]
     pub fn avx512_bf16(&self) -> bool {
         self.avx512f() && self.avx512bf16
     }
 
     /// Whether AVX512-FP16's arithmetic runs (within the AVX-512 tier).
+    #[inline]
     pub fn avx512_fp16(&self) -> bool {
         self.avx512f() && self.avx512fp16
     }
 
     /// Whether aarch64's FEAT_DotProd runs.
+    #[inline]
     pub fn dotprod(&self) -> bool {
         self.dotprod
     }
 
     /// AMD's CPU family, on AMD's CPUs (whose memory systems some kernels are tuned for apart).
+    #[inline]
     pub fn amd_family(&self) -> Option<u32> {
         self.amd_family
     }
@@ -129,6 +139,26 @@ impl Cpu {
             "avx2"
         } else {
             "reference"
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+impl Cpu {
+    /// A made-up CPU, for the tests of the kernel table's choices on machines other than this
+    /// one (never run: its kernels may need what this machine lacks).
+    pub(crate) fn made_up(features: &str, amd_family: Option<u32>) -> Cpu {
+        let has = |f: &str| features.split(',').any(|x| x == f);
+        Cpu {
+            v3: has("v3"),
+            avx512f: has("avx512f"),
+            avx512_int: has("avx512int"),
+            avx512bf16: has("avx512bf16"),
+            avx512fp16: has("avx512fp16"),
+            avxvnni: has("avxvnni"),
+            amd_family,
+            dotprod: has("dotprod"),
+            cap: Tier::Avx512Vnni,
         }
     }
 }
@@ -187,6 +217,7 @@ fn amd_family() -> Option<u32> {
 
 /// The CPU the kernels run on: [`Cpu::detect`] capped as the kernel configuration says
 /// ([`crate::configure`]).
+#[inline]
 pub fn cpu() -> &'static Cpu {
     static CPU: OnceLock<Cpu> = OnceLock::new();
     CPU.get_or_init(|| Cpu::detect().capped(crate::config().isa_cap))

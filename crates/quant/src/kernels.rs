@@ -15,7 +15,7 @@ use crate::codec::{cast_blocks_mut, check_sizes, codec, GemmFn, QuantizeFn, VecD
 use crate::cpu::{cpu, Cpu};
 use crate::error::QuantError;
 use crate::kernel::Entry;
-pub use crate::kernel::{DotFn, Form, Isa, Kernel, Order};
+pub use crate::kernel::{DotFn, Form, Isa, Kernel, Order, PACK_GROUP_ROWS};
 
 /// The kernels of key `(ty, order, form)` that `cpu` runs, fastest first.
 pub fn candidates(
@@ -36,8 +36,8 @@ pub fn select(cpu: &Cpu, ty: GgmlType, order: Order, form: Form) -> Option<&'sta
 
 /// The tile that runs one token faster than the row kernel, if any: Q5_0's and Q5_1's AVX2
 /// tiles (their row kernels take one row at a time, the tiles four), Q2_K's and Q3_K's AVX-512
-/// VNNI tiles (64 values an instruction, weights asked for ahead). perf-log.md has the
-/// measurements.
+/// VNNI tiles (64 values an instruction, weights asked for ahead) (measurements:
+/// docs/perf-log.md, "Which kernels the table prefers").
 pub fn decode_tile(cpu: &Cpu, ty: GgmlType, order: Order) -> Option<&'static Kernel> {
     candidates(cpu, ty, order, Form::Tile).find(|k| k.decode)
 }
@@ -106,7 +106,7 @@ avx2_act_quantizers! {
 
 /// F32 to BF16, a row at a time: [`crate::reference::quantize::quantize_bf16`]'s bits (round
 /// to nearest even, NaNs kept quiet) in a loop the compiler vectorises, where the reference's
-/// value-by-value calls through [`QuantizeBlock`] took a share of a BF16 file's prefill
+/// value-by-value calls through [`crate::QuantizeBlock`] took a share of a BF16 file's prefill
 /// (docs/perf-log.md, "F16 and BF16 kernels").
 fn quantize_bf16_row(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     check_sizes::<bf16>(src.len(), dst.len())?;
@@ -339,7 +339,9 @@ macro_rules! packed {
 }
 
 /// The packed formats (`crate::packed`): the AVX-512 VNNI kernels, then the AVX2 ones on the
-/// same layout.
+/// same layout. The AVX2 rows of Q4_K and Q3_K run their batch passes in 256-bit `vpdpbusd`
+/// where the CPU has the AVX-VNNI tier (`Cpu::vnni256`), inside the one entry. Q8_0 is packed
+/// on AVX2 since its passes caught up (docs/perf-log.md, "Which kernels the table prefers").
 #[cfg(target_arch = "x86_64")]
 const PACKED: [Kernel; 28] = {
     use crate::x86::{avx2_packed as p2, avx512_packed as p512};
@@ -602,26 +604,240 @@ mod tests {
         }
     }
 
-    /// Each key's kernels are listed fastest first and run only where the CPU has their
-    /// instructions: a capped CPU selects from the tiers at or below its cap.
+    /// What the table chooses on CPUs other than this one (made up, never run): the kernels
+    /// the dispatch chose before the table, for each tier.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_table_chooses_each_tiers_kernels() {
+        use crate::Tier;
+        use GgmlType as T;
+        let sapphire = "v3,avx512f,avx512int,avx512bf16,avx512fp16,avxvnni";
+        // CPU features, tier cap, key, the kernel chosen.
+        type Case<'a> = (&'a str, Option<Tier>, T, Order, Form, Option<&'a str>);
+        let cases: &[Case] = &[
+            (
+                "",
+                None,
+                T::Q4_K,
+                Order::VecDot,
+                Form::Row,
+                Some("q4_k.row.reference"),
+            ),
+            ("", None, T::Q4_0, Order::VecDot, Form::Tile, None),
+            (
+                "v3",
+                None,
+                T::Q4_0,
+                Order::VecDot,
+                Form::Row,
+                Some("q4_0.row.avx2"),
+            ),
+            (
+                "v3",
+                None,
+                T::Q4_K,
+                Order::Rows8,
+                Form::Packed,
+                Some("q4_k.rows8.packed.avx2"),
+            ),
+            ("v3", None, T::Q4_K, Order::VecDot, Form::Packed, None),
+            ("v3", None, T::BF16, Order::VecDot, Form::Packed, None),
+            (
+                "v3,avxvnni",
+                None,
+                T::Q4_0,
+                Order::Rows8,
+                Form::Row,
+                Some("q4_0.rows8.row.avxvnni"),
+            ),
+            (
+                "v3,avxvnni",
+                None,
+                T::Q4_1,
+                Order::VecDot,
+                Form::Tile,
+                Some("q4_1.tile.avx2"),
+            ),
+            // An AVX-512 CPU without AVX-VNNI capped at that tier: the EVEX form.
+            (
+                "v3,avx512f,avx512int",
+                Some(Tier::AvxVnni),
+                T::Q8_0,
+                Order::VecDot,
+                Form::Row,
+                Some("q8_0.row.avxvnni-evex"),
+            ),
+            // With both encodings, the VEX one.
+            (
+                sapphire,
+                Some(Tier::AvxVnni),
+                T::Q4_0,
+                Order::VecDot,
+                Form::Row,
+                Some("q4_0.row.avxvnni"),
+            ),
+            (
+                sapphire,
+                Some(Tier::AvxVnni),
+                T::Q4_K,
+                Order::Rows8,
+                Form::Packed,
+                Some("q4_k.rows8.packed.avx2"),
+            ),
+            (
+                sapphire,
+                None,
+                T::Q4_0,
+                Order::VecDot,
+                Form::Row,
+                Some("q4_0.row.avx512vnni"),
+            ),
+            (
+                sapphire,
+                None,
+                T::Q4_K,
+                Order::Rows8,
+                Form::Row,
+                Some("q4_k.rows8.row.avx2"),
+            ),
+            (
+                sapphire,
+                None,
+                T::BF16,
+                Order::VecDot,
+                Form::Row,
+                Some("bf16.row.avx512bf16"),
+            ),
+            (
+                sapphire,
+                None,
+                T::BF16,
+                Order::VecDot,
+                Form::Packed,
+                Some("bf16.packed.avx512bf16"),
+            ),
+            (
+                sapphire,
+                None,
+                T::F16,
+                Order::VecDot,
+                Form::Packed,
+                Some("f16.packed.avx512vnni"),
+            ),
+            (
+                sapphire,
+                None,
+                T::F32,
+                Order::VecDot,
+                Form::Tile,
+                Some("f32.tile.avx512"),
+            ),
+            (
+                sapphire,
+                None,
+                T::IQ4_NL,
+                Order::VecDot,
+                Form::Tile,
+                Some("iq4_nl.tile.avx2"),
+            ),
+            (
+                sapphire,
+                None,
+                T::IQ4_NL,
+                Order::Rows8,
+                Form::Tile,
+                Some("iq4_nl.rows8.tile.avx512vnni"),
+            ),
+            (
+                sapphire,
+                None,
+                T::Q6_K,
+                Order::VecDot,
+                Form::Packed,
+                Some("q6_k.packed.avx512vnni"),
+            ),
+            // AVX-512 VNNI without BF16 (Ice Lake): BF16 on the AVX2 tier, not packed.
+            (
+                "v3,avx512f,avx512int",
+                None,
+                T::BF16,
+                Order::VecDot,
+                Form::Row,
+                Some("bf16.row.avx2"),
+            ),
+            (
+                "v3,avx512f,avx512int",
+                None,
+                T::BF16,
+                Order::VecDot,
+                Form::Packed,
+                None,
+            ),
+            (
+                "v3,avx512f,avx512int",
+                None,
+                T::BF16,
+                Order::VecDot,
+                Form::Tile,
+                Some("bf16.tile.avx2"),
+            ),
+        ];
+        for &(features, cap, ty, order, form, want) in cases {
+            let cpu = Cpu::made_up(features, None).capped(cap);
+            let got = select(&cpu, ty, order, form).map(Kernel::name);
+            assert_eq!(
+                got.as_deref(),
+                want,
+                "{features:?} capped at {cap:?}: {ty} {order:?} {form:?}"
+            );
+        }
+        // The tiles that run one token: Q5_0's and Q5_1's AVX2 tiles, Q2_K's and Q3_K's
+        // AVX-512 ones.
+        let spr = Cpu::made_up(sapphire, None);
+        let decode = |ty, order| decode_tile(&spr, ty, order).map(Kernel::name);
+        assert_eq!(
+            decode(T::Q5_0, Order::VecDot).as_deref(),
+            Some("q5_0.tile.avx2")
+        );
+        assert_eq!(
+            decode(T::Q2_K, Order::Rows8).as_deref(),
+            Some("q2_k.rows8.tile.avx512vnni")
+        );
+        assert_eq!(
+            decode(T::Q3_K, Order::VecDot).as_deref(),
+            Some("q3_k.tile.avx512vnni")
+        );
+        assert_eq!(decode(T::Q4_K, Order::Rows8), None);
+        let avx2 = Cpu::made_up("v3", None);
+        assert_eq!(
+            decode_tile(&avx2, T::Q2_K, Order::VecDot).map(Kernel::name),
+            None
+        );
+    }
+
+    /// A capped CPU selects only from the tiers its cap allows.
     #[test]
     fn a_capped_cpu_selects_within_its_cap() {
         let full = Cpu::detect();
         for cap in crate::Tier::ALL {
             let cpu = full.capped(Some(cap));
             for k in table() {
-                let chosen = select(&cpu, k.ty, k.order, k.form).unwrap_or_else(|| {
-                    assert!(!cpu.runs(k.isa), "{} runs but nothing is chosen", k.name());
-                    k
-                });
-                assert!(
-                    cpu.runs(chosen.isa) || !cpu.runs(k.isa),
-                    "{}",
-                    chosen.name()
-                );
-                if cap == crate::Tier::Reference && k.form == Form::Row {
-                    assert_eq!(chosen.isa, Isa::Reference, "{}", chosen.name());
+                if let Some(chosen) = select(&cpu, k.ty, k.order, k.form) {
+                    assert!(
+                        rank(chosen.isa) <= cap as usize,
+                        "{} under {cap:?}",
+                        chosen.name()
+                    );
                 }
+            }
+        }
+        // The x86 tiers in `Tier`'s order; NEON is not capped.
+        fn rank(isa: Isa) -> usize {
+            match isa {
+                Isa::Reference | Isa::Neon | Isa::NeonDotProd => 0,
+                Isa::Avx2 => 1,
+                Isa::AvxVnni | Isa::AvxVnniEvex => 2,
+                Isa::Avx512 | Isa::Avx512Vnni | Isa::Avx512Bf16 => 3,
             }
         }
     }

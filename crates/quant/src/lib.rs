@@ -19,7 +19,7 @@ pub mod config;
 pub mod cpu;
 pub mod encode;
 mod error;
-pub mod kernel;
+mod kernel;
 pub mod kernels;
 pub mod packed;
 pub mod pages;

@@ -232,7 +232,8 @@ fn array_json(a: &Array) -> Json {
 /// For each weight matrix (each tensor of two or more dimensions in a format with a dot
 /// product), the kernels one token's product and a batch's run on this CPU, with why: what
 /// `synapse_quant::kernels::plan` decides when the engine loads it. The kernel configuration
-/// (`SYNAPSE_ISA`, `SYNAPSE_PACK`) applies, as it does to `run`.
+/// (`SYNAPSE_ISA`, `SYNAPSE_PACK`) applies, as it does to `run`. A fused tensor (Phi-3's
+/// `attn_qkv`) is listed whole; the engine packs each of its parts on its own.
 fn print_kernels(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
     use synapse_quant::kernels::plan;
     let cpu = synapse_quant::cpu();
@@ -262,13 +263,12 @@ fn print_kernels(out: &mut impl Write, file: &GgufFile) -> io::Result<()> {
         };
         write!(out, "{name:<width$}  {ty:<6}  {shape}")?;
         // The token embedding is read by row lookups; a tied one is the output matrix too,
-        // multiplied in the file's layout.
-        let embedding = info.name == "token_embd.weight";
-        if embedding && !tied {
+        // packed as any other.
+        if info.name == "token_embd.weight" && !tied {
             writeln!(out, "  (row lookups only)")?;
             continue;
         }
-        let p = plan(cpu, ty, rows, packing && !embedding);
+        let p = plan(cpu, ty, rows, packing);
         let list = |ks: Vec<(&synapse_quant::kernels::Kernel, usize, &str)>| {
             let parts: Vec<String> = ks
                 .iter()

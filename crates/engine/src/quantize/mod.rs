@@ -4,4 +4,4 @@ pub mod collect;
 pub mod file;
 pub mod imatrix;
 pub mod rules;
-pub mod sums;
+pub(crate) mod sums;

@@ -1,5 +1,6 @@
-//! aarch64 kernels, chosen at run time from the kernel table ([`crate::kernels`]): NEON (the aarch64 baseline) with FEAT_DotProd's `sdot` for the
-//! integer dot products where the CPU has it, widening multiplies where it does not.
+//! aarch64 kernels, chosen at run time from the kernel table ([`crate::kernels`]): NEON (the
+//! aarch64 baseline) with FEAT_DotProd's `sdot` for the integer dot products where the CPU has
+//! it, widening multiplies where it does not.
 //!
 //! Every kernel does the reference's float operations in the reference's order
 //! ([`crate::reference::dot`], which is ggml's x86 order): the eight float lanes as two

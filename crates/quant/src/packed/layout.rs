@@ -628,8 +628,8 @@ macro_rules! packed_format {
                     let (p, a) = $crate::packed::layout::operands::<$p, $act>(
                         $ty, $act_ty, p, per_row, a, n_tok, out,
                     )?;
-                    // SAFETY: `crate::packed` hands these formats out only after detecting the
-                    // CPU features the drivers need; the operands' sizes agree (checked above).
+                    // SAFETY: the kernel table hands these formats out only where `Cpu::runs` the
+                    // features of their row's `Isa`, which the drivers need; the operands' sizes agree (checked above).
                     unsafe { $driver(p, per_row, a, out) };
                     Ok(())
                 },

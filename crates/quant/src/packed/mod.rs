@@ -50,7 +50,8 @@ fn packing_enabled() -> bool {
 /// Pack the whole groups of sixteen rows of a weight matrix of type `ty` (`repacked` as for
 /// [`crate::matrix_kernel`]; `w`: its rows, `row_bytes` each), if this CPU has a packed kernel
 /// for that format (and the kernel configuration packs). `Ok(None)`: no packed form; the matrix
-/// stays with the kernels of [`crate::matrix_kernel`] and [`crate::gemm_kernel`].
+/// stays with the kernels of [`crate::matrix_kernel`] and [`crate::gemm_kernel`]. The format
+/// is the kernel table's ([`crate::kernels::select`]).
 ///
 /// Packing goes piece by piece over the machine's cores; `release` is given the bytes of `w`
 /// each piece has packed, once it has (to let a file's pages go as their copy is made).

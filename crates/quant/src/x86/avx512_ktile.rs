@@ -33,7 +33,7 @@ trait KTile {
     type Prep;
     type Acc: Copy;
     /// # Safety
-    /// The CPU must have what [`super::avx512_tile::available`] checks (as for every method
+    /// The CPU must have what [`crate::Cpu::avx512_vnni`] checks (as for every method
     /// here).
     unsafe fn zero() -> Self::Acc;
     /// # Safety
@@ -66,7 +66,7 @@ unsafe fn tile<K: KTile, const R: usize, const T: usize>(
     let rows = w.len() / per_row;
     let xs: [&[K::W]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
     let ys: [&[Act<K>]; T] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);
-    // SAFETY: the caller's CPU has what `available` checks, all the `KTile` methods need.
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks, all the `KTile` methods need.
     unsafe {
         let mut acc = [[K::zero(); T]; R];
         for b in 0..per_row {
@@ -96,7 +96,7 @@ unsafe fn gemm<K: KTile>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f3
     let n_tok = a.len() / per_row;
     let bytes: &[u8] = bytemuck::cast_slice(w);
     let row_bytes = per_row * size_of::<K::W>();
-    // SAFETY: the caller's CPU has what `available` checks; the tiles stay in bounds (the
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks; the tiles stay in bounds (the
     // loops' conditions), which the slicing in `tile` checks again.
     unsafe {
         let mut t0 = 0;
@@ -1161,7 +1161,7 @@ unsafe fn gemm_q5_k(w: &[BlockQ5K], a: &[BlockQ8K], per_row: usize, out: &mut [f
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let groups = n_tok / 8;
-    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks; the slices stay in bounds.
     unsafe {
         if groups > 0 {
             let toks = Q8KTokens::new(a, per_row, n_tok);
@@ -1201,7 +1201,7 @@ unsafe fn q5_k_row_by_8(
     let zero = _mm_setzero_si128();
     for (b, x) in x.iter().enumerate() {
         let at = b * toks.n_tok + t0;
-        // SAFETY: the CPU has what `available` checks.
+        // SAFETY: the CPU has what `Cpu::avx512_vnni` checks.
         let p = unsafe { Q5K::prep(x) };
         for (t, main) in main.iter_mut().enumerate() {
             let y = &ys[t][b];
@@ -1245,7 +1245,7 @@ unsafe fn gemm_q2_k_rows8(w: &[BlockQ2K], a: &[BlockQ8K], per_row: usize, out: &
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let groups = n_tok / 8;
-    // SAFETY: the caller's CPU has what `available` checks; the slices stay in bounds.
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks; the slices stay in bounds.
     unsafe {
         if groups > 0 {
             let toks = Q8KTokens::new(a, per_row, n_tok);

@@ -33,8 +33,8 @@ pub fn iq4_nl_rows8(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let (x, y, per_row) = gemm_operands::<BlockIQ4NL>(w, row_bytes, a, n_tok, out)?;
-    // SAFETY: `gemm_kernel` hands this entry out only after `avx512_tile::available` found
-    // every feature these functions need; the operands' sizes agree (checked above).
+    // SAFETY: the kernel table hands this entry out only for `Isa::Avx512Vnni`, every
+    // feature these functions need; the operands' sizes agree (checked above).
     unsafe { gemm(x, y, per_row, out, Values::Iq4Nl) };
     Ok(())
 }

@@ -36,7 +36,7 @@ trait Pair {
     /// tokens beats more rows (measured with `examples/tilebench`).
     const EIGHT_TOKENS: bool;
     /// # Safety
-    /// The CPU must have what [`available`] checks (as for every method here).
+    /// The CPU must have what [`crate::Cpu::avx512_vnni`] checks (as for every method here).
     unsafe fn zero() -> Self::Acc;
     /// # Safety
     /// As [`Pair::zero`].
@@ -77,7 +77,7 @@ unsafe fn tile<K: Pair, const P: usize, const T: usize>(
     let xa: [&[K::W]; P] = pair_rows.map(|(ra, _)| row(ra));
     let xb: [&[K::W]; P] = pair_rows.map(|(_, rb)| row(rb));
     let toks = &toks[..per_row];
-    // SAFETY: the caller's CPU has what `available` checks, all the `Pair` methods need.
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks, all the `Pair` methods need.
     unsafe {
         let mut acc = [[K::zero(); T]; P];
         for b in 0..per_row {
@@ -110,7 +110,7 @@ unsafe fn tokens<K: Pair, const T: usize>(
     toks: &mut Vec<[K::Tok; T]>,
 ) {
     toks.clear();
-    // SAFETY: the caller's CPU has what `available` checks.
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks.
     toks.extend(
         (0..per_row)
             .map(|b| std::array::from_fn(|t| unsafe { K::tok(&a[(t0 + t) * per_row + b]) })),
@@ -126,7 +126,7 @@ unsafe fn tokens<K: Pair, const T: usize>(
 unsafe fn gemm<K: Pair>(w: &[K::W], a: &[Act<K>], per_row: usize, out: &mut [f32]) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
-    // SAFETY: the caller's CPU has what `available` checks; the tiles stay in bounds (the
+    // SAFETY: the caller's CPU has what `Cpu::avx512_vnni` checks; the tiles stay in bounds (the
     // loops' conditions), which the slicing in `tile` checks again.
     unsafe {
         let mut t0 = 0;

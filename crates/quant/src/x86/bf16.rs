@@ -588,7 +588,7 @@ pub(crate) fn packed_kernel(
     let x: &[u32] = x.as_flattened();
     PACKED_COPIES.with_borrow_mut(|(yc, yp, sums)| {
         if n_tok == 1 {
-            // SAFETY: `crate::packed` hands this format out only on CPUs with AVX512-BF16; the
+            // SAFETY: the kernel table hands this format out only for `Isa::Avx512Bf16`; the
             // sizes agree (checked above).
             unsafe {
                 lay_out_token(y, k / 64, yc);
@@ -873,7 +873,7 @@ thread_local! {
 /// The AVX2 BF16 row entry ([`crate::GemvFn`]): one token, every row.
 pub fn gemv_avx2(w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
     let (x, y, k) = crate::codec::gemm_operands::<bf16>(w, row_bytes, a, 1, out)?;
-    // SAFETY: `matrix_kernel` hands this entry out only after detecting AVX2 and FMA; the
+    // SAFETY: the kernel table hands this entry out only for `Isa::Avx2` (AVX2, FMA); the
     // operands' sizes agree (checked above).
     unsafe { gemv_avx2_unchecked(x, k, y, out) };
     Ok(())
@@ -1090,7 +1090,7 @@ mod tests {
     use crate::reference::dot::vec_dot_bf16_bf16;
 
     fn avx2_fma() -> bool {
-        crate::cpu().avx2()
+        crate::Cpu::detect().avx2()
     }
 
     /// Rows whose first pair makes lane 0 of the first accumulator `2^-126 - 2^-150`: the odd

@@ -1105,8 +1105,8 @@ pub(crate) fn packed_kernel(
                 let (l, i) = (c % 64, c / 64);
                 yf[chain_at(s, l % 16, i, l / 16)] = v.to_f32();
             }
-            // SAFETY: `crate::packed` hands this format out only on AVX-512 CPUs (with AVX2,
-            // FMA and F16C); the sizes agree (checked above).
+            // SAFETY: the kernel table hands this format out only for `Isa::Avx512Vnni` (AVX-512
+            // with AVX2, FMA and F16C); the sizes agree (checked above).
             unsafe { gemv_entry(x, k, (yf, y), out) };
         } else {
             // SAFETY: as above.

@@ -2,8 +2,8 @@
 
 /// The safe entry point of a tiled kernel ([`crate::GemmFn`]): check the operands and cast
 /// them to `$block` weights and their activation blocks, then run `$driver(weights,
-/// activations, blocks per row, out)`, an `unsafe fn` whose CPU features `gemm_kernel` has
-/// detected before it hands the entry out. An entry generic over its element (`name<E:
+/// activations, blocks per row, out)`, an `unsafe fn` whose CPU features the kernel table's
+/// row for the entry names (`Isa`): it hands the entry out only where `Cpu::runs` them. An entry generic over its element (`name<E:
 /// Elem>: E => ...`) names the parameter and its bound.
 macro_rules! tiled_entry {
     ($(#[$doc:meta])* $name:ident $(<$g:ident: $bound:path>)?: $block:ty => $driver:expr) => {
@@ -17,8 +17,8 @@ macro_rules! tiled_entry {
         ) -> Result<(), QuantError> {
             let (x, y, per_row) =
                 crate::codec::gemm_operands::<$block>(w, row_bytes, a, n_tok, out)?;
-            // SAFETY: `gemm_kernel` hands this entry out only after detecting the CPU
-            // features the driver needs; the operands' sizes agree (checked above).
+            // SAFETY: the kernel table hands this entry out only where `Cpu::runs` its row's
+            // `Isa`, the features the driver needs; the operands' sizes agree (checked above).
             unsafe { $driver(x, y, per_row, out) };
             Ok(())
         }

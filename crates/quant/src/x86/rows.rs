@@ -4,7 +4,6 @@
 
 use crate::blocks::*;
 use crate::codec::{cast_blocks, dot_row, gemv_rows_with, Block, DotBlock};
-use crate::cpu::Vnni256;
 use crate::QuantError;
 
 use super::prefetch::is_amd;
@@ -14,8 +13,8 @@ macro_rules! avx2_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
         /// Type-erased entry to the AVX2 kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            // SAFETY: `vec_dot_kernel` hands these entries out only after detecting AVX2, FMA
-            // and F16C on this CPU.
+            // SAFETY: the kernel table hands these entries out only for `Isa::Avx2` (AVX2, FMA
+            // and F16C).
             dot_row::<$block>(w, a, |x, y| unsafe { $kernel(x, y) })
         }
 
@@ -50,7 +49,7 @@ avx2_entry! {
 
 /// Type-erased entry to the AVX2 BF16 kernel for one row (rows: [`bf16::gemv_avx2`]).
 pub fn bf16_avx2(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    // SAFETY: `vec_dot_kernel` hands this entry out only after detecting AVX2, FMA and F16C.
+    // SAFETY: the kernel table hands this entry out only for `Isa::Avx2`.
     dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16_avx2_row(x, y) })
 }
 
@@ -58,8 +57,8 @@ macro_rules! avx512_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(
         /// Type-erased entry to the AVX-512 VNNI kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            // SAFETY: `avx512_vec_dot`/`avx512_rows8` hand these entries out only after
-            // `has_avx512_vnni` found every feature the kernel is compiled for.
+            // SAFETY: the kernel table hands these entries out only for `Isa::Avx512Vnni` or
+            // `Isa::AvxVnniEvex`: every feature the kernel is compiled for.
             dot_row::<$block>(w, a, |x, y| unsafe { $kernel(x, y) })
         }
 
@@ -122,9 +121,9 @@ macro_rules! vnni_rows_entry {
     ($module:ident; $( $name:ident, $gemv:ident: $block:ty => $kernel:ident; )*) => {$(
         /// Type-erased entry to the VNNI kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            // SAFETY: the table functions below hand these entries out only after detecting
-            // every feature `$module`'s kernels are compiled for (`has_avx512_vnni` or
-            // `vnni256` for `avx512`, `vnni256` for `avxvnni`).
+            // SAFETY: the kernel table hands these entries out only where `Cpu::runs` every
+            // feature `$module`'s kernels are compiled for (`avx512`'s: `Isa::Avx512Vnni` or
+            // `Isa::AvxVnniEvex`; `avxvnni`'s: `Isa::AvxVnni`).
             dot_row::<$block>(w, a, |x, y| unsafe { $module::$kernel::<1>([x], y)[0] })
         }
 
@@ -161,17 +160,12 @@ vnni_rows_entry! {
     q4_0_rows8_vnni, q4_0_rows8_vnni_gemv: BlockQ4_0 => vec_dot_q4_0_q8_0_rows8_xr;
 }
 
-/// The form of the AVX-VNNI tier this CPU runs, if any ([`crate::Cpu::vnni256`]).
-pub(crate) fn vnni256() -> Option<Vnni256> {
-    crate::cpu().vnni256()
-}
-
 macro_rules! float_512_entry {
     ($( $name:ident, $gemv:ident: $elem:ty; )*) => {$(
         /// Type-erased entry to the AVX-512 float kernel.
         pub fn $name(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-            // SAFETY: `avx512_vec_dot` hands this entry out only after `f16::has_avx512`
-            // found every feature the kernel is compiled for.
+            // SAFETY: the kernel table hands this entry out only for `Isa::Avx512`: every
+            // feature the kernel is compiled for.
             dot_row::<$elem>(w, a, |x, y| unsafe { f16::dot_512::<$elem, 1>([x], y)[0] })
         }
 
@@ -208,7 +202,7 @@ float_512_entry! {
 
 /// Type-erased entry to the AVX512-BF16 kernel.
 pub fn bf16_512(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
-    // SAFETY: `avx512_vec_dot` hands this entry out only after `bf16::has_avx512_bf16`.
+    // SAFETY: the kernel table hands this entry out only for `Isa::Avx512Bf16`.
     dot_row::<half::bf16>(w, a, |x, y| unsafe { bf16::dot_bf16::<1>([x], y)[0] })
 }
 

@@ -8,7 +8,7 @@ use crate::test_util::reference;
 use crate::{GemvFn, GgmlType};
 
 fn has_v3() -> bool {
-    crate::cpu().avx2()
+    crate::Cpu::detect().avx2()
 }
 
 /// The float kernels (AVX2, AVX-512 by one and by four rows, the AVX-512 tiles) against the
@@ -56,7 +56,7 @@ fn float_kernels<E: f16::Elem>(
             let row_bytes = size * n;
             let mut kernels: Vec<(DotFn, GemvFn)> = vec![avx2];
             let mut gemms: Vec<crate::GemmFn> = vec![f16::gemm_avx2::<E>];
-            if crate::cpu().avx512f() {
+            if crate::Cpu::detect().avx512f() {
                 kernels.push(avx512);
                 gemms.push(f16::gemm_512::<E>);
             }

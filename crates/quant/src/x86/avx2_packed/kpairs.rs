@@ -722,7 +722,7 @@ q3_k_vnni!(
 /// [`q4_k`]: super::kquants
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
-    let vnni = crate::x86::vnni256().filter(|_| a.len() > 8 * per_row);
+    let vnni = crate::cpu().vnni256().filter(|_| a.len() > 8 * per_row);
     Q3K_ACTS.with_borrow_mut(|ya| {
         let form = if vnni.is_some() {
             Q3KActs::Flipped

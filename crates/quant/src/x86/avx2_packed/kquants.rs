@@ -347,7 +347,7 @@ unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
         if a.len() == per_row {
             return group_passes!(p, per_row, a, out, q4_k_one, 1, [], (ps));
         }
-        match crate::x86::vnni256() {
+        match crate::cpu().vnni256() {
             // SAFETY: the CPU has the form's features (`vnni256`), besides this function's.
             Some(Vnni256::Vex) => unsafe { q4_k_vnni(p, per_row, a, ps, out) },
             // SAFETY: as above.

@@ -5,8 +5,8 @@
 //! i16) into a row's two i16 halves of its lane, instead of one `vpdpbusd`.
 //!
 //! The formats: Q4_K, Q2_K, Q4_0 and IQ4_NL in llama.cpp's repacked order; Q3_K, Q5_K, Q6_K,
-//! IQ4_XS, Q4_1, Q5_0, Q5_1 and Q8_0 in `vec_dot` order (Q8_0 since its passes caught up,
-//! see [`format`]). Q2_K in `vec_dot` order (matrices whose row count is not a multiple of
+//! IQ4_XS, Q4_1, Q5_0, Q5_1 and Q8_0 in `vec_dot` order (Q8_0 since its passes caught up:
+//! docs/perf-log.md, "Which kernels the table prefers"). Q2_K in `vec_dot` order (matrices whose row count is not a multiple of
 //! eight) stays unpacked, as on AVX-512.
 //!
 //! The 4-bit values of Q4_K let the i16 halves gather a whole 32-value sub-block before

@@ -32,8 +32,8 @@
 //! ([`super::f16`], [`super::bf16`]).
 //!
 //! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
-//! kernels, eight rows a register, for the formats it has (`crate::packed` chooses by the
-//! CPU).
+//! kernels, eight rows a register, for the formats it has (the kernel table chooses by the
+//! CPU: `crate::kernels`).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
