@@ -222,8 +222,9 @@ use crate::blocks::*;
 
 #[cfg(target_arch = "x86_64")]
 static TABLE: &[Kernel] = &{
-    use crate::x86::{self as x, avx512_ktile as k512, avx512_nl as nl512, avx512_tile as t512};
-    use crate::x86::{bf16, f16, tile as t2};
+    use crate::x86::avx2::tile as t2;
+    use crate::x86::avx512::{ktile as k512, nl as nl512, tile as t512};
+    use crate::x86::{self as x, bf16, f16};
     use half::f16 as F16;
     const ACCELERATED: [Kernel; 72] = [
         // Rows, `vec_dot` order.
@@ -344,7 +345,8 @@ macro_rules! packed {
 /// on AVX2 since its passes caught up (docs/perf-log.md, "Which kernels the table prefers").
 #[cfg(target_arch = "x86_64")]
 const PACKED: [Kernel; 28] = {
-    use crate::x86::{avx2_packed as p2, avx512_packed as p512};
+    use crate::x86::avx2::packed as p2;
+    use crate::x86::avx512::packed as p512;
     [
         packed!(Q4_K, Rows8, Avx512Vnni, p512::Q4_K_ROWS8),
         packed!(Q2_K, Rows8, Avx512Vnni, p512::Q2_K_ROWS8),

@@ -1,7 +1,7 @@
 //! The packed layout of weight matrices, ISA-neutral: sixteen rows moved block by block so
 //! that each 4-byte word of a block lies as sixteen consecutive words, one per row (see
-//! [`crate::x86::avx512_packed`] for why, and for the kernels that read it;
-//! [`crate::x86::avx2_packed`] reads the same bytes eight rows a register). Here: the packed
+//! [`crate::x86::avx512::packed`] for why, and for the kernels that read it;
+//! [`crate::x86::avx2::packed`] reads the same bytes eight rows a register). Here: the packed
 //! blocks of each format and how a file's blocks are packed into them ([`Pack`],
 //! [`pack_groups`]), and what a packed format is to [`crate::packed`] ([`PackedFormat`]).
 //! Plain Rust: the kernels' own side of a format (its registers) lives with them, and only
@@ -200,13 +200,13 @@ impl Pack for Q2KPacked {
 /// triple `2l + h`: three in their low six bits, the fourth's six bits in their top two bits
 /// (its bits 0-1, 2-3, 4-5).
 ///
-/// [`q6_k_pass`]: crate::x86::avx512_packed
+/// [`q6_k_pass`]: crate::x86::avx512::packed
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q6KPairs {
     /// Words `3τ..3τ + 3` of each row: triple `τ` ([`q6_k_triple`]).
     ///
-    /// [`q6_k_triple`]: crate::x86::avx512_packed
+    /// [`q6_k_triple`]: crate::x86::avx512::packed
     pub(crate) q: [[u32; ROWS]; 48],
     /// Word `m` of each row's sixteen i8 scales.
     pub(crate) sc: [[u32; ROWS]; 4],
@@ -329,8 +329,8 @@ impl Pack for Q5KPacked {
 /// `u2 | u3 << 3 | (u6 >> 2) << 6 | (u7 & 1) << 7` and `u4 | u5 << 3 | (u7 >> 1) << 6`
 /// ([`q3_k_octet`]).
 ///
-/// [`q3_k_pass`]: crate::x86::avx512_packed
-/// [`q3_k_octet`]: crate::x86::avx512_packed
+/// [`q3_k_pass`]: crate::x86::avx512::packed
+/// [`q3_k_octet`]: crate::x86::avx512::packed
 #[derive(Clone, Copy, Pod, Zeroable)]
 #[repr(C)]
 pub(crate) struct Q3KPairs {

@@ -1,5 +1,5 @@
 //! Weight matrices packed once, when a model is loaded, for kernels that read sixteen rows
-//! as one (see `x86::avx512_packed`, and `x86::avx2_packed` for CPUs without AVX-512): the
+//! as one (see `x86::avx512::packed`, and `x86::avx2::packed` for CPUs without AVX-512): the
 //! same bytes as the file's, moved so that a 512-bit load holds the same four bytes of
 //! sixteen rows (and a 256-bit load eight of them). A packed matrix gives the bits of the row
 //! kernels for every batch size (tested), so it changes only the speed.

@@ -24,9 +24,9 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::f16::{chain_passes, lay_out_tokens, load_transposed16, transpose16};
-use super::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::reference::dot::bf16_tail;
+use crate::x86::f16::{chain_passes, lay_out_tokens, load_transposed16, transpose16};
+use crate::x86::{prefetch_lines_by, prefetch_now, PREFETCH_BOTH};
 use crate::QuantError;
 
 /// 32 values from `p` as the pairs `vdpbf16ps` takes.
@@ -218,7 +218,7 @@ tiled_entry! {
 }
 
 // ---------------------------------------------------------------------------------------------
-// BF16 matrices packed at load time (as F16's, `super::f16`): sixteen rows in the lanes of each
+// BF16 matrices packed at load time (as F16's, `crate::x86::f16`): sixteen rows in the lanes of each
 // of the reference's 32 chains (accumulator `j`, lane `m`: the pairs `64 i + 32 j + 2 m`, `+ 1`
 // of step `i`), so that a step of a batch is one `vdpbf16ps` of a weight register by one
 // token's pair, broadcast, for sixteen outputs at once, and the lanes' reduction is vertical.
@@ -319,7 +319,7 @@ unsafe fn finish_group(v: &[[__m512; 16]; 2], tails: &[bf16], y: &[bf16], out: &
     let mut r = [[0f32; 16]; 2];
     for (r, v) in r.iter_mut().zip(v) {
         // SAFETY: the caller's CPU; sixteen f32.
-        unsafe { _mm512_storeu_ps(r.as_mut_ptr(), super::f16::reduce_pairs(*v)) };
+        unsafe { _mm512_storeu_ps(r.as_mut_ptr(), crate::x86::f16::reduce_pairs(*v)) };
     }
     let tail = y.len();
     for (row, o) in out.iter_mut().enumerate().take(GROUP) {
@@ -348,7 +348,11 @@ unsafe fn gemv_packed(p: &[u32], k: usize, (yc, y): (&[u32], &[bf16]), out: &mut
             let mut acc = [_mm512_setzero_ps(); 2];
             for i in 0..s {
                 let at = chain_at(s, m, i, 0);
-                prefetch_lines_by(x[16 * at..].as_ptr().cast(), 0..2, super::prefetch_plan());
+                prefetch_lines_by(
+                    x[16 * at..].as_ptr().cast(),
+                    0..2,
+                    crate::x86::prefetch_plan(),
+                );
                 for (j, a) in acc.iter_mut().enumerate() {
                     // SAFETY: this function's features; sixteen words of `x` at 16 (at + j) <
                     // 32 s 16, pair at + j of `yc`.
@@ -680,7 +684,7 @@ pub fn dot_bf16_avx2<const R: usize>(x: [&[bf16]; R], y: &[bf16]) -> [f32; R] {
     for (r, o) in out.iter_mut().enumerate() {
         let mut red = [0f32; 2];
         for (j, red) in red.iter_mut().enumerate() {
-            *red = super::avx2::hsum(_mm256_add_ps(acc[r][2 * j], acc[r][2 * j + 1]));
+            *red = crate::x86::avx2::hsum(_mm256_add_ps(acc[r][2 * j], acc[r][2 * j + 1]));
         }
         *o = bf16_tail(red[0], red[1], &x[r][np..], &y[np..]);
     }
@@ -796,7 +800,7 @@ unsafe fn row_sums(x: &[bf16], y: &[bf16]) -> [f32; 2] {
         let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
         while i < np {
-            super::prefetch_lines(x.as_ptr().wrapping_add(i).cast(), 0..2);
+            crate::x86::prefetch_lines(x.as_ptr().wrapping_add(i).cast(), 0..2);
             for (q, acc) in acc.iter_mut().enumerate() {
                 let yv = pairs8_raw(y.as_ptr().add(i + 16 * q));
                 let xv = pairs8_raw(x.as_ptr().add(i + 16 * q));
@@ -804,7 +808,7 @@ unsafe fn row_sums(x: &[bf16], y: &[bf16]) -> [f32; 2] {
             }
             i += 64;
         }
-        [0, 1].map(|j| super::avx2::hsum(_mm256_add_ps(acc[2 * j], acc[2 * j + 1])))
+        [0, 1].map(|j| crate::x86::avx2::hsum(_mm256_add_ps(acc[2 * j], acc[2 * j + 1])))
     }
 }
 
@@ -953,8 +957,8 @@ unsafe fn pair_tile<const R: usize, const T: usize>(
             for r in 0..R {
                 let ch = &chains[t][r];
                 out[t][r] = [
-                    super::avx2::hsum(_mm256_add_ps(ch[0], ch[1])),
-                    super::avx2::hsum(_mm256_add_ps(ch[2], ch[3])),
+                    crate::x86::avx2::hsum(_mm256_add_ps(ch[0], ch[1])),
+                    crate::x86::avx2::hsum(_mm256_add_ps(ch[2], ch[3])),
                 ];
             }
         }

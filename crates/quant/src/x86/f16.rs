@@ -22,8 +22,8 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::avx2::hsum;
-use super::{prefetch_lines_by, prefetch_now, Ahead, PREFETCH_BOTH};
+use crate::x86::avx2::hsum;
+use crate::x86::{prefetch_lines_by, prefetch_now, Ahead, PREFETCH_BOTH};
 use crate::QuantError;
 
 /// An element type these kernels take, weights and activations alike: F16 (widened exactly
@@ -685,7 +685,7 @@ pub(super) unsafe fn load_transposed16(rows: &[u8], stride: usize, at: usize) ->
 }
 
 /// The tokens of a batch laid out for the packed float kernels' passes ([`gemm_packed`] and
-/// `super::bf16`'s), into `yp` (`block_len` words a block of [`PASS_TOKENS`] tokens, zeros
+/// `crate::x86::bf16`'s), into `yp` (`block_len` words a block of [`PASS_TOKENS`] tokens, zeros
 /// past the last token): sixteen tokens at a time, for each step `i < s` and part `j < J`,
 /// `load(t, i, j)` gives token `t`'s sixteen 32-bit words of that part; transposed
 /// ([`transpose16`]), word `c` of the sixteen tokens goes to `at(c, i, j)` of two blocks, the

@@ -38,12 +38,7 @@ macro_rules! gemm_entries {
 
 pub(crate) mod actq;
 pub mod avx2;
-pub(crate) mod avx2_packed;
 pub mod avx512;
-pub mod avx512_ktile;
-pub mod avx512_nl;
-pub(crate) mod avx512_packed;
-pub mod avx512_tile;
 pub mod avxvnni;
 pub mod bf16;
 pub mod f16;
@@ -52,7 +47,6 @@ mod prefetch;
 mod rows;
 #[cfg(test)]
 mod tests;
-pub mod tile;
 
 // What the kernels share, and the row entries the kernel table takes, under their old paths.
 pub(crate) use crate::cpu::Vnni256;

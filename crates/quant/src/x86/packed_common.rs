@@ -1,5 +1,5 @@
-//! What the packed kernels of both x86 tiers share ([`super::avx512_packed`] and
-//! [`super::avx2_packed`], on the layout of [`crate::packed::layout`]): the register loads of a
+//! What the packed kernels of both x86 tiers share ([`crate::x86::avx512::packed`] and
+//! [`crate::x86::avx2::packed`], on the layout of [`crate::packed::layout`]): the register loads of a
 //! packed block's rows, the passes over a batch's tokens, the tokens' tables built once a call,
 //! and the 32-value formats' lanes ([`Pack32`]), which each tier reads in its own width. Neither
 //! kernel module is imported here.
@@ -7,12 +7,12 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avx512_ktile::q8_k_pair_sums;
-use super::Ahead;
 use crate::blocks::*;
 use crate::packed::layout::{
     IQ4NLPacked, Pack, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed, ROWS,
 };
+use crate::x86::avx512::ktile::q8_k_pair_sums;
+use crate::x86::Ahead;
 
 /// Sixteen consecutive u32 as a register.
 #[inline(always)]
@@ -261,7 +261,7 @@ pub(super) unsafe fn q6_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q6KAct>) {
 /// A token's Q8_K block for [`q3_k_pass`]: its values in [`Q6KAct`]'s order (plus 128, as
 /// unsigned bytes, for [`Q3KActs::Flipped`]), `off` as [`Q3KActs`] says, and its scale.
 ///
-/// [`q3_k_pass`]: super::avx512_packed
+/// [`q3_k_pass`]: crate::x86::avx512::packed
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub(crate) struct Q3KAct {
@@ -305,7 +305,7 @@ pub(super) enum Q3KActs {
     /// `off` entry `l`: `-128` times the sum of lane `l`'s 32 values, as an i32 (the AVX-512
     /// passes over unpacked groups, [`q3_k_unpack`]).
     ///
-    /// [`q3_k_unpack`]: super::avx512_packed
+    /// [`q3_k_unpack`]: crate::x86::avx512::packed
     LaneSums,
 }
 
@@ -380,7 +380,7 @@ pub(super) unsafe fn q3_k_acts(a: &[BlockQ8K], ya: &mut Vec<Q3KAct>, form: Q3KAc
 thread_local! {
     /// Each thread's token blocks for [`q3_k_pass`].
     ///
-    /// [`q3_k_pass`]: super::avx512_packed
+    /// [`q3_k_pass`]: crate::x86::avx512::packed
     pub(super) static Q3K_ACTS: RefCell<Vec<Q3KAct>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -448,7 +448,7 @@ pub(crate) trait Pack32: Pack {
     /// # Safety
     /// AVX-512 F.
     unsafe fn lane(&self, l: usize) -> __m512i;
-    /// [`Self::lane`] of rows `8h..8h + 8` (for [`super::avx2_packed`]).
+    /// [`Self::lane`] of rows `8h..8h + 8` (for [`crate::x86::avx2::packed`]).
     ///
     /// # Safety
     /// AVX2.
@@ -683,7 +683,7 @@ impl Tok32 {
 thread_local! {
     /// Each thread's per-call token table, and the unpacked lanes of [`lanes32`].
     ///
-    /// [`lanes32`]: super::avx512_packed
+    /// [`lanes32`]: crate::x86::avx512::packed
     pub(super) static TOKS32: RefCell<(Vec<Tok32>, Vec<Unpacked32>)> =
         const { RefCell::new((Vec::new(), Vec::new())) };
 }
@@ -695,5 +695,5 @@ thread_local! {
 /// measurable for the K-quants, whose per-call work on the tokens is smaller (measurements:
 /// docs/perf-log.md, "Batch calls' sizes").
 ///
-/// [`lanes32`]: super::avx512_packed
+/// [`lanes32`]: crate::x86::avx512::packed
 pub(super) const LANES32_TILE_WEIGHTS: usize = 1024 * 2048;

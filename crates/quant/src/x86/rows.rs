@@ -6,8 +6,8 @@ use crate::blocks::*;
 use crate::codec::{cast_blocks, dot_row, gemv_rows_with, Block, DotBlock};
 use crate::QuantError;
 
-use super::prefetch::is_amd;
-use super::{avx2, avx512, avxvnni, bf16, f16};
+use crate::x86::prefetch::is_amd;
+use crate::x86::{avx2, avx512, avxvnni, bf16, f16};
 
 macro_rules! avx2_entry {
     ($( $name:ident, $gemv:ident: $block:ty => $kernel:path; )*) => {$(

@@ -2,9 +2,9 @@
 //! can run it. (The quantized formats' row kernels are checked from the kernel table, in
 //! `kernels.rs`.)
 
-use super::*;
 use crate::kernels::DotFn;
 use crate::test_util::reference;
+use crate::x86::*;
 use crate::{GemvFn, GgmlType};
 
 fn has_v3() -> bool {

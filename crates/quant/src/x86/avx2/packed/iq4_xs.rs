@@ -3,9 +3,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::{bcast4, fuse_halves, ld8_f16, store_halves, store_tokens8};
 use crate::blocks::*;
 use crate::packed::layout::{packed_format, IQ4XSPacked, ROWS};
+use crate::x86::avx2::packed::{bcast4, fuse_halves, ld8_f16, store_halves, store_tokens8};
 use crate::x86::packed_common::{group_passes, ld8, pass_entries, token_passes, unpacked_passes};
 use crate::x86::{prefetch_part_as, Ahead};
 use crate::GgmlType;
@@ -155,7 +155,7 @@ unsafe fn iq4_xs_pass<const T: usize, const UNPACKED: bool>(
 /// token's magnitude each read more of the memory (measurements: docs/perf-log.md, "AVX2
 /// one-token passes: one sweep over both halves").
 ///
-/// [`q4_k_one`]: super::kquants
+/// [`q4_k_one`]: crate::x86::avx2::packed::kquants
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -238,7 +238,7 @@ thread_local! {
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx2::packed::kquants
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     if a.len() == per_row {

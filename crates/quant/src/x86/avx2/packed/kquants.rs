@@ -2,9 +2,11 @@
 
 use std::arch::x86_64::*;
 
-use super::{bcast4, fuse_halves, hsum8, ld8_f16, store_rows8, word_shuffle, UNPACKED_VALUES};
 use crate::blocks::*;
 use crate::packed::layout::{packed_format, Q2KPacked, Q4KPacked, Q5KPacked, ROWS};
+use crate::x86::avx2::packed::{
+    bcast4, fuse_halves, hsum8, ld8_f16, store_rows8, word_shuffle, UNPACKED_VALUES,
+};
 use crate::x86::packed_common::{
     group_passes, ld8, pair_sums, pass_entries, token_passes, unpacked_passes, PAIR_SUMS,
 };
@@ -387,7 +389,7 @@ q4_k_vnni!(
 packed_format!(Q4_K_ROWS8: Q4KPacked, BlockQ8K, GgmlType::Q4_K, GgmlType::Q8_K => q4_k);
 
 // ---------------------------------------------------------------------------------------------
-// Q2_K in the repacked order: [`crate::x86::avx512_packed`]'s Q2_K eight rows a register. Per block
+// Q2_K in the repacked order: [`crate::x86::avx512::packed`]'s Q2_K eight rows a register. Per block
 // and row, one exact integer total of the values times their 16-value group's scale
 // (`vpmaddubsw` of the 2-bit values with the token's, the four words of a group gathered in
 // i16 halves, at most 4 * 2 * 3 * 128, then `vpmaddwd` by the scale) and one of the group mins
@@ -610,7 +612,7 @@ packed_format!(Q2_K_ROWS8: Q2KPacked, BlockQ8K, GgmlType::Q2_K, GgmlType::Q8_K =
 // Q5_K in `vec_dot` order: the main term in eight lanes (lane `k` takes values whose index mod
 // 32 is in `4k..4k + 4`, each times its sub-block's scale), fused by `d_y * d_x`; the min term
 // one integer a block, fused into one running float by `-d_y * dmin_x`, added at the end:
-// [`crate::x86::avx512_packed`]'s Q5_K, eight rows a register.
+// [`crate::x86::avx512::packed`]'s Q5_K, eight rows a register.
 
 /// Bit `b` of each byte of `v` moved to bit 4 (the other bits cleared).
 #[inline(always)]

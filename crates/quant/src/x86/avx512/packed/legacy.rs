@@ -2,11 +2,11 @@
 
 use std::arch::x86_64::*;
 
-use super::{bcast4, hsum8, ld_f16, store_rows};
 use crate::blocks::*;
 use crate::packed::layout::{
     packed_format, IQ4NLPacked, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed, ROWS,
 };
+use crate::x86::avx512::packed::{bcast4, hsum8, ld_f16, store_rows};
 use crate::x86::packed_common::{
     token_passes, Act32, Pack32, Tok32, Unpacked32, LANES32_TILE_WEIGHTS, TOKS32,
 };
@@ -182,7 +182,7 @@ fn tokens32_rows8<P: Pack32, L: Lanes32, const T: usize>(
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx512::packed::kquants
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
     p: &[P],

@@ -2,7 +2,7 @@
 //! order): two weight rows in one 512-bit register, row A in the low eight lanes and row B in
 //! the high eight.
 //!
-//! The AVX2 kernels ([`super::avx2`]) spend four to six multiply-port instructions per block
+//! The AVX2 kernels ([`crate::x86::avx2`]) spend four to six multiply-port instructions per block
 //! and row (`vpmaddubsw`, `vpmaddwd`, the conversion and the fused multiply-adds); here one
 //! `vpdpbusd` gives the exact integer lane sums of two rows' blocks, and one conversion, one
 //! product of the scales and one fused multiply-add finish both. Each 8-lane half runs exactly
@@ -17,8 +17,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{head_f16x2, hsum, load32, q5_bytes};
 use crate::blocks::*;
+use crate::x86::avx2::{head_f16x2, hsum, load32, q5_bytes};
 use crate::{DotBlock, QuantError};
 
 /// A dot product over pairs of rows: per-token work (`tok`, shared by every pair), per-pair work

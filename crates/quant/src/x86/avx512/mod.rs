@@ -1,24 +1,29 @@
 //! AVX-512 kernels with VNNI (`vpdpbusd`, `vpdpwssd`) for the hottest formats: Q4_0 (both
 //! orders), Q4_1 and Q8_0 against Q8_0/Q8_1, several rows at a time; Q6_K against Q8_K. (Q4_K
-//! had one too, 64 values per step; once [`super::avx2`]'s Q4_K unpacked its scales without
+//! had one too, 64 values per step; once [`crate::x86::avx2`]'s Q4_K unpacked its scales without
 //! scalar loops it was no faster, measured, and went.)
 //!
-//! The float side is [`super::avx2`]'s, which is the reference's: eight float lanes, one fused
+//! The float side is [`crate::x86::avx2`]'s, which is the reference's: eight float lanes, one fused
 //! multiply-add per block (super-block), the same horizontal-sum tree. Only the exact integer
 //! lanes are made differently: VNNI's dot products of four bytes fold `vpmaddubsw` + `vpmaddwd`
 //! (+ add) into one instruction, and Q6_K takes 64 values per 512-bit step, the two 32-value
 //! halves landing in lanes 0..8 and 8..16 and folded at the end (lane `l` of both halves is the
 //! reference's lane `l`). Integer sums are exact in any order: same bits.
 
+pub mod ktile;
+pub mod nl;
+pub(crate) mod packed;
+pub mod tile;
+
 use std::arch::x86_64::*;
 
-use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32, load32, nibbles};
-use super::prefetch_ahead;
 use crate::blocks::*;
+use crate::x86::avx2::{f32_of, head_f16x2, hsum, hsum_i32, load32, nibbles};
+use crate::x86::prefetch_ahead;
 
 /// The multi-row kernels of the 32-value formats, for an instruction set with a 256-bit
 /// `vpdpbusd` (`$dpbusd`, under `$features`): AVX-512 VNNI (EVEX) here, AVX-VNNI (VEX) in
-/// [`super::avxvnni`]. Everything else they use is AVX2.
+/// [`crate::x86::avxvnni`]. Everything else they use is AVX2.
 macro_rules! vnni_row_kernels {
     ($features:literal, $dpbusd:path) => {
         /// `acc + Σ_{k<4} u[4l + k] * s[4l + k]` per i32 lane: unsigned bytes times signed bytes.

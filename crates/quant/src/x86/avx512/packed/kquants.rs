@@ -2,12 +2,12 @@
 
 use std::arch::x86_64::*;
 
-use super::{
+use crate::blocks::*;
+use crate::packed::layout::{packed_format, Q2KPacked, Q4KPacked, Q5KPacked, ROWS};
+use crate::x86::avx512::packed::{
     bcast4, dpwssd, dpwssd_by, fuse_lanes, hsum8, ld_f16, mullo_epi8, store_rows, word_shuffle,
     UNPACKED_VALUES,
 };
-use crate::blocks::*;
-use crate::packed::layout::{packed_format, Q2KPacked, Q4KPacked, Q5KPacked, ROWS};
 use crate::x86::packed_common::{
     group_passes, ld, nibble_or, pair_sums, pass_entries, token_passes, unpacked_passes, PAIR_SUMS,
 };
@@ -513,7 +513,7 @@ fn q5_k_unpack(g: &[Q5KPacked], vb: &mut Vec<[__m512i; 64]>) {
 /// `vpmaddubsw` + `vpdpwssd` by `(scale, scale)`, or, `PAIRED`, `vpdpbusd` for each of two
 /// sub-blocks, their sums as the halves of a word, one `vpdpwssd` by both scales.
 ///
-/// [`q6_k_pass`]: super::kpairs
+/// [`q6_k_pass`]: crate::x86::avx512::packed::kpairs
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `k` and `t` index several arrays in step
 unsafe fn q5_k_pass<const T: usize, const UNPACKED: bool, const PAIRED: bool>(

@@ -1,4 +1,4 @@
-//! AVX2 kernels on the packed weights of [`super::avx512_packed`] (the same layout, the same
+//! AVX2 kernels on the packed weights of [`crate::x86::avx512::packed`] (the same layout, the same
 //! bytes), for CPUs without AVX-512 VNNI: AMD Zen 2 and 3, Intel client cores. There a packed
 //! matrix's sixteen rows are two registers of eight i32 lanes, one row a lane, and the products
 //! of four values of a row with four of a token are `vpmaddubsw` (u8 x i8, pairs added into
@@ -47,7 +47,7 @@ unsafe fn ld8_f16(p: &[u16; ROWS], h: usize) -> __m256 {
 }
 
 /// The low byte of each byte's product `a * b` (signed or unsigned alike), from two 16-bit
-/// multiplies: [`super::avx512_packed`]'s `mullo_epi8` in 256 bits.
+/// multiplies: [`crate::x86::avx512::packed`]'s `mullo_epi8` in 256 bits.
 #[inline(always)]
 unsafe fn mullo_epi8(a: __m256i, b: __m256i) -> __m256i {
     // SAFETY: AVX2 (the callers' features).

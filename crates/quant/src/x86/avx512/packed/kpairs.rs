@@ -3,12 +3,12 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::{
+use crate::blocks::*;
+use crate::packed::layout::{packed_format, Q3KPairs, Q6KPairs, ROWS};
+use crate::x86::avx512::packed::{
     bcast4, dpwssd, dpwssd_by, fuse_lanes, ld_f16, mullo_epi8, store_tokens, word_shuffle,
     UNPACKED_VALUES,
 };
-use crate::blocks::*;
-use crate::packed::layout::{packed_format, Q3KPairs, Q6KPairs, ROWS};
 use crate::x86::packed_common::{
     group_passes, ld, nibble_or, pass_entries, q3_k_acts, q6_k_acts, token_passes, unpacked_passes,
     Q3KAct, Q3KActs, Q6KAct, Q3K_ACTS, Q6K_ACTS,
@@ -180,7 +180,7 @@ pass_entries!(
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx512::packed::kquants
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
@@ -492,7 +492,7 @@ thread_local! {
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx512::packed::kquants
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;

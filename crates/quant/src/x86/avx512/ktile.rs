@@ -2,7 +2,7 @@
 //! (two rows by four tokens) and for decode (four rows a token, with the weights asked for
 //! ahead of the kernel).
 //!
-//! The AVX2 kernels ([`super::avx2`]) take a 32-value sub-block per `vpmaddubsw` + `vpmaddwd`
+//! The AVX2 kernels ([`crate::x86::avx2`]) take a 32-value sub-block per `vpmaddubsw` + `vpmaddwd`
 //! (+ add); here one 512-bit instruction takes two sub-blocks:
 //!
 //! - **Q4_K:** `vpdpbusd` gives the exact sums of four nibble-times-byte products per i32 lane,
@@ -11,7 +11,7 @@
 //!   accumulates (a lane's sum has |sum| <= 4 * 15 * 128, so its low 16 bits are the sum as a
 //!   signed i16 and `s * sum` is exact). Lane `l` of the AVX2 kernel's `vpmaddwd` sums the
 //!   same four products times the same scale.
-//! - **Q6_K:** as [`super::avx512::vec_dot_q6_k_q8_k`], 64 values per step.
+//! - **Q6_K:** as [`crate::x86::avx512::vec_dot_q6_k_q8_k`], 64 values per step.
 //!
 //! The two 8-lane halves are folded before the float side, which is the single-row kernel's:
 //! same lanes, same conversions, same fused multiply-adds in the same order. Integer sums are
@@ -20,9 +20,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f32_of, head_f16x2, hsum, hsum_i32};
 use crate::blocks::*;
 use crate::codec::prefetch_ahead;
+use crate::x86::avx2::{f32_of, head_f16x2, hsum, hsum_i32};
 use crate::{DotBlock, QuantError};
 
 /// A dot product split into per-token work (`tok`), per-weight-block work (`prep`) and the work
@@ -482,7 +482,7 @@ fn q4_k_raw_packed(p: &Q4KPackedPrep, y: &BlockQ8K, pair_sums: __m128i) -> (__m5
 /// The token's sub-block sums (`bsum[2k] + bsum[2k + 1]`, i16), which the mins multiply.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn q8_k_pair_sums(y: &BlockQ8K) -> __m128i {
+pub(crate) fn q8_k_pair_sums(y: &BlockQ8K) -> __m128i {
     // SAFETY: 16 readable bytes each (bsums has 16 i16).
     let (lo, hi) = unsafe {
         (
@@ -1276,7 +1276,7 @@ unsafe fn q2_k_rows8_row_by_8(
     (r0, t0): (usize, usize),
     out: &mut [f32],
 ) {
-    use super::avx512_nl::reduce8 as reduce8_256;
+    use crate::x86::avx512::nl::reduce8 as reduce8_256;
     let per_row = x.len();
     let rows = out.len() / toks.n_tok;
     let ys: [&[BlockQ8K]; 8] = std::array::from_fn(|t| &a[(t0 + t) * per_row..][..per_row]);

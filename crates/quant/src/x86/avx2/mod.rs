@@ -8,10 +8,13 @@
 //! order at the end. Same operations, same order: the same bits as the reference, and so as
 //! llama.cpp's x86 kernels.
 
+pub(crate) mod packed;
+pub mod tile;
+
 use std::arch::x86_64::*;
 
-use super::prefetch_ahead;
 use crate::blocks::*;
+use crate::x86::prefetch_ahead;
 
 /// F16 to f32, exactly (every conversion agrees), inline and in integer registers: the `half`
 /// crate's default conversion checks the CPU's features on every call, and an F16C conversion

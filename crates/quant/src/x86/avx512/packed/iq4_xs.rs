@@ -3,9 +3,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::{bcast4, dpwssd, dpwssd_by, fuse_lanes, ld_f16, store_tokens};
 use crate::blocks::*;
 use crate::packed::layout::{packed_format, IQ4XSPacked, ROWS};
+use crate::x86::avx512::packed::{bcast4, dpwssd, dpwssd_by, fuse_lanes, ld_f16, store_tokens};
 use crate::x86::packed_common::{group_passes, ld};
 use crate::x86::{prefetch_part, prefetch_part_as, Ahead};
 use crate::GgmlType;
@@ -194,7 +194,7 @@ thread_local! {
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx512::packed::kquants
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn iq4_xs(p: &[IQ4XSPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     if a.len() < 4 * per_row {

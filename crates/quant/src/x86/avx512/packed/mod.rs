@@ -1,7 +1,7 @@
 //! AVX-512 VNNI kernels on weights packed at load time, one weight row per i32 lane ("rows in
 //! lanes"), for every batch size, one token included.
 //!
-//! The tiles of [`super::avx512_ktile`] and [`super::avx512_tile`] put 64 values of one row in a
+//! The tiles of [`crate::x86::avx512::ktile`] and [`crate::x86::avx512::tile`] put 64 values of one row in a
 //! register and dot them with one token: every (row, token, block) ends as sixteen lanes to
 //! scale and reduce across the register, and the row kernels of one token are bound by those
 //! instructions, well below the machine's read bandwidth. Here each group of sixteen rows is
@@ -29,9 +29,9 @@
 //! every output has the bits of the row kernels (tested), and G1, D1 and the golden logits are
 //! unchanged. Q2_K is packed in the repacked order only (every Q2_K matrix whose row count is a
 //! multiple of 16 is one); F16 and BF16 are packed in their own layouts, chain by chain
-//! ([`super::f16`], [`super::bf16`]).
+//! ([`crate::x86::f16`], [`crate::x86::bf16`]).
 //!
-//! On CPUs without AVX-512 VNNI the same packed matrices serve [`super::avx2_packed`]'s
+//! On CPUs without AVX-512 VNNI the same packed matrices serve [`crate::x86::avx2::packed`]'s
 //! kernels, eight rows a register, for the formats it has (the kernel table chooses by the
 //! CPU: `crate::kernels`).
 
@@ -205,27 +205,27 @@ thread_local! {
 // ---------------------------------------------------------------------------------------------
 // Entries.
 
-/// F16 matrices, sixteen rows a register chain by chain (`super::f16`'s packed layout: the
+/// F16 matrices, sixteen rows a register chain by chain (`crate::x86::f16`'s packed layout: the
 /// reference's 64 sums of an output each a chain of steps): batches run on it without a
 /// transposition a call.
 pub(crate) static F16_PACKED: PackedFormat = PackedFormat {
     pack: |w, row_bytes, groups, release| {
         float_rows(GgmlType::F16, w, row_bytes, groups)?;
-        super::f16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
+        crate::x86::f16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
     },
-    kernel: super::f16::packed_kernel,
+    kernel: crate::x86::f16::packed_kernel,
     block_bytes: ROWS * 2,
     tile_weights: F16_TILE_WEIGHTS,
 };
 
-/// BF16 matrices, sixteen rows a register chain by chain (`super::bf16`'s packed layout), as
+/// BF16 matrices, sixteen rows a register chain by chain (`crate::x86::bf16`'s packed layout), as
 /// F16's.
 pub(crate) static BF16_PACKED: PackedFormat = PackedFormat {
     pack: |w, row_bytes, groups, release| {
         float_rows(GgmlType::BF16, w, row_bytes, groups)?;
-        super::bf16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
+        crate::x86::bf16::pack_rows(w, row_bytes, groups, release).map_err(PackError::Io)
     },
-    kernel: super::bf16::packed_kernel,
+    kernel: crate::x86::bf16::packed_kernel,
     block_bytes: ROWS * 2,
     tile_weights: F16_TILE_WEIGHTS,
 };

@@ -3,12 +3,12 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::{
+use crate::blocks::*;
+use crate::packed::layout::{packed_format, Q3KPairs, Q6KPairs, ROWS};
+use crate::x86::avx2::packed::{
     bcast4, fuse_halves, halves_d, ld8_f16, mullo_epi8, store_halves, store_tokens8, word_shuffle,
     UNPACKED_VALUES,
 };
-use crate::blocks::*;
-use crate::packed::layout::{packed_format, Q3KPairs, Q6KPairs, ROWS};
 use crate::x86::packed_common::{
     group_passes, ld8, pass_entries, q3_k_acts, q6_k_acts, token_passes, unpacked_passes, Q3KAct,
     Q3KActs, Q6KAct, Q3K_ACTS, Q6K_ACTS,
@@ -20,11 +20,11 @@ use crate::GgmlType;
 // Q6_K in `vec_dot` order: eight i32 lanes a block (lane `k` takes values whose index mod 32 is
 // in `4k..4k + 4`, each 4-value sum times its group's scale, and the `-32` offset through the
 // token's group sums), each fused into its own float by `d_y * d_x`, the eight added at the
-// end as `avx2::hsum` adds ggml's lanes: [`crate::x86::avx512_packed`]'s Q6_K, eight rows a
+// end as `avx2::hsum` adds ggml's lanes: [`crate::x86::avx512::packed`]'s Q6_K, eight rows a
 // register.
 
 /// Rows `8hr..8hr + 8` of triple `τ` of a group unpacked to one byte a value (q unsigned,
-/// 0..64), as [`crate::x86::avx512_packed`]'s `q6_k_triple`: the low six bits of its three words,
+/// 0..64), as [`crate::x86::avx512::packed`]'s `q6_k_triple`: the low six bits of its three words,
 /// and the fourth word's values from their top two bits.
 ///
 /// # Safety
@@ -100,7 +100,7 @@ unsafe fn q6_k_scales8(g: &Q6KPairs, hr: usize) -> [__m256i; 8] {
 
 /// Sixteen rows (`g`, and with `UNPACKED` their values already unpacked in `vb` by
 /// [`q6_k_unpack`]) times tokens `t0..t0 + T` (`ys[t]`, reordered by `q6_k_acts`), into
-/// `out[(t0 + t) * stride + r0..][..16]`, eight rows at a time: [`crate::x86::avx512_packed`]'s
+/// `out[(t0 + t) * stride + r0..][..16]`, eight rows at a time: [`crate::x86::avx512::packed`]'s
 /// paired products (two `vpmaddubsw` added as words, one `vpmaddwd` by two groups' scales),
 /// the same integers in each of `vec_dot`'s lanes.
 #[inline(always)]
@@ -191,7 +191,7 @@ pass_entries!(
 /// sweep runs faster, hot and from memory, than two halves (measurements: docs/perf-log.md,
 /// "AVX2 one-token passes: one sweep over both halves").
 ///
-/// [`q4_k_one`]: super::kquants
+/// [`q4_k_one`]: crate::x86::avx2::packed::kquants
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -254,7 +254,7 @@ fn q6_k_one<const T: usize>(
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx2::packed::kquants
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let n_tok = a.len() / per_row;
@@ -283,7 +283,7 @@ unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
 packed_format!(Q6_K: Q6KPairs, BlockQ8K, GgmlType::Q6_K, GgmlType::Q8_K => q6_k);
 
 // ---------------------------------------------------------------------------------------------
-// Q3_K in `vec_dot` order: [`crate::x86::avx512_packed`]'s Q3_K, in its paired layout
+// Q3_K in `vec_dot` order: [`crate::x86::avx512::packed`]'s Q3_K, in its paired layout
 // ([`Q3KPairs`]), eight rows a register: for each lane and pair of groups two `vpmaddubsw` of
 // `u = q + 4` added as words, plus the token's `-4 * Σ y` of both groups' four values, then
 // one `vpmaddwd` by the two scales (less 32) into the lane's i32: the integers of ggml's AVX2
@@ -307,7 +307,7 @@ unsafe fn q3_k_words(g: &Q3KPairs, hr: usize, l: usize) -> [__m256i; 3] {
 }
 
 /// Words `2p` and `2p + 1` of a lane's octet unpacked to one byte a value (`u`, 0..8) from its
-/// three words `[a, b, c]` ([`q3_k_words`]), as [`crate::x86::avx512_packed`]'s `q3_k_octet`: pairs
+/// three words `[a, b, c]` ([`q3_k_words`]), as [`crate::x86::avx512::packed`]'s `q3_k_octet`: pairs
 /// 0, 1 and 2 from the low six bits of `a`, `b` and `c`; pair 3 from their top bits.
 ///
 /// # Safety
@@ -525,7 +525,7 @@ pass_entries!(
 /// bound by its vector instructions, about eleven for each eight-row word of values
 /// (measurements: docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 ///
-/// [`q4_k_one`]: super::kquants
+/// [`q4_k_one`]: crate::x86::avx2::packed::kquants
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `hr` indexes several arrays in step
@@ -576,7 +576,7 @@ fn q3_k_one<const T: usize>(
 /// A Q3_K block's rows `8hr..8hr + 8` folded for AVX-VNNI batches ([`q3_k_fold`]): entry
 /// `8l + w` holds lane `l`'s word `w` with each value's group scale folded in, `-q * scale` as
 /// a signed byte (-128..=124), and entry `64 + l` each row's `128 * Σ` of lane `l`'s 32 folded
-/// bytes, eight rows a register: the form [`crate::x86::avx512_packed`]'s Q3_K batches had before
+/// bytes, eight rows a register: the form [`crate::x86::avx512::packed`]'s Q3_K batches had before
 /// they took the token as the signed side, which lets EVEX fold its broadcast (VEX has no
 /// broadcast operand to fold, so the form stays here).
 type Q3KFolded = [__m256i; 72];
@@ -683,7 +683,7 @@ macro_rules! q3_k_vnni {
         /// # Safety
         /// As [`q4_k`], and the CPU must have AVX-VNNI.
         ///
-        /// [`q4_k`]: super::kquants
+        /// [`q4_k`]: crate::x86::avx2::packed::kquants
         #[target_feature(enable = $features)]
         unsafe fn $name(p: &[Q3KPairs], per_row: usize, a: &[Q3KAct], out: &mut [f32]) {
             Q3K_FOLDED.with_borrow_mut(|vb| {
@@ -719,7 +719,7 @@ q3_k_vnni!(
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx2::packed::kquants
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q3_k(p: &[Q3KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) {
     let vnni = crate::cpu().vnni256().filter(|_| a.len() > 8 * per_row);

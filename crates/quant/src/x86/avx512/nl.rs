@@ -19,9 +19,9 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{f32_of, load32};
 use crate::blocks::*;
 use crate::codec::{gemm_operands, prefetch_ahead};
+use crate::x86::avx2::{f32_of, load32};
 use crate::QuantError;
 
 /// Tiled IQ4_NL in llama.cpp's repacked order (see [`crate::GemmFn`]).
@@ -80,8 +80,8 @@ impl Values {
     #[target_feature(enable = "avx2,fma,f16c")]
     fn row(self, x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
         match self {
-            Values::Iq4Nl => super::avx2::vec_dot_iq4_nl_q8_0_rows8(x, y),
-            Values::Q4_0 => super::avx2::vec_dot_q4_0_q8_0_rows8(bytemuck::cast_slice(x), y),
+            Values::Iq4Nl => crate::x86::avx2::vec_dot_iq4_nl_q8_0_rows8(x, y),
+            Values::Q4_0 => crate::x86::avx2::vec_dot_q4_0_q8_0_rows8(bytemuck::cast_slice(x), y),
         }
     }
 }

@@ -2,11 +2,11 @@
 
 use std::arch::x86_64::*;
 
-use super::{bcast4, halves_d, hsum8, ld8_f16, store_rows8};
 use crate::blocks::*;
 use crate::packed::layout::{
     packed_format, IQ4NLPacked, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed, ROWS,
 };
+use crate::x86::avx2::packed::{bcast4, halves_d, hsum8, ld8_f16, store_rows8};
 use crate::x86::packed_common::{token_passes, Act32, Pack32, Tok32, LANES32_TILE_WEIGHTS, TOKS32};
 use crate::x86::prefetch_ahead;
 use crate::GgmlType;
@@ -14,7 +14,7 @@ use crate::GgmlType;
 // ---------------------------------------------------------------------------------------------
 // The 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): lane `l` of a block holds
 // values `4l..4l + 4` of eight rows, as in
-// [`crate::x86::avx512_packed`]. `vpmaddubsw` multiplies unsigned bytes by signed ones and
+// [`crate::x86::avx512::packed`]. `vpmaddubsw` multiplies unsigned bytes by signed ones and
 // saturates its pairs at `i16`, so the 4- and 5-bit formats go in as stored (their offset taken
 // back through the token's lane sums, as there), and the 8-bit ones (Q8_0, and IQ4_NL's
 // levels) as ggml's AVX2 kernels take them: the weights' magnitudes times the token's values
@@ -204,7 +204,7 @@ fn tokens32_rows8<P: Pack32, const T: usize>(
 /// more of the memory than two halves, here and in the repacked order ([`tokens32_rows8_one`])
 /// (measurements: docs/perf-log.md, "AVX2 one-token passes: one sweep over both halves").
 ///
-/// [`q4_k_one`]: super::kquants
+/// [`q4_k_one`]: crate::x86::avx2::packed::kquants
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn tokens32_one<P: Pack32, const T: usize>(
@@ -321,7 +321,7 @@ const TOKENS32_ROWS8: usize = 8;
 /// # Safety
 /// As [`q4_k`].
 ///
-/// [`q4_k`]: super::kquants
+/// [`q4_k`]: crate::x86::avx2::packed::kquants
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
     p: &[P],

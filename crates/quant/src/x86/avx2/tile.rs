@@ -1,7 +1,7 @@
 //! Tiled AVX2 products of several weight rows with several tokens: gemv for decode (four rows
 //! a token) and gemm for prefill (two rows by four tokens).
 //!
-//! Each format's dot product ([`super::avx2`]) is split into the work that depends on the weight
+//! Each format's dot product ([`crate::x86::avx2`]) is split into the work that depends on the weight
 //! block alone (`prep`: unpacking nibbles, high bits, scales), done once per block of a tile, and
 //! the work per token (`step`), done for every token of the tile while the unpacked block is in
 //! registers. Each (row, token) pair keeps its own accumulator and runs exactly the operations of
@@ -12,11 +12,11 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{
+use crate::blocks::*;
+use crate::x86::avx2::{
     f32_of, halves_i16, head_f16x2, hsum, hsum_i32, iq4_values, lanes_ss_i32, lanes_us, load32,
     nibbles, q5_bytes,
 };
-use crate::blocks::*;
 use crate::{DotBlock, QuantError};
 
 /// A dot product split into per-weight-block and per-token work (see the module doc).
