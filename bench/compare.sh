@@ -8,14 +8,14 @@
 #
 # What it does, in order (every command it runs is recorded and printed in the report):
 #   1. builds llama.cpp (scripts/build-llama.sh) if llama-bench is missing, and synapse (release);
-#   2. synthesizes random-weight files with `synapse synth` (cached in bench/out/models): the
+#   2. synthesizes random-weight files with `synapse-dev synth` (cached in bench/out/models): the
 #      Llama-3.2-1B-shaped Q4_K_M, and one file per weight format (Llama-3.2-1B's matrices, 4 of
 #      its 16 layers, every tensor in that format: llama-quantize --pure);
 #   3. probes the read bandwidth (`synapse bench --membw`) for 1 and 2 threads;
 #   4. for each file (plus the real SmolLM2-135M Q4_1 and Gemma-3-270M Q4_K_M of models/) and
 #      each thread count, runs llama-bench and `synapse bench` alternately, ROUNDS times each;
 #   4b. runs SmolLM2 and Gemma 3 with 2048 tokens already in the context (-d 2048), both engines;
-#   5. runs the kernel benchmarks (`synapse bench-kernels`: gemv-bench and kbench);
+#   5. runs the kernel benchmarks (`synapse-dev bench-kernels`: gemv-bench and kbench);
 #   6. checks `synapse bench` against an outside clock (/usr/bin/time over `synapse run`);
 #   7. writes docs/perf-compare.md and docs/perf-roofline.svg with bench/perf_report.py (matplotlib,
 #      pip-installed if missing). Its tables are what docs/PERF.md quotes.
@@ -37,6 +37,7 @@ cmds=$raw/commands.txt
 
 bin=third_party/llama.cpp/build/bin
 syn=target/release/synapse
+dev=target/release/synapse-dev
 
 # Run a command, recording it (with the environment it needs) for the report.
 run() {
@@ -51,7 +52,7 @@ if [[ ! -x $bin/llama-bench ]]; then
 fi
 export LD_LIBRARY_PATH="$PWD/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 say "building synapse"
-cargo build --release --locked --bin synapse >&2
+cargo build --release --locked --bin synapse --bin synapse-dev >&2
 python3 -c "import matplotlib" 2>/dev/null || python3 -m pip install --quiet matplotlib >&2
 
 if ((quick)); then
@@ -82,9 +83,9 @@ synth() { # name shape layers type [--pure]
     local f=$models/$1.gguf
     if [[ ! -f $f ]]; then
         say "synthesizing $f"
-        run "$syn" synth "$2" --layers "$3" --type "$4" "${@:5}" -o "$f" >&2
+        run "$dev" synth "$2" --layers "$3" --type "$4" "${@:5}" -o "$f" >&2
     else
-        echo "$syn synth $2 --layers $3 --type $4 ${*:5} -o $f   # (cached)" >>"$cmds"
+        echo "$dev synth $2 --layers $3 --type $4 ${*:5} -o $f   # (cached)" >>"$cmds"
     fi
 }
 files=()
@@ -152,11 +153,11 @@ run "$syn" bench --membw -t 1,2 -o json >"$raw/membw-1.json"
 # --- kernels -----------------------------------------------------------------------------------
 say "kernel benchmarks"
 if ((quick)); then
-    run "$syn" bench-kernels gemv -r 1 --membw-mib 256 >"$raw/gemv.md"
-    run "$syn" bench-kernels kbench -r 1 --formats Q4_K --tokens 1,64 -t 1 --membw-mib 256 >"$raw/kbench.md"
+    run "$dev" bench-kernels gemv -r 1 --membw-mib 256 >"$raw/gemv.md"
+    run "$dev" bench-kernels kbench -r 1 --formats Q4_K --tokens 1,64 -t 1 --membw-mib 256 >"$raw/kbench.md"
 else
-    run "$syn" bench-kernels gemv -r 5 >"$raw/gemv.md"
-    run "$syn" bench-kernels kbench -r 3 --formats Q4_K,Q6_K,Q8_0 --tokens 1,64,93 -t 1,2 >"$raw/kbench.md"
+    run "$dev" bench-kernels gemv -r 5 >"$raw/gemv.md"
+    run "$dev" bench-kernels kbench -r 3 --formats Q4_K,Q6_K,Q8_0 --tokens 1,64,93 -t 1,2 >"$raw/kbench.md"
 fi
 
 # --- memory ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ rounds=${ROUNDS:-2}
 prompts=${PROMPTS:-64,256}
 threads=${THREADS:-1,2}
 syn=target/release/synapse
+dev=target/release/synapse-dev
 bin="$(scripts/build-llama.sh | tail -1)"
 out=bench/out/moe
 mkdir -p "$out" bench/out/models
@@ -29,7 +30,7 @@ export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 model=bench/out/models/qwen3-30b-a3b-${layers}L-Q4_K_M.gguf
 if [[ ! -f $model ]]; then
     echo "moe: synthesizing $model (F16 first, then quantized: minutes)" >&2
-    "$syn" synth qwen3-30b-a3b --layers "$layers" --type Q4_K_M -o "$model" >&2
+    "$dev" synth qwen3-30b-a3b --layers "$layers" --type Q4_K_M -o "$model" >&2
 fi
 
 for ((r = 1; r <= rounds; r++)); do

@@ -5,7 +5,7 @@
 #
 #   bench/outside-clock.sh FILE RAW_DIR [REPS] [G] [P]
 #
-# FILE must make one token of each byte (the generated vocabulary of `synapse synth` does): a
+# FILE must make one token of each byte (the generated vocabulary of `synapse-dev synth` does): a
 # (P-1)-letter prompt plus BOS is exactly P tokens (default 256: four batches of 64), "a"
 # without BOS one. Differences of whole-process wall times cancel loading: decode =
 # T(p1, n=1+G) - T(p1, n=1) for G steps (positions 1..G, as the bench's tgG at 0..G-1); prefill

@@ -15,6 +15,7 @@ rounds=${ROUNDS:-2}
 IFS=, read -ra mixes <<<"${MIXES:-Q4_K_M}"
 IFS=, read -ra threads <<<"${THREADS:-1,2}"
 syn=target/release/synapse
+dev=target/release/synapse-dev
 bin="$(scripts/build-llama.sh | tail -1)"
 out=bench/out/quantize
 mkdir -p "$out" bench/out/models
@@ -22,7 +23,7 @@ cargo build --release --locked -p synapse-cli >&2
 export LD_LIBRARY_PATH="$root/$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 src=bench/out/models/llama-3.2-1b-F16.gguf
-[[ -f $src ]] || "$syn" synth llama-3.2-1b --type F16 -o "$src" >&2
+[[ -f $src ]] || "$dev" synth llama-3.2-1b --type F16 -o "$src" >&2
 
 secs() { /usr/bin/time -f %e "$@" 2>&1 >/dev/null | tail -1; }
 log=$out/runs.txt

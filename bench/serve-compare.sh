@@ -15,6 +15,7 @@ streams=(${STREAMS:-1 4 8 16})
 rounds=${ROUNDS:-2}
 ctx=512 # per slot: 128 + 128 tokens and room
 syn=target/release/synapse
+dev=target/release/synapse-dev
 bin="$(scripts/build-llama.sh | tail -1)"
 py=.venv/bin/python
 [[ -x $py ]] || scripts/test-deps.sh >&2
@@ -25,7 +26,7 @@ cargo build --release --locked -p synapse-cli >&2
 models=("$@")
 if [[ ${#models[@]} == 0 ]]; then
     f1b=bench/out/models/llama-3.2-1b-L16-Q4_K_M.gguf
-    [[ -f $f1b ]] || "$syn" synth llama-3.2-1b --layers 16 --type Q4_K_M -o "$f1b" >&2
+    [[ -f $f1b ]] || "$dev" synth llama-3.2-1b --layers 16 --type Q4_K_M -o "$f1b" >&2
     models=(models/SmolLM2-135M-Instruct.Q4_1.gguf "$f1b")
 fi
 

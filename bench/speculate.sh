@@ -23,6 +23,7 @@ n=${N:-256}
 ks=(${KS:-4 8})
 models=(${MODELS:-smollm2 gemma synth1b})
 syn=target/release/synapse
+dev=target/release/synapse-dev
 bin="$(scripts/build-llama.sh | tail -1)"
 out=bench/out/speculate
 mkdir -p "$out" bench/out/models
@@ -102,9 +103,9 @@ for model_name in "${models[@]}"; do
         synth1b)
             model=bench/out/models/llama-3.2-1b-L2-Q8_0.gguf
             target_f16=bench/out/models/llama-3.2-1b-inert2-F16.gguf
-            [[ -f $model ]] || "$syn" synth llama-3.2-1b --layers 2 --type Q8_0 -o "$model" >&2
+            [[ -f $model ]] || "$dev" synth llama-3.2-1b --layers 2 --type Q8_0 -o "$model" >&2
             [[ -f $target_f16 ]] ||
-                "$syn" synth llama-3.2-1b --inert-from 2 --type F16 -o "$target_f16" >&2
+                "$dev" synth llama-3.2-1b --inert-from 2 --type F16 -o "$target_f16" >&2
             tasks=(story) pairs=(draft)
             ;;
         *) echo "unknown model $model_name (smollm2, gemma, synth1b)" >&2 && exit 2 ;;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-mod cmd;
+use synapse_cli::cmd;
 
 #[derive(Parser)]
 #[command(
@@ -52,10 +52,6 @@ enum Command {
     /// Prompt-processing and generation speed (llama-bench's tests and fields), with the
     /// achieved weight bandwidth against this machine's measured read bandwidth.
     Bench(cmd::bench::BenchArgs),
-    /// Write a random-weight GGUF with the shapes of a named model (for speed comparisons).
-    Synth(cmd::synth::SynthArgs),
-    /// Time the matrix-vector kernels of every format against the measured read bandwidth.
-    BenchKernels(cmd::bench_kernels::BenchKernelsArgs),
     /// Quantize a model to one of llama-quantize's mixes (Q4_K_M, Q8_0, ...), byte for byte
     /// the file llama-quantize writes.
     Quantize(cmd::quantize::QuantizeArgs),
@@ -72,8 +68,7 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    quiet_on_closed_pipe();
-    configure_from_env();
+    synapse_cli::start();
     // llama-server's `-np N` for `serve`, whose arguments hold no free text (clap's short
     // flags are one letter).
     let serve = std::env::args_os().nth(1).is_some_and(|a| a == "serve");
@@ -84,67 +79,7 @@ fn main() -> std::process::ExitCode {
             a
         }
     });
-    match run(Cli::parse_from(args)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        // A closed pipe (`synapse info x.gguf | head`) is the reader saying it has enough.
-        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            // Errors quote the file's strings (keys, names): no terminal escapes from them.
-            eprintln!("error: {}", cmd::common::printable(&format!("{e:#}")));
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
-/// The environment variables synapse reads (README, "Environment"), handed to the libraries
-/// as values before anything is loaded: the kernel tier cap and the kernels' forms
-/// (`SYNAPSE_ISA`, `SYNAPSE_PACK`, `SYNAPSE_PAIRED`, `SYNAPSE_PREFETCH`), how the bandwidth
-/// probe reads (`SYNAPSE_MEMBW_STREAMS`, `SYNAPSE_MEMBW_NO_HUGEPAGES`), and where models dump
-/// their intermediates (`SYNAPSE_DUMP_DIR`). None changes a bit of any output.
-fn configure_from_env() {
-    let var = |k: &str| std::env::var(k).ok();
-    let (kernels, notes) = synapse_quant::KernelConfig::from_vars(var);
-    for n in notes {
-        eprintln!("synapse: {n}");
-    }
-    // Nothing has chosen a kernel yet: this cannot be refused.
-    let _ = synapse_quant::configure(kernels);
-    let one_stream = match var("SYNAPSE_MEMBW_STREAMS") {
-        None => false,
-        Some(v) if v.trim() == "1" => true,
-        Some(v) if v.trim() == "4" => false,
-        Some(v) => {
-            eprintln!("synapse: SYNAPSE_MEMBW_STREAMS={v:?} is not 1 or 4; four streams");
-            false
-        }
-    };
-    let probe = synapse_engine::membw::ProbeOptions {
-        one_stream,
-        huge_pages: var("SYNAPSE_MEMBW_NO_HUGEPAGES").is_none(),
-    };
-    let _ = synapse_engine::membw::configure(probe);
-    if let Some(dir) = std::env::var_os("SYNAPSE_DUMP_DIR") {
-        synapse_engine::set_dump_dir(dir.into());
-    }
-}
-
-/// A write to a pipe whose reader has gone (`synapse tokenize ... | head`) ends the process
-/// quietly, as it ends `cat`: Rust ignores SIGPIPE, so every `print!` would panic instead, and
-/// every other write would have to recognise the error. Outputs are renamed into place only
-/// once complete, so dying here loses nothing.
-fn quiet_on_closed_pipe() {
-    #[cfg(unix)]
-    // SAFETY: restoring a signal's default disposition at start-up, before any thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    synapse_cli::exit_code(run(Cli::parse_from(args)))
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -163,9 +98,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => cmd::eval::run(&args),
         Command::Perplexity(args) => cmd::perplexity::run(&args),
         Command::Bench(args) => cmd::bench::run(&args),
-        Command::Synth(args) => cmd::synth::run(&args),
         Command::Quantize(args) => cmd::quantize::run(&args),
         Command::Imatrix(args) => cmd::imatrix::run(&args),
-        Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
     }
 }

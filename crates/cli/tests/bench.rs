@@ -1,4 +1,4 @@
-//! `synapse synth` and `synapse bench` from the outside: synthesized files load and run, bench
+//! `synapse-dev synth` and `synapse bench` from the outside: synthesized files load and run, bench
 //! prints llama-bench's fields, bad requests get clear errors.
 
 use std::ffi::OsStr;
@@ -15,9 +15,17 @@ fn synapse<S: AsRef<OsStr>>(args: &[S]) -> Output {
         .expect("run synapse")
 }
 
+/// `synapse-dev` (synth) with `args`.
+fn synapse_dev<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_synapse-dev"))
+        .args(args)
+        .output()
+        .expect("run synapse-dev")
+}
+
 fn synth(dir: &Path, shape: &str, ty: &str) -> std::path::PathBuf {
     let out = dir.join(format!("{shape}-{ty}.gguf"));
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         shape.as_ref(),
         "--type".as_ref(),
@@ -89,7 +97,7 @@ fn synthesized_shapes_are_the_named_models() {
     let dir = tempfile::tempdir().unwrap();
     // Only two layers of the 1B shape, to keep the file small: the matrices are the real ones.
     let out = dir.path().join("l.gguf");
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "llama-3.2-1b".as_ref(),
         "--layers".as_ref(),
@@ -125,7 +133,7 @@ fn synthesized_shapes_are_the_named_models() {
 fn synth_errors_are_clear() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("x.gguf");
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "gpt-5".as_ref(),
         "-o".as_ref(),
@@ -133,7 +141,7 @@ fn synth_errors_are_clear() {
     ]);
     assert!(!r.status.success());
     assert!(String::from_utf8_lossy(&r.stderr).contains("unknown shape `gpt-5`"));
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "tiny-llama".as_ref(),
         "--type".as_ref(),
@@ -544,7 +552,7 @@ fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
     let src = synth(dir.path(), "tiny-llama", "F32");
     let small = vocab_file(dir.path(), &src, 600);
     let out = dir.path().join("borrowed.gguf");
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "tiny-gemma3".as_ref(),
         "--type".as_ref(),
@@ -568,7 +576,7 @@ fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
 
     // A vocabulary larger than the shape's cannot be borrowed.
     let big = synth(dir.path(), "tiny-llama", "Q8_0");
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "tiny-qwen2".as_ref(),
         "--vocab-from".as_ref(),
@@ -580,7 +588,7 @@ fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
     ]);
     assert!(r.status.success(), "same size is fine");
     let larger = dir.path().join("larger.gguf");
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "smollm2-135m".as_ref(),
         "--layers".as_ref(),
@@ -591,7 +599,7 @@ fn a_borrowed_vocabulary_is_padded_to_the_shape_and_still_tokenizes() {
         larger.as_os_str(),
     ]);
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth".as_ref(),
         "tiny-llama".as_ref(),
         "--vocab-from".as_ref(),
@@ -617,7 +625,7 @@ fn an_inert_tail_gives_the_logits_of_the_layers_before_it() {
         let mut args = vec!["synth", "tiny-llama", "--type", "Q8_0", "-o"];
         args.push(out.to_str().unwrap());
         args.extend_from_slice(extra);
-        let r = synapse(&args);
+        let r = synapse_dev(&args);
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
         GgufFile::open(&out).unwrap()
     };
@@ -639,7 +647,7 @@ fn an_inert_tail_gives_the_logits_of_the_layers_before_it() {
         logits(&whole) != want,
         "the second layer of the plain file does nothing"
     );
-    let r = synapse(&[
+    let r = synapse_dev(&[
         "synth",
         "tiny-llama",
         "--inert-from",

@@ -1,4 +1,4 @@
-//! `synapse bench-kernels`: the matrix kernels alone, per format, against this machine's
+//! `synapse-dev bench-kernels`: the matrix kernels alone, per format, against this machine's
 //! measured read bandwidth (`synapse_engine::membw`'s probe at the same thread count).
 //!
 //! - gemv-bench: a 4096 x 4096 matrix of random blocks times one token on one thread, fused (the

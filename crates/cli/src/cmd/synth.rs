@@ -1,4 +1,4 @@
-//! `synapse synth`: a random-weight GGUF with the real shapes of a named model, so that speed
+//! `synapse-dev synth`: a random-weight GGUF with the real shapes of a named model, so that speed
 //! comparisons need no download (the speed of a forward pass depends on the shapes and the
 //! weight formats, not on the values).
 //!
