@@ -30,7 +30,7 @@ pub struct SpecArgs {
 /// The most guesses a pass: beyond this a pass costs more than its guesses can save.
 const MAX_GUESSES: usize = 64;
 
-/// `flag`'s count of guesses a pass, checked against [`MAX_GUESSES`].
+/// `flag`'s count of guesses a pass, checked against `MAX_GUESSES`.
 pub fn check_guesses(flag: &str, n: usize) -> Result<()> {
     if n > MAX_GUESSES {
         bail!("{flag} {n}: at most {MAX_GUESSES} guesses a pass");
