@@ -58,9 +58,9 @@ pub fn kernel_isa() -> &'static str {
     cpu().tier_name()
 }
 
-/// The activation quantizer the kernels use for `ty` (see [`crate::QuantizeBlock::quantize_act`]),
-/// chosen at run time: on x86-64 with AVX2, FMA and F16C, Q8_0, Q8_1 and Q8_K written out in
-/// AVX2 (`x86::actq`); same bits either way.
+/// The activation quantizer the kernels use for `ty` (see
+/// [`crate::QuantizeBlock::quantize_act`]), chosen at run time: on x86-64 with AVX2, FMA and
+/// F16C, Q8_0, Q8_1 and Q8_K written out in AVX2 (`x86::actq`); same bits either way.
 pub fn act_quantizer(ty: GgmlType) -> Result<QuantizeFn, QuantError> {
     let reference = codec(ty)?.quantize_act.ok_or(QuantError::Unsupported {
         ty,
@@ -89,8 +89,8 @@ macro_rules! avx2_act_quantizers {
         fn $name(src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
             check_sizes::<$block>(src.len(), dst.len())?;
             let blocks = cast_blocks_mut::<$block>(dst)?;
-            // SAFETY: `act_quantizer` hands this function out only after detecting AVX2, FMA
-            // and F16C.
+            // SAFETY: `act_quantizer` hands this function out only where `Cpu::avx2` (AVX2,
+            // FMA and F16C).
             unsafe { $f(src, blocks) };
             Ok(())
         }
@@ -214,7 +214,13 @@ macro_rules! tile {
 /// The reference row kernels of a format, in its `vec_dot` order.
 macro_rules! reference {
     ($($ty:ident: $block:ty;)*) => {[$(
-        row!($ty, VecDot, Reference, crate::codec::vec_dot_erased::<$block>, crate::codec::gemv_erased::<$block>),
+        row!(
+            $ty,
+            VecDot,
+            Reference,
+            crate::codec::vec_dot_erased::<$block>,
+            crate::codec::gemv_erased::<$block>
+        ),
     )*]};
 }
 
