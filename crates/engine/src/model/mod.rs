@@ -1,5 +1,8 @@
-//! Architectures, one file each, behind one trait, and the registry that picks one from a file's
-//! `general.architecture`.
+//! Architectures, one file each, behind one trait ([`Model`]), with the state, scratch and
+//! checks every forward pass shares. The registry that picks an architecture from a file's
+//! `general.architecture` is `registry.rs`; the blocks the architectures are built from are
+//! `common.rs`, `blocks.rs`, `ffn.rs`, `decoder.rs` and `moe.rs`. This module uses none of its
+//! children's code, so that they can all use it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
