@@ -1,8 +1,9 @@
 //! Architectures, one file each, behind one trait ([`Model`]), with the state, scratch and
 //! checks every forward pass shares. The registry that picks an architecture from a file's
 //! `general.architecture` is `registry.rs`; the blocks the architectures are built from are
-//! `common.rs`, `blocks.rs`, `ffn.rs`, `decoder.rs` and `moe.rs`. This module uses none of its
-//! children's code, so that they can all use it.
+//! `common.rs`, `blocks.rs`, `ffn.rs`, `decoder.rs` and `moe.rs`. Of its children this module
+//! uses only the two at the bottom (`hparams.rs`, `common.rs`), so that the others can all use
+//! it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
