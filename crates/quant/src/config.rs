@@ -120,21 +120,7 @@ pub fn configure(c: KernelConfig) -> Result<(), KernelConfig> {
 
 /// The configuration in force (the default unless [`configure`] came first).
 pub fn config() -> &'static KernelConfig {
-    CONFIG.get_or_init(default_config)
-}
-
-#[cfg(not(test))]
-fn default_config() -> KernelConfig {
-    KernelConfig::default()
-}
-
-/// This crate's own unit tests take their configuration from the environment
-/// (`scripts/test.sh` runs them at each tier).
-#[cfg(test)]
-fn default_config() -> KernelConfig {
-    let (c, notes) = KernelConfig::from_vars(|k| std::env::var(k).ok());
-    assert!(notes.is_empty(), "{notes:?}");
-    c
+    CONFIG.get_or_init(KernelConfig::default)
 }
 
 #[cfg(test)]
