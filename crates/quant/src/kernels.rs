@@ -230,7 +230,8 @@ use crate::blocks::*;
 static TABLE: &[Kernel] = &{
     use crate::x86::avx2::tile as t2;
     use crate::x86::avx512::{ktile as k512, nl as nl512, tile as t512};
-    use crate::x86::{self as x, bf16, f16};
+    use crate::x86::rows as x;
+    use crate::x86::{bf16, f16};
     use half::f16 as F16;
     const ACCELERATED: [Kernel; 72] = [
         // Rows, `vec_dot` order.
@@ -506,36 +507,35 @@ pub fn plan(cpu: &Cpu, ty: GgmlType, rows: usize, pack: bool) -> Plan {
 impl Plan {
     /// The kernels one token's product runs, with why: `(kernel, rows it takes, reason)`.
     pub fn decode(&self, rows: usize) -> Vec<(&'static Kernel, usize, &'static str)> {
-        let mut out = Vec::new();
-        if let Some(p) = self.packed {
-            out.push((p, self.packed_rows, "packed at load"));
-        }
-        let rest = rows - self.packed_rows;
-        if rest > 0 {
-            if let Some(t) = self.decode_tile {
-                out.push((t, rest, "tile beats the row kernel at one token"));
-            } else if let Some(r) = self.row {
-                out.push((r, rest, row_reason(r)));
-            }
-        }
-        out
+        let rest = (self
+            .decode_tile
+            .map(|t| (t, "tile beats the row kernel at one token")))
+        .or_else(|| self.row.map(|r| (r, row_reason(r))));
+        self.split(rows, rest)
     }
 
     /// The kernels a batch's product runs, with why, as [`Plan::decode`].
     pub fn batch(&self, rows: usize) -> Vec<(&'static Kernel, usize, &'static str)> {
-        let mut out = Vec::new();
-        if let Some(p) = self.packed {
-            out.push((p, self.packed_rows, "packed at load"));
-        }
-        let rest = rows - self.packed_rows;
-        if rest > 0 {
-            if let Some(t) = self.tile {
-                out.push((t, rest, "tile: weights unpacked once for several tokens"));
-            } else if let Some(r) = self.row {
-                out.push((r, rest, "no tile: the row kernel, token by token"));
-            }
-        }
-        out
+        let rest = (self
+            .tile
+            .map(|t| (t, "tile: weights unpacked once for several tokens")))
+        .or_else(|| {
+            self.row
+                .map(|r| (r, "no tile: the row kernel, token by token"))
+        });
+        self.split(rows, rest)
+    }
+
+    /// The packed rows on the packed kernel, the rest on `rest`.
+    fn split(
+        &self,
+        rows: usize,
+        rest: Option<(&'static Kernel, &'static str)>,
+    ) -> Vec<(&'static Kernel, usize, &'static str)> {
+        let packed = self.packed.map(|p| (p, self.packed_rows, "packed at load"));
+        let left = rows - self.packed_rows;
+        let rest = rest.filter(|_| left > 0).map(|(k, why)| (k, left, why));
+        packed.into_iter().chain(rest).collect()
     }
 }
 

@@ -44,11 +44,10 @@ pub mod bf16;
 pub mod f16;
 mod packed_common;
 mod prefetch;
-mod rows;
+pub(crate) mod rows;
 #[cfg(test)]
 mod tests;
 
-// What the kernels share, and the row entries the kernel table takes, under their old paths.
+// What the kernels share, under the paths they name it by.
 pub(crate) use crate::cpu::Vnni256;
 pub(crate) use prefetch::*;
-pub(crate) use rows::*;

@@ -4,6 +4,7 @@
 
 use crate::kernels::DotFn;
 use crate::test_util::reference;
+use crate::x86::rows::*;
 use crate::x86::*;
 use crate::{GemvFn, GgmlType};
 
