@@ -1,0 +1,115 @@
+//! Float buffers on the GPU (activations, outputs) and the round trips to the host.
+
+use wgpu::util::DeviceExt;
+
+use crate::{Gpu, GpuError};
+
+/// A storage buffer of `len` f32 values.
+#[derive(Debug)]
+pub struct F32Buffer {
+    buffer: wgpu::Buffer,
+    len: usize,
+}
+
+impl F32Buffer {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(crate) fn raw(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+}
+
+const USAGE: wgpu::BufferUsages = wgpu::BufferUsages::STORAGE
+    .union(wgpu::BufferUsages::COPY_SRC)
+    .union(wgpu::BufferUsages::COPY_DST);
+
+impl Gpu {
+    /// A zeroed buffer of `len` values.
+    pub fn buffer(&self, len: usize) -> Result<F32Buffer, GpuError> {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 4 * len.max(1) as u64,
+            usage: USAGE,
+            mapped_at_creation: false,
+        });
+        self.check()?;
+        Ok(F32Buffer { buffer, len })
+    }
+
+    /// A buffer holding `data`.
+    pub fn upload(&self, data: &[f32]) -> Result<F32Buffer, GpuError> {
+        let contents: &[u8] = if data.is_empty() {
+            &[0; 4]
+        } else {
+            bytemuck::cast_slice(data)
+        };
+        let buffer = self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: None,
+                contents,
+                usage: USAGE,
+            });
+        self.check()?;
+        Ok(F32Buffer {
+            buffer,
+            len: data.len(),
+        })
+    }
+
+    /// A small uniform buffer for one dispatch's parameters.
+    pub(crate) fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some("params"),
+                contents: bytes,
+                usage: wgpu::BufferUsages::UNIFORM,
+            })
+    }
+
+    pub fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })
+    }
+
+    pub fn submit(&self, encoder: wgpu::CommandEncoder) {
+        self.queue.submit([encoder.finish()]);
+    }
+
+    /// Wait for the queue and copy a buffer's values back.
+    pub fn read(&self, src: &F32Buffer) -> Result<Vec<f32>, GpuError> {
+        let size = 4 * src.len.max(1) as u64;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.encoder();
+        encoder.copy_buffer_to_buffer(&src.buffer, 0, &staging, 0, size);
+        self.submit(encoder);
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.finish()?;
+        match rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(GpuError::Readback(e.to_string())),
+            Err(_) => return Err(GpuError::Readback("the map callback never ran".into())),
+        }
+        let view = staging
+            .get_mapped_range(..)
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let values: Vec<f32> = bytemuck::cast_slice(&view[..4 * src.len]).to_vec();
+        drop(view);
+        staging.unmap();
+        Ok(values)
+    }
+}
