@@ -130,4 +130,7 @@ pub enum ModelError {
     /// A draft model for speculative decoding whose vocabulary is not the target's.
     #[error("the draft model's vocabulary is not the target's: {0}")]
     DraftVocabulary(String),
+    /// A failure of, or a refusal by, the backend running the model (the GPU's).
+    #[error("{0}")]
+    Backend(String),
 }

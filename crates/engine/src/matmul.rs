@@ -176,6 +176,11 @@ impl<'a> Matrix<'a> {
         Ok(self)
     }
 
+    /// The file's bytes of the matrix, row after row (whether or not it is packed).
+    pub fn data(&self) -> &'a [u8] {
+        &self.data[..self.rows * self.row_bytes]
+    }
+
     /// Bytes of the file's encoding of the whole matrix (what one token's product reads).
     pub fn bytes(&self) -> usize {
         self.rows * self.row_bytes

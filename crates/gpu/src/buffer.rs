@@ -63,6 +63,21 @@ impl Gpu {
         })
     }
 
+    /// Overwrite the start of `dst` with `data`.
+    pub fn write(&self, dst: &F32Buffer, data: &[f32]) -> Result<(), GpuError> {
+        if data.len() > dst.len {
+            return Err(GpuError::Shape {
+                what: "a buffer write".into(),
+                detail: format!("{} values into a buffer of {}", data.len(), dst.len),
+            });
+        }
+        if !data.is_empty() {
+            self.queue
+                .write_buffer(&dst.buffer, 0, bytemuck::cast_slice(data));
+        }
+        self.check()
+    }
+
     /// A small uniform buffer for one dispatch's parameters.
     pub(crate) fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
         self.device

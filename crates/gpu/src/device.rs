@@ -62,6 +62,7 @@ pub struct Gpu {
     /// device lost), which the next call returns instead of panicking as wgpu's default does.
     errors: Arc<Mutex<Option<String>>>,
     pub(crate) kernels: crate::matmul::Kernels,
+    pub(crate) ops: crate::ops::Ops,
 }
 
 impl Gpu {
@@ -161,6 +162,7 @@ impl Gpu {
             info,
             errors,
             kernels,
+            ops: Default::default(),
         })
     }
 

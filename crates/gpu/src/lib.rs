@@ -7,12 +7,16 @@
 //! no activation quantization error, at no cost that matters when the weights' bytes bound
 //! the time (docs/PERF.md, GPU).
 
+pub mod bench;
 mod buffer;
 mod device;
 mod error;
 mod matmul;
+mod model;
+mod ops;
 
 pub use buffer::F32Buffer;
 pub use device::{Gpu, GpuInfo, GpuOptions};
 pub use error::GpuError;
 pub use matmul::{supported, supported_types, Matrix, TOKEN_TILE};
+pub use model::GpuDecoder;

@@ -1,6 +1,6 @@
 //! `synapse-dev`: the developers' tools, apart from the `synapse` a user runs: random-weight
-//! files with real models' shapes, and the matrix-vector kernels timed against the read
-//! bandwidth.
+//! files with real models' shapes, and the matrix-vector kernels (CPU and GPU) timed against
+//! the read bandwidth.
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -23,6 +23,8 @@ enum Command {
     Synth(cmd::synth::SynthArgs),
     /// Time the matrix-vector kernels of every format against the measured read bandwidth.
     BenchKernels(cmd::bench_kernels::BenchKernelsArgs),
+    /// Time the GPU's read bandwidth and every format's matrix-vector product on it.
+    BenchGpu(cmd::bench_gpu::BenchGpuArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,5 +36,6 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Synth(args) => cmd::synth::run(&args),
         Command::BenchKernels(args) => cmd::bench_kernels::run(&args),
+        Command::BenchGpu(args) => cmd::bench_gpu::run(&args),
     }
 }

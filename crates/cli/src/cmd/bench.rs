@@ -63,6 +63,8 @@ pub struct BenchArgs {
     /// Skip the bandwidth probe (no peak fraction is reported).
     #[arg(long, conflicts_with = "membw")]
     pub no_membw: bool,
+    #[command(flatten)]
+    pub device: common::DeviceArgs,
     /// Say nothing on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -420,17 +422,19 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     };
     // `--probe-each-token` probes between the tokens instead.
-    let peaks: Vec<membw::Bandwidth> = if args.no_membw || args.probe_each_token {
-        Vec::new()
-    } else {
-        say(format!(
-            "bench: read-bandwidth probe ({}, {} MiB buffer, best of 5) for {:?} threads",
-            membw::isa(),
-            args.membw_mib,
-            plan.threads
-        ));
-        membw::probe(&plan.threads, args.membw_mib << 20, 5)
-    };
+    // The CPU's bandwidth says nothing of a GPU's.
+    let peaks: Vec<membw::Bandwidth> =
+        if args.no_membw || args.probe_each_token || args.device.gpu() {
+            Vec::new()
+        } else {
+            say(format!(
+                "bench: read-bandwidth probe ({}, {} MiB buffer, best of 5) for {:?} threads",
+                membw::isa(),
+                args.membw_mib,
+                plan.threads
+            ));
+            membw::probe(&plan.threads, args.membw_mib << 20, 5)
+        };
     if args.membw {
         return print_membw(&peaks, args);
     }
@@ -450,7 +454,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             bail!("{}: no such model file", path.display());
         }
         let file = common::open_model(path)?;
-        let model = synapse_engine::load(&file).with_context(|| path.display().to_string())?;
+        let model = args
+            .device
+            .load(&file)
+            .with_context(|| path.display().to_string())?;
         let facts = facts(&file, path);
         let n_vocab = model.info().n_vocab;
         let max_p = plan.n_prompt.iter().copied().max().unwrap_or(0);

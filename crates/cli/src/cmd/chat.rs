@@ -41,7 +41,7 @@ pub fn run(args: &ChatArgs) -> Result<()> {
     let batch = args.model.batch()?;
     let n_predict = n_predict(args.n_predict)?;
     let file = common::open_model(&path)?;
-    let model = synapse_engine::load(&file)?;
+    let model = args.model.device.load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
     let template = ChatTemplate::for_model(file.metadata(), &tok)
         .with_context(|| path.display().to_string())?;

@@ -3,12 +3,13 @@
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use synapse_engine::sampler::SamplerConfig;
 use synapse_engine::tokenizer::Tokenizer;
-use synapse_engine::Threads;
+use synapse_engine::{Model, Threads};
 use synapse_gguf::GgufFile;
 
 /// The model `scripts/fetch-models.sh` brings, used when `-m` is not given.
@@ -29,6 +30,60 @@ pub struct ModelArgs {
     /// Context size in tokens [default: the model's training context, at most 4096].
     #[arg(short = 'c', long = "ctx-size")]
     pub ctx: Option<usize>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+/// Where the model runs.
+#[derive(Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// Run the model on the CPU (the default) or the GPU (Vulkan, Metal or DX12 through wgpu;
+    /// llama-family architectures for now).
+    #[arg(long, value_enum, default_value_t = Device::Cpu)]
+    pub device: Device,
+    /// The same as --device gpu.
+    #[arg(long, conflicts_with = "device")]
+    pub gpu: bool,
+    /// The GPU adapter to open, by a part of its name [default: a discrete GPU, else any].
+    #[arg(long, value_name = "NAME")]
+    pub gpu_adapter: Option<String>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Gpu,
+}
+
+impl Default for DeviceArgs {
+    fn default() -> DeviceArgs {
+        DeviceArgs {
+            device: Device::Cpu,
+            gpu: false,
+            gpu_adapter: None,
+        }
+    }
+}
+
+impl DeviceArgs {
+    pub fn gpu(&self) -> bool {
+        self.gpu || self.device == Device::Gpu
+    }
+
+    /// The model of `file` on the device asked for. On the GPU the engine's model is loaded
+    /// for its description and dropped once the weights are uploaded.
+    pub fn load<'f>(&self, file: &'f GgufFile) -> Result<Box<dyn Model + 'f>> {
+        if !self.gpu() {
+            return Ok(synapse_engine::load(file)?);
+        }
+        let gpu = synapse_gpu::Gpu::new(&synapse_gpu::GpuOptions {
+            adapter: self.gpu_adapter.clone(),
+        })?;
+        eprintln!("synapse: GPU: {}", gpu.info());
+        let described = synapse_engine::load(file)?;
+        let model = synapse_gpu::GpuDecoder::load(Arc::new(gpu), file, described.as_ref())?;
+        Ok(Box::new(model))
+    }
 }
 
 impl ModelArgs {

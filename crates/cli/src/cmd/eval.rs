@@ -36,7 +36,7 @@ pub fn run(args: &EvalArgs) -> Result<()> {
     let threads = args.model.threads()?;
     let batch = args.model.batch()?;
     let file = common::open_model(&path)?;
-    let model = synapse_engine::load(&file)?;
+    let model = args.model.device.load(&file)?;
     let n_vocab = model.info().n_vocab;
     let tokens: Vec<u32> = match &args.ids {
         Some(p) => {

@@ -50,6 +50,7 @@ pub fn run(args: &ImatrixArgs) -> Result<()> {
         threads: args.threads,
         batch: args.ubatch,
         ctx: Some(args.ctx),
+        device: Default::default(),
     };
     let path = margs.path()?;
     let threads = margs.threads()?;

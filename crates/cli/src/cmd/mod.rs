@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod bench_gpu;
 pub mod bench_kernels;
 pub mod chat;
 pub mod common;

@@ -47,7 +47,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let n_predict = n_predict(args.n_predict)?;
     let text = common::prompt_text(&args.prompt, &args.file)?;
     let file = common::open_model(&path)?;
-    let model = synapse_engine::load(&file)?;
+    let model = args.model.device.load(&file)?;
     let tok = common::tokenizer(&file, &path)?;
     let n_ctx = args.model.ctx(model.info().n_ctx_train)?;
     let sampling = args.sampling.config(n_ctx)?;

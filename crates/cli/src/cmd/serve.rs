@@ -55,6 +55,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         threads: args.threads,
         batch: args.batch,
         ctx: args.ctx,
+        device: Default::default(),
     };
     let model = m.path()?;
     m.threads()?;

@@ -31,6 +31,7 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         threads: 1,
         batch: 1,
         ctx: None,
+        device: Default::default(),
     }
     .path()?;
     let text = common::prompt_text(&args.prompt, &args.file)?;

@@ -4,6 +4,7 @@
 #[cfg(target_arch = "x86_64")]
 pub(crate) use crate::kv::LayerRows;
 
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnShape {
     pub n_head: usize,
     pub n_head_kv: usize,

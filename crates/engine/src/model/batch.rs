@@ -247,4 +247,8 @@ impl<M: ForwardBody + Send + Sync> Model for M {
             .flat_map(|m| m.resident())
             .collect()
     }
+
+    fn view(&self) -> Option<super::DecoderView<'_>> {
+        ForwardBody::view(self)
+    }
 }

@@ -15,10 +15,13 @@ use synapse_gguf::GgufFile;
 use super::batch::{embed_runs, logit_rows};
 use super::blocks::{
     add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
-    DecoderLayer, LayerCtx,
+    DecoderLayer, FeedForward, LayerCtx,
 };
 use super::hparams::{Common, MoeParams};
-use super::{attn_shape, vector, ForwardBody, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
+use super::{
+    attn_shape, vector, DecoderView, ForwardBody, GateView, LayerView, Logits, ModelInfo, Scratch,
+    ScratchDims, Seq, State, WeightView,
+};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::Rope;
@@ -164,6 +167,51 @@ impl ForwardBody for Decoder<'_> {
         let layers = self.layers.iter();
         let per_layer = layers.flat_map(|l| l.attn.matrices().into_iter().chain(l.ffn.matrices()));
         per_layer.chain([&self.output]).collect()
+    }
+
+    fn view(&self) -> Option<DecoderView<'_>> {
+        let w = WeightView::of;
+        let layers = self.layers.iter().map(|l| {
+            let FeedForward::Dense(f) = &l.ffn else {
+                return None;
+            };
+            let a = &l.attn;
+            Some(LayerView {
+                attn_norm: &l.attn_norm,
+                wq: w(&a.wq),
+                wk: w(&a.wk),
+                wv: w(&a.wv),
+                wo: w(&a.wo),
+                bq: a.bq.as_deref(),
+                bk: a.bk.as_deref(),
+                bv: a.bv.as_deref(),
+                q_norm: a.q_norm.as_deref(),
+                k_norm: a.k_norm.as_deref(),
+                ffn_norm: &l.ffn_norm,
+                gate: w(&f.gate),
+                up: w(&f.up),
+                down: w(&f.down),
+                rotates: l.rotates,
+            })
+        });
+        Some(DecoderView {
+            arch: &self.info.arch,
+            n_vocab: self.info.n_vocab,
+            n_embd: self.info.n_embd,
+            eps: self.eps,
+            attn: self.attn,
+            rope: &self.rope,
+            gate: GateView::Silu,
+            tok_embd: w(&self.tok_embd),
+            layers: layers.collect::<Option<Vec<_>>>()?,
+            output_norm: &self.output_norm,
+            output: w(&self.output),
+            output_bias: self.output_bias.as_deref(),
+            embd_scale: self.extras.embd_scale,
+            residual_scale: self.extras.residual_scale,
+            q_scale: self.extras.q_scale,
+            logit_scale: self.extras.logit_scale,
+        })
     }
 
     #[inline(always)]

@@ -17,6 +17,7 @@ use hparams::MoeParams;
 
 pub(crate) use common::{attn_shape, bytes, mm, mm_many, vector};
 pub use registry::{load, supported_architectures};
+pub use view::{DecoderView, GateView, LayerView, WeightView};
 
 mod batch;
 mod blocks;
@@ -36,6 +37,7 @@ pub mod qwen35;
 pub mod qwen3moe;
 mod registry;
 pub mod smollm3;
+mod view;
 
 /// What every architecture tells about itself.
 #[derive(Debug, Clone)]
@@ -53,7 +55,7 @@ pub struct ModelInfo {
 impl ModelInfo {
     /// The information of a model being loaded, with a number no other model of the process
     /// has.
-    pub(crate) fn new(
+    pub fn new(
         arch: &str,
         n_vocab: usize,
         n_ctx_train: usize,
@@ -135,6 +137,12 @@ pub trait Model: Send + Sync {
     /// (`synapse bench --probe-each-token --probe-weights`).
     fn weight_memory(&self) -> Vec<&[u8]>;
 
+    /// The model described for another backend ([`DecoderView`]), where it is a decoder of the
+    /// llama family; `None` for the other architectures.
+    fn view(&self) -> Option<DecoderView<'_>> {
+        None
+    }
+
     /// Take `state` back to its first `keep` positions, dropping tokens fed on trial
     /// (speculation's rejected guesses). `fed` are the tokens fed since `cp` was taken. The KV
     /// cache rewinds; a recurrent state, which cannot, returns to `cp` and takes the kept
@@ -215,6 +223,9 @@ pub struct State {
     pub(crate) kv: KvCache,
     pub(crate) rs: RecurrentState,
     pub(crate) s: Scratch,
+    /// What another backend keeps for the sequence (its KV cache on a GPU): see
+    /// [`State::external`].
+    pub(crate) ext: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl State {
@@ -243,7 +254,44 @@ impl State {
             kv: KvCache::new(info.n_layer, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::default(),
             s: Scratch::new(&d),
+            ext: None,
         })
+    }
+
+    /// The state of a model another backend runs (`info`'s, `n_ctx` positions, batches of up to
+    /// `n_batch`): the engine keeps its position and checks; `ext`, which the engine never
+    /// looks into, holds the rest ([`State::external_mut`]). Its prefix cannot be copied to
+    /// another state ([`State::copy_prefix`] refuses).
+    pub fn external(
+        info: &ModelInfo,
+        n_ctx: usize,
+        n_batch: usize,
+        ext: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Result<State, ModelError> {
+        StateBytes::new(n_ctx, n_batch)?;
+        let none = ScratchDims {
+            n_batch: 0,
+            n_embd: 0,
+            q_dim: 0,
+            kv_dim: 0,
+            n_ff: 0,
+            head_dim: 0,
+            moe: None,
+        };
+        Ok(State {
+            pos: 0,
+            model: info.id,
+            n_batch,
+            kv: KvCache::new(0, n_ctx, 0, 0),
+            rs: RecurrentState::default(),
+            s: Scratch::new(&none),
+            ext: Some(ext),
+        })
+    }
+
+    /// What the backend that made this state keeps in it, if it is a `T`.
+    pub fn external_mut<T: 'static>(&mut self) -> Option<&mut T> {
+        self.ext.as_mut()?.downcast_mut()
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -278,6 +326,8 @@ impl State {
             || n > self.n_ctx()
             || self.rs.is_recurrent()
             || other.rs.is_recurrent()
+            || self.ext.is_some()
+            || other.ext.is_some()
         {
             return false;
         }
@@ -733,6 +783,11 @@ pub(crate) trait ForwardBody {
     /// embedding, of which it reads one row, unless it is also the output).
     fn matrices(&self) -> Vec<&Matrix<'_>>;
 
+    /// See [`Model::view`].
+    fn view(&self) -> Option<DecoderView<'_>> {
+        None
+    }
+
     /// The pass itself, after [`check_forward`]; mark implementations `#[inline(always)]`
     /// so that the x86-64-v3 copy really is compiled with those features.
     fn forward_body(
@@ -837,7 +892,7 @@ unsafe fn forward_v3<M: ForwardBody>(
 }
 
 /// The checks every architecture's forward pass makes before it touches anything.
-pub(crate) fn check_forward(
+pub fn check_forward(
     info: &ModelInfo,
     st: &State,
     tokens: &[u32],

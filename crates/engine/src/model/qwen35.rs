@@ -447,6 +447,7 @@ impl super::ForwardBody for Qwen35<'_> {
             kv: KvCache::new(self.n_attn_layers, n_ctx, a.n_head_kv, a.head_dim),
             rs: RecurrentState::new(self.n_dn_layers, self.dn),
             s,
+            ext: None,
         })
     }
 

@@ -1,0 +1,90 @@
+//! A loaded decoder described for another backend (the GPU's): its shape and its weights where
+//! they lie, read-only. The engine keeps every decision about what a file means
+//! (hyperparameters, tensor names, RoPE, which optional tensors a layer has); a backend only
+//! runs what the view says, and refuses what it does not run.
+
+use synapse_gguf::GgmlType;
+
+use crate::attention::AttnShape;
+use crate::matmul::Matrix;
+use crate::ops::Rope;
+
+/// A weight matrix: `rows` outputs of `cols` inputs, the file's bytes in its format.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightView<'m> {
+    pub name: &'m str,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: &'m [u8],
+}
+
+impl<'m> WeightView<'m> {
+    pub(crate) fn of(m: &'m Matrix<'_>) -> WeightView<'m> {
+        WeightView {
+            name: m.name,
+            ty: m.ty,
+            rows: m.rows,
+            cols: m.cols,
+            bytes: m.data(),
+        }
+    }
+}
+
+/// The gate's activation of a layer's feed-forward block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateView {
+    /// SwiGLU: `silu(gate) * up`.
+    Silu,
+    /// GEGLU with ggml's tanh GELU.
+    Gelu,
+}
+
+/// One pre-norm layer: `x += Wo · attn(rope(Wq · norm(x))...)`, then
+/// `x += Wdown · (act(Wgate · norm(x)) * (Wup · norm(x)))`.
+#[derive(Debug, Clone)]
+pub struct LayerView<'m> {
+    pub attn_norm: &'m [f32],
+    pub wq: WeightView<'m>,
+    pub wk: WeightView<'m>,
+    pub wv: WeightView<'m>,
+    pub wo: WeightView<'m>,
+    pub bq: Option<&'m [f32]>,
+    pub bk: Option<&'m [f32]>,
+    pub bv: Option<&'m [f32]>,
+    /// Per-head RMSNorm of queries and keys after their biases, before RoPE.
+    pub q_norm: Option<&'m [f32]>,
+    pub k_norm: Option<&'m [f32]>,
+    pub ffn_norm: &'m [f32],
+    pub gate: WeightView<'m>,
+    pub up: WeightView<'m>,
+    pub down: WeightView<'m>,
+    /// Whether its queries and keys take RoPE.
+    pub rotates: bool,
+}
+
+/// A decoder of the llama family (llama, SmolLM2, Mistral, Qwen2, Qwen3, ...):
+/// `x = token_embd[token] * embd_scale?`, the layers, `logits = output · norm(x) + bias?`.
+#[derive(Debug, Clone)]
+pub struct DecoderView<'m> {
+    pub arch: &'m str,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub eps: f32,
+    pub attn: AttnShape,
+    pub rope: &'m Rope,
+    pub gate: GateView,
+    pub tok_embd: WeightView<'m>,
+    pub layers: Vec<LayerView<'m>>,
+    pub output_norm: &'m [f32],
+    pub output: WeightView<'m>,
+    pub output_bias: Option<&'m [f32]>,
+    /// Multiplies the token embeddings.
+    pub embd_scale: Option<f32>,
+    /// Multiplies each block's output before its residual add.
+    pub residual_scale: Option<f32>,
+    /// Multiplies the queries after RoPE (attention then scales by `attn.scale`).
+    pub q_scale: Option<f32>,
+    /// Divides the logits.
+    pub logit_scale: Option<f32>,
+}

@@ -1,0 +1,268 @@
+//! The steps of a layer besides the matrix products: norms, RoPE, the KV store, attention and
+//! the element-wise ops (`shaders/ops/`), each a pipeline with its explicit bind group layout,
+//! built once per device when first used.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::{Gpu, GpuError};
+
+const REDUCE: &str = include_str!("shaders/ops/reduce.wgsl");
+const RMS_NORM: &str = include_str!("shaders/ops/rms_norm.wgsl");
+const ELEMENTWISE: &str = include_str!("shaders/ops/elementwise.wgsl");
+const ROPE: &str = include_str!("shaders/ops/rope.wgsl");
+const KV_STORE: &str = include_str!("shaders/ops/kv_store.wgsl");
+const ATTENTION: &str = include_str!("shaders/ops/attention.wgsl");
+const READ: &str = include_str!("shaders/ops/read.wgsl");
+
+/// What one binding of an op is.
+#[derive(Clone, Copy)]
+enum Bind {
+    Read,
+    Write,
+    Uniform,
+}
+
+/// An op: its source, entry point and bindings (by binding number).
+struct OpDesc {
+    source: fn() -> String,
+    entry: &'static str,
+    binds: &'static [(u32, Bind)],
+}
+
+use Bind::{Read as R, Uniform as U, Write as W};
+
+/// Every op, by name.
+fn desc(op: Op) -> OpDesc {
+    let elementwise = |entry| OpDesc {
+        source: || ELEMENTWISE.to_string(),
+        entry,
+        binds: &[(0, W), (1, R), (2, U)],
+    };
+    match op {
+        Op::RmsNorm => OpDesc {
+            source: || format!("{REDUCE}\n{}", RMS_NORM.replace("OUT[", "y[")),
+            entry: "main",
+            binds: &[(0, W), (1, R), (2, W), (3, U)],
+        },
+        Op::RmsNormInPlace => OpDesc {
+            source: || {
+                let body = RMS_NORM
+                    .replace(
+                        "@group(0) @binding(2) var<storage, read_write> y: array<f32>;",
+                        "",
+                    )
+                    .replace("OUT[", "x[");
+                format!("{REDUCE}\n{body}")
+            },
+            entry: "main",
+            binds: &[(0, W), (1, R), (3, U)],
+        },
+        Op::AddScaled => elementwise("add_scaled"),
+        Op::AddBias => elementwise("add_bias"),
+        Op::Swiglu => elementwise("swiglu"),
+        Op::Geglu => elementwise("geglu"),
+        Op::Scale => elementwise("scale"),
+        Op::Rope => OpDesc {
+            source: || ROPE.to_string(),
+            entry: "main",
+            binds: &[(0, W), (1, R), (2, U)],
+        },
+        Op::KvStore => OpDesc {
+            source: || KV_STORE.to_string(),
+            entry: "main",
+            binds: &[(0, R), (1, R), (2, W), (3, W), (4, U)],
+        },
+        Op::Attention => OpDesc {
+            source: || format!("{REDUCE}\n{ATTENTION}"),
+            entry: "main",
+            binds: &[(0, R), (1, R), (2, R), (3, W), (4, U)],
+        },
+        Op::Read => OpDesc {
+            source: || READ.to_string(),
+            entry: "main",
+            binds: &[(0, R), (1, W), (2, U)],
+        },
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Op {
+    RmsNorm,
+    RmsNormInPlace,
+    AddScaled,
+    AddBias,
+    Swiglu,
+    Geglu,
+    Scale,
+    Rope,
+    KvStore,
+    Attention,
+    /// The bandwidth probe (`bench.rs`).
+    Read,
+}
+
+impl Op {
+    #[cfg(test)]
+    const ALL: [Op; 11] = [
+        Op::RmsNorm,
+        Op::RmsNormInPlace,
+        Op::AddScaled,
+        Op::AddBias,
+        Op::Swiglu,
+        Op::Geglu,
+        Op::Scale,
+        Op::Rope,
+        Op::KvStore,
+        Op::Attention,
+        Op::Read,
+    ];
+}
+
+pub(crate) struct Compiled {
+    pipeline: wgpu::ComputePipeline,
+    layout: wgpu::BindGroupLayout,
+}
+
+/// The ops compiled for one device.
+#[derive(Default)]
+pub(crate) struct Ops {
+    cache: Mutex<HashMap<Op, Arc<Compiled>>>,
+}
+
+impl Gpu {
+    fn op(&self, op: Op) -> Result<Arc<Compiled>, GpuError> {
+        let mut cache = self.ops.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = cache.get(&op) {
+            return Ok(Arc::clone(c));
+        }
+        let d = desc(op);
+        let entries: Vec<wgpu::BindGroupLayoutEntry> = d
+            .binds
+            .iter()
+            .map(|&(binding, kind)| wgpu::BindGroupLayoutEntry {
+                binding,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: match kind {
+                        Bind::Read => wgpu::BufferBindingType::Storage { read_only: true },
+                        Bind::Write => wgpu::BufferBindingType::Storage { read_only: false },
+                        Bind::Uniform => wgpu::BufferBindingType::Uniform,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            })
+            .collect();
+        let label = format!("{op:?}");
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&label),
+                entries: &entries,
+            });
+        let pipeline_layout = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&label),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl((d.source)().into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&label),
+                layout: Some(&pipeline_layout),
+                module: &module,
+                entry_point: Some(d.entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Validation(format!("{label}: {e}")));
+        }
+        let c = Arc::new(Compiled { pipeline, layout });
+        cache.insert(op, Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// Record one dispatch of `op` over `groups` workgroups, its buffers in binding order and
+    /// its parameters (the uniform, last).
+    pub(crate) fn dispatch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        op: Op,
+        buffers: &[&wgpu::Buffer],
+        params: &[u32],
+        groups: (u32, u32, u32),
+    ) -> Result<(), GpuError> {
+        let c = self.op(op)?;
+        let uniform = self.uniform(bytemuck::cast_slice(params));
+        let binds = desc(op).binds;
+        let mut entries = Vec::with_capacity(binds.len());
+        let mut next = buffers.iter();
+        for &(binding, kind) in binds {
+            let buffer = match kind {
+                Bind::Uniform => &uniform,
+                _ => next.next().expect("a buffer for every storage binding"),
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding,
+                resource: buffer.as_entire_binding(),
+            });
+        }
+        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &c.layout,
+            entries: &entries,
+        });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&c.pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        Ok(())
+    }
+
+    /// The grid of an element-wise op over `n` elements, 256 per workgroup.
+    pub(crate) fn elementwise_groups(n: usize) -> (u32, u32, u32) {
+        let groups = n.div_ceil(256).max(1) as u32;
+        (groups.min(65535), groups.div_ceil(65535), 1)
+    }
+
+    /// The grid of a row op (one workgroup per row).
+    pub(crate) fn row_groups(rows: usize) -> (u32, u32, u32) {
+        let rows = rows.max(1) as u32;
+        (rows.min(65535), rows.div_ceil(65535), 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_is_valid_wgsl() {
+        for op in Op::ALL {
+            let src = (desc(op).source)();
+            let module = naga::front::wgsl::parse_str(&src)
+                .unwrap_or_else(|e| panic!("{op:?}: {}", e.emit_to_string(&src)));
+            naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            )
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{op:?}: {e:?}"));
+        }
+    }
+}
