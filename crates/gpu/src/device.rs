@@ -61,8 +61,7 @@ pub struct Gpu {
     /// The first error wgpu reported outside a call's own checks (validation, out of memory,
     /// device lost), which the next call returns instead of panicking as wgpu's default does.
     errors: Arc<Mutex<Option<String>>>,
-    pub(crate) kernels: crate::matmul::Kernels,
-    pub(crate) ops: crate::ops::Ops,
+    pub(crate) pipelines: crate::pipelines::Pipelines,
 }
 
 impl Gpu {
@@ -155,14 +154,12 @@ impl Gpu {
             timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
             max_binding_bytes: limits.max_storage_buffer_binding_size,
         };
-        let kernels = crate::matmul::Kernels::new(&device);
         Ok(Gpu {
             device,
             queue,
             info,
             errors,
-            kernels,
-            ops: Default::default(),
+            pipelines: Default::default(),
         })
     }
 

@@ -14,6 +14,7 @@ mod error;
 mod matmul;
 mod model;
 mod ops;
+mod pipelines;
 
 pub use buffer::F32Buffer;
 pub use device::{Gpu, GpuInfo, GpuOptions};

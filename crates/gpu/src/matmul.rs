@@ -1,12 +1,12 @@
 //! Weight matrices on the GPU, read in place, and the fused dequantize + matrix-vector kernels
 //! over them (one per ggml format, `shaders/formats/`), for one token or a tile of tokens.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use synapse_gguf::GgmlType;
 
 use crate::buffer::F32Buffer;
+use crate::pipelines::{Bind, Compiled};
 use crate::{Gpu, GpuError};
 
 /// Rows per 32-thread team; a workgroup is two teams.
@@ -75,60 +75,20 @@ fn source(ty: GgmlType, tokens: u32) -> Option<String> {
     Some(s)
 }
 
-/// The compiled matmul kernels of one device, built when first asked for.
-pub(crate) struct Kernels {
-    layout: wgpu::BindGroupLayout,
-    pipeline_layout: wgpu::PipelineLayout,
-    cache: Mutex<HashMap<(GgmlType, u32), Arc<wgpu::ComputePipeline>>>,
-}
+/// The matmul kernels' bindings: weights, activations, outputs, parameters.
+const BINDS: &[(u32, Bind)] = &[
+    (0, Bind::Read),
+    (1, Bind::Read),
+    (2, Bind::Write),
+    (3, Bind::Uniform),
+];
 
-impl Kernels {
-    pub(crate) fn new(device: &wgpu::Device) -> Kernels {
-        let storage = |binding, read_only| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("matmul"),
-            entries: &[
-                storage(0, true),
-                storage(1, true),
-                storage(2, false),
-                wgpu::BindGroupLayoutEntry {
-                    binding: 3,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
-            ],
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("matmul"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        Kernels {
-            layout,
-            pipeline_layout,
-            cache: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-/// A weight matrix on the GPU: the file's bytes, row-major, `rows` rows of `cols` values.
+/// A weight matrix on the GPU: the file's bytes, row-major, `rows` rows of `cols` values, in
+/// one buffer or, where it is larger than the adapter binds at once, in parts of whole rows.
 #[derive(Debug)]
 pub struct Matrix {
-    buffer: wgpu::Buffer,
+    /// Each part's buffer and its first row.
+    parts: Vec<(wgpu::Buffer, usize)>,
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
@@ -138,7 +98,7 @@ pub struct Matrix {
 impl Matrix {
     /// The bytes it occupies on the GPU.
     pub fn bytes(&self) -> u64 {
-        self.buffer.size()
+        self.parts.iter().map(|(b, _)| b.size()).sum()
     }
 }
 
@@ -153,6 +113,9 @@ struct Params {
     lanes: u32,
     groups_x: u32,
     w_offset: u32,
+    row_base: u32,
+    out_rows: u32,
+    _pad: [u32; 2],
 }
 
 impl Gpu {
@@ -189,31 +152,38 @@ impl Gpu {
                 expected.map_or("more than memory holds".into(), |e| e.to_string())
             )));
         }
-        // Word reads may look one word past the last byte; the size is a whole number of words.
-        let size = (bytes.len() as u64).div_ceil(4) * 4 + 4;
+        // Word reads may look one word past a part's last byte: each part is a whole number of
+        // words and one more.
+        let padded = |b: usize| (b as u64).div_ceil(4) * 4 + 4;
         let limit = self.info().max_binding_bytes.min(u64::from(u32::MAX));
-        if size > limit {
+        let rows_per_part = ((limit.saturating_sub(8)) / row_bytes as u64) as usize;
+        if rows_per_part == 0 {
             return Err(GpuError::TooLarge {
-                what: name.to_string(),
-                bytes: size,
+                what: format!("{name}: one row"),
+                bytes: padded(row_bytes),
                 limit,
             });
         }
-        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some(name),
-            size,
-            usage: wgpu::BufferUsages::STORAGE,
-            mapped_at_creation: true,
-        });
-        let mut view = buffer
-            .get_mapped_range_mut(..)
-            .map_err(|e| GpuError::Device(format!("{name}: {e}")))?;
-        view.slice(..bytes.len()).copy_from_slice(bytes);
-        drop(view);
-        buffer.unmap();
+        let mut parts = Vec::new();
+        for first in (0..rows).step_by(rows_per_part) {
+            let part = &bytes[first * row_bytes..(first + rows_per_part).min(rows) * row_bytes];
+            let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(name),
+                size: padded(part.len()),
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: true,
+            });
+            let mut view = buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| GpuError::Device(format!("{name}: {e}")))?;
+            view.slice(..part.len()).copy_from_slice(part);
+            drop(view);
+            buffer.unmap();
+            parts.push((buffer, first));
+        }
         self.check()?;
         Ok(Matrix {
-            buffer,
+            parts,
             ty,
             rows,
             cols,
@@ -221,41 +191,16 @@ impl Gpu {
         })
     }
 
-    fn matmul_pipeline(
-        &self,
-        ty: GgmlType,
-        tokens: u32,
-    ) -> Result<Arc<wgpu::ComputePipeline>, GpuError> {
-        let k = &self.kernels;
-        let mut cache = k.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = cache.get(&(ty, tokens)) {
-            return Ok(Arc::clone(p));
+    fn matmul_pipeline(&self, ty: GgmlType, tokens: u32) -> Result<Arc<Compiled>, GpuError> {
+        if !supported(ty) {
+            return Err(GpuError::Unsupported { ty });
         }
-        let src = source(ty, tokens).ok_or(GpuError::Unsupported { ty })?;
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let label = format!("matmul {ty} x{tokens}");
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl(src.into()),
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&label),
-                layout: Some(&k.pipeline_layout),
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Validation(format!("{label}: {e}")));
-        }
-        let pipeline = Arc::new(pipeline);
-        cache.insert((ty, tokens), Arc::clone(&pipeline));
-        Ok(pipeline)
+        let source = || source(ty, tokens).unwrap_or_default();
+        self.pipelines.get(
+            &self.device,
+            &format!("matmul {ty} x{tokens}"),
+            (&source, "main", BINDS),
+        )
     }
 
     /// Record `y[t] = m * x[t]` for `tokens` tokens into `encoder`: `x` holds `tokens` rows of
@@ -288,46 +233,45 @@ impl Gpu {
         let max_dim = self.device.limits().max_compute_workgroups_per_dimension;
         let tile = if tokens == 1 { 1 } else { TOKEN_TILE };
         let token_groups = (tokens as u64).div_ceil(u64::from(tile));
-        let groups = (m.rows as u64).div_ceil(u64::from(2 * ROWS));
-        let groups_x = groups.min(u64::from(max_dim));
-        let groups_z = groups.div_ceil(groups_x);
         if token_groups > u64::from(max_dim)
-            || groups_z > u64::from(max_dim)
             || (tokens * m.cols.max(m.rows)) as u64 > u64::from(u32::MAX)
         {
             return Err(shape(format!(
                 "{tokens} tokens are more than one dispatch holds"
             )));
         }
-        let params = Params {
-            rows: m.rows as u32,
-            cols: m.cols as u32,
-            tokens: tokens as u32,
-            row_bytes: m.row_bytes as u32,
-            steps: m.cols.div_ceil(256) as u32,
-            lanes: (m.cols / 32) as u32,
-            groups_x: groups_x as u32,
-            w_offset: 0,
-        };
         let pipeline = self.matmul_pipeline(m.ty, tile)?;
-        let uniform = self.uniform(bytemuck::bytes_of(&params));
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some("matmul"),
-            layout: &self.kernels.layout,
-            entries: &[
-                entry(0, &m.buffer),
-                entry(1, x.raw()),
-                entry(2, y.raw()),
-                entry(3, &uniform),
-            ],
-        });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("matmul"),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(groups_x as u32, token_groups as u32, groups_z as u32);
+        for (i, (buffer, first)) in m.parts.iter().enumerate() {
+            let rows = m.parts.get(i + 1).map_or(m.rows, |p| p.1) - first;
+            let groups = (rows as u64).div_ceil(u64::from(2 * ROWS));
+            let groups_x = groups.min(u64::from(max_dim));
+            let groups_z = groups.div_ceil(groups_x);
+            if groups_z > u64::from(max_dim) {
+                return Err(shape(format!(
+                    "{rows} rows are more than one dispatch holds"
+                )));
+            }
+            let params = Params {
+                rows: rows as u32,
+                cols: m.cols as u32,
+                tokens: tokens as u32,
+                row_bytes: m.row_bytes as u32,
+                steps: m.cols.div_ceil(256) as u32,
+                lanes: (m.cols / 32) as u32,
+                groups_x: groups_x as u32,
+                w_offset: 0,
+                row_base: *first as u32,
+                out_rows: m.rows as u32,
+                _pad: [0; 2],
+            };
+            self.run_kernel(
+                encoder,
+                &pipeline,
+                &[buffer, x.raw(), y.raw()],
+                bytemuck::bytes_of(&params),
+                (groups_x as u32, token_groups as u32, groups_z as u32),
+            );
+        }
         Ok(())
     }
 
@@ -339,13 +283,6 @@ impl Gpu {
         self.encode_matmul(&mut encoder, m, &xb, &yb, tokens)?;
         self.submit(encoder);
         self.read(&yb)
-    }
-}
-
-fn entry(binding: u32, buffer: &wgpu::Buffer) -> wgpu::BindGroupEntry<'_> {
-    wgpu::BindGroupEntry {
-        binding,
-        resource: buffer.as_entire_binding(),
     }
 }
 

@@ -39,7 +39,12 @@ struct Layer {
     gate: Matrix,
     up: Matrix,
     down: Matrix,
-    rotates: bool,
+    attn_post_norm: Option<F32Buffer>,
+    ffn_post_norm: Option<F32Buffer>,
+    /// Its RoPE among the decoder's `ropes`, if it rotates.
+    rope: Option<usize>,
+    /// Keys a query sees, itself included (0: all).
+    window: usize,
 }
 
 /// A llama-family decoder with its weights on the GPU.
@@ -48,13 +53,15 @@ pub struct GpuDecoder<'a> {
     info: ModelInfo,
     eps: f32,
     attn: AttnShape,
-    rope: Rope,
+    /// The distinct RoPEs of the layers (Gemma's local and global ones).
+    ropes: Vec<Rope>,
     gate: GateView,
     n_ff: usize,
     embd_scale: Option<f32>,
     residual_scale: Option<f32>,
     q_scale: Option<f32>,
     logit_scale: Option<f32>,
+    logit_softcap: Option<f32>,
     /// Looked up on the host: a pass sends the GPU its tokens' rows, decoded.
     tok_embd: WeightView<'a>,
     layers: Vec<Layer>,
@@ -82,22 +89,18 @@ impl<'a> GpuDecoder<'a> {
         let v = model.view().ok_or_else(|| {
             refuse(format!(
                 "the `{}` architecture runs on the CPU only for now (the GPU runs llama, \
-                 Qwen 2 and 3, Granite, Phi-3 and SmolLM 3 without experts)",
+                 Qwen 2 and 3, Granite, Phi-3, SmolLM 3, Gemma 2 and 3, without experts)",
                 info.arch
             ))
         })?;
         let a = v.attn;
-        if a.head_dim % 2 != 0 || a.head_dim > MAX_HEAD_DIM || a.softcap.is_some() {
+        if a.head_dim % 2 != 0 || a.head_dim > MAX_HEAD_DIM {
             return Err(refuse(format!(
-                "heads of {} values{} are not supported",
-                a.head_dim,
-                if a.softcap.is_some() {
-                    " with soft-capped scores"
-                } else {
-                    ""
-                }
+                "heads of {} values are not supported (even, at most {MAX_HEAD_DIM})",
+                a.head_dim
             )));
         }
+        let mut ropes: Vec<Rope> = Vec::new();
         let up = |w: &WeightView| gpu.upload_matrix(w.name, w.ty, w.rows, w.cols, w.bytes);
         let vector = |x: &[f32]| gpu.upload(x);
         let opt = |x: Option<&[f32]>| x.map(vector).transpose();
@@ -118,7 +121,15 @@ impl<'a> GpuDecoder<'a> {
                 gate: up(&l.gate)?,
                 up: up(&l.up)?,
                 down: up(&l.down)?,
-                rotates: l.rotates,
+                attn_post_norm: opt(l.attn_post_norm)?,
+                ffn_post_norm: opt(l.ffn_post_norm)?,
+                rope: l.rope.filter(|r| r.n_rot > 0).map(|r| {
+                    ropes.iter().position(|x| x == r).unwrap_or_else(|| {
+                        ropes.push(r.clone());
+                        ropes.len() - 1
+                    })
+                }),
+                window: l.window.unwrap_or(0),
             });
         }
         let n_ff = v.layers.first().map_or(0, |l| l.gate.rows);
@@ -139,13 +150,14 @@ impl<'a> GpuDecoder<'a> {
             ),
             eps: v.eps,
             attn: a,
-            rope: v.rope.clone(),
+            ropes,
             gate: v.gate,
             n_ff,
             embd_scale: v.embd_scale,
             residual_scale: v.residual_scale,
             q_scale: v.q_scale,
             logit_scale: v.logit_scale,
+            logit_softcap: v.logit_softcap,
             tok_embd,
             layers,
             output_norm: vector(v.output_norm)?,
@@ -189,7 +201,8 @@ struct GpuState {
     logits: F32Buffer,
     /// Rows of logits one readback holds.
     logit_rows: usize,
-    rope: F32Buffer,
+    /// The angles of each of the decoder's RoPEs for every position of the context.
+    ropes: Vec<F32Buffer>,
     cache_k: Vec<F32Buffer>,
     cache_v: Vec<F32Buffer>,
 }
@@ -211,16 +224,19 @@ impl<'a> GpuDecoder<'a> {
         let n_vocab = self.info.n_vocab;
         let limit = (g.info().max_binding_bytes / 4) as usize;
         let logit_rows = (limit / n_vocab).clamp(1, 64).min(n);
-        let half = self.rope.n_rot / 2;
-        let mut table = vec![0f32; n_ctx * half * 2];
-        let mut cs = vec![(0f32, 0f32); half];
-        for pos in 0..n_ctx {
-            self.rope.angles(pos, &mut cs);
-            for (i, (c, s)) in cs.iter().enumerate() {
-                table[(pos * half + i) * 2] = *c;
-                table[(pos * half + i) * 2 + 1] = *s;
+        let table = |rope: &Rope| {
+            let half = rope.n_rot / 2;
+            let mut table = vec![0f32; n_ctx * half * 2];
+            let mut cs = vec![(0f32, 0f32); half];
+            for pos in 0..n_ctx {
+                rope.angles(pos, &mut cs);
+                for (i, (c, s)) in cs.iter().enumerate() {
+                    table[(pos * half + i) * 2] = *c;
+                    table[(pos * half + i) * 2 + 1] = *s;
+                }
             }
-        }
+            g.upload(&table)
+        };
         let words = n_ctx * kv_dim / 2;
         Ok(GpuState {
             x: g.buffer(n * d)?,
@@ -236,7 +252,7 @@ impl<'a> GpuDecoder<'a> {
             last_h: g.buffer(logit_rows * d)?,
             logits: g.buffer(logit_rows * n_vocab)?,
             logit_rows,
-            rope: g.upload(&table)?,
+            ropes: self.ropes.iter().map(table).collect::<Result<_, _>>()?,
             cache_k: (0..self.layers.len())
                 .map(|_| g.buffer(words))
                 .collect::<Result<_, _>>()?,
@@ -297,11 +313,11 @@ impl<'a> GpuDecoder<'a> {
         &self,
         enc: &mut wgpu::CommandEncoder,
         x: &F32Buffer,
-        table: &F32Buffer,
+        (rope, table): (&Rope, &F32Buffer),
         (n, heads, pos0): (usize, usize, usize),
     ) -> Result<(), GpuError> {
-        let half = self.rope.n_rot / 2;
-        let neox = u32::from(self.rope.style == RopeStyle::Neox);
+        let half = rope.n_rot / 2;
+        let neox = u32::from(rope.style == RopeStyle::Neox);
         let params = [
             n as u32,
             heads as u32,
@@ -348,9 +364,10 @@ impl<'a> GpuDecoder<'a> {
         if let Some(w) = &layer.k_norm {
             self.rms_norm(enc, &s.k, w, None, n * a.n_head_kv, a.head_dim)?;
         }
-        if layer.rotates && self.rope.n_rot > 0 {
-            self.rope(enc, &s.q, &s.rope, (n, a.n_head, pos0))?;
-            self.rope(enc, &s.k, &s.rope, (n, a.n_head_kv, pos0))?;
+        if let Some(r) = layer.rope {
+            let rope = (&self.ropes[r], &s.ropes[r]);
+            self.rope(enc, &s.q, rope, (n, a.n_head, pos0))?;
+            self.rope(enc, &s.k, rope, (n, a.n_head_kv, pos0))?;
         }
         if let Some(scale) = self.q_scale {
             self.elementwise(
@@ -384,14 +401,17 @@ impl<'a> GpuDecoder<'a> {
                 a.head_dim as u32,
                 pos0 as u32,
                 words as u32,
-                0,
+                layer.window as u32,
                 f(a.scale),
-                f(0.0),
+                f(a.softcap.unwrap_or(0.0)),
             ],
             (a.n_head as u32, n as u32, 1),
         )?;
         let residual = self.residual_scale.unwrap_or(1.0);
         g.encode_matmul(enc, &layer.wo, &s.att, &s.o, n)?;
+        if let Some(w) = &layer.attn_post_norm {
+            self.rms_norm(enc, &s.o, w, None, n, d)?;
+        }
         self.elementwise(enc, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)?;
         self.rms_norm(enc, &s.x, &layer.ffn_norm, Some(&s.h), n, d)?;
         g.encode_matmul(enc, &layer.gate, &s.h, &s.g, n)?;
@@ -402,6 +422,9 @@ impl<'a> GpuDecoder<'a> {
         };
         self.elementwise(enc, act, [&s.g, &s.u], (n * self.n_ff, self.n_ff), 1.0)?;
         g.encode_matmul(enc, &layer.down, &s.g, &s.o, n)?;
+        if let Some(w) = &layer.ffn_post_norm {
+            self.rms_norm(enc, &s.o, w, None, n, d)?;
+        }
         self.elementwise(enc, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)
     }
 
@@ -443,6 +466,10 @@ impl<'a> GpuDecoder<'a> {
             for row in out.chunks_exact_mut(n_vocab) {
                 row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
             }
+        }
+        if let Some(cap) = self.logit_softcap {
+            let inv = 1.0 / cap;
+            out.iter_mut().for_each(|v| *v = (*v * inv).tanh() * cap);
         }
         if let Some(scale) = self.logit_scale {
             let inv = 1.0 / scale;

@@ -2,9 +2,9 @@
 //! the element-wise ops (`shaders/ops/`), each a pipeline with its explicit bind group layout,
 //! built once per device when first used.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use crate::pipelines::{Bind, Compiled};
 use crate::{Gpu, GpuError};
 
 const REDUCE: &str = include_str!("shaders/ops/reduce.wgsl");
@@ -14,14 +14,6 @@ const ROPE: &str = include_str!("shaders/ops/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/ops/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/ops/attention.wgsl");
 const READ: &str = include_str!("shaders/ops/read.wgsl");
-
-/// What one binding of an op is.
-#[derive(Clone, Copy)]
-enum Bind {
-    Read,
-    Write,
-    Uniform,
-}
 
 /// An op: its source, entry point and bindings (by binding number).
 struct OpDesc {
@@ -119,79 +111,14 @@ impl Op {
     ];
 }
 
-pub(crate) struct Compiled {
-    pipeline: wgpu::ComputePipeline,
-    layout: wgpu::BindGroupLayout,
-}
-
-/// The ops compiled for one device.
-#[derive(Default)]
-pub(crate) struct Ops {
-    cache: Mutex<HashMap<Op, Arc<Compiled>>>,
-}
-
 impl Gpu {
     fn op(&self, op: Op) -> Result<Arc<Compiled>, GpuError> {
-        let mut cache = self.ops.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = cache.get(&op) {
-            return Ok(Arc::clone(c));
-        }
         let d = desc(op);
-        let entries: Vec<wgpu::BindGroupLayoutEntry> = d
-            .binds
-            .iter()
-            .map(|&(binding, kind)| wgpu::BindGroupLayoutEntry {
-                binding,
-                visibility: wgpu::ShaderStages::COMPUTE,
-                ty: wgpu::BindingType::Buffer {
-                    ty: match kind {
-                        Bind::Read => wgpu::BufferBindingType::Storage { read_only: true },
-                        Bind::Write => wgpu::BufferBindingType::Storage { read_only: false },
-                        Bind::Uniform => wgpu::BufferBindingType::Uniform,
-                    },
-                    has_dynamic_offset: false,
-                    min_binding_size: None,
-                },
-                count: None,
-            })
-            .collect();
-        let label = format!("{op:?}");
-        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
-        let layout = self
-            .device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some(&label),
-                entries: &entries,
-            });
-        let pipeline_layout = self
-            .device
-            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(&label),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-        let module = self
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(&label),
-                source: wgpu::ShaderSource::Wgsl((d.source)().into()),
-            });
-        let pipeline = self
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(&label),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some(d.entry),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-        if let Some(e) = pollster::block_on(scope.pop()) {
-            return Err(GpuError::Validation(format!("{label}: {e}")));
-        }
-        let c = Arc::new(Compiled { pipeline, layout });
-        cache.insert(op, Arc::clone(&c));
-        Ok(c)
+        self.pipelines.get(
+            &self.device,
+            &format!("{op:?}"),
+            (&d.source, d.entry, d.binds),
+        )
     }
 
     /// Record one dispatch of `op` over `groups` workgroups, its buffers in binding order and
@@ -205,11 +132,24 @@ impl Gpu {
         groups: (u32, u32, u32),
     ) -> Result<(), GpuError> {
         let c = self.op(op)?;
-        let uniform = self.uniform(bytemuck::cast_slice(params));
-        let binds = desc(op).binds;
-        let mut entries = Vec::with_capacity(binds.len());
+        self.run_kernel(encoder, &c, buffers, bytemuck::cast_slice(params), groups);
+        Ok(())
+    }
+
+    /// Record one dispatch of a compiled kernel: its storage buffers in binding order, its
+    /// parameters' bytes (the uniform binding).
+    pub(crate) fn run_kernel(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        c: &Compiled,
+        buffers: &[&wgpu::Buffer],
+        params: &[u8],
+        groups: (u32, u32, u32),
+    ) {
+        let uniform = self.uniform(params);
+        let mut entries = Vec::with_capacity(c.binds.len());
         let mut next = buffers.iter();
-        for &(binding, kind) in binds {
+        for &(binding, kind) in c.binds {
             let buffer = match kind {
                 Bind::Uniform => &uniform,
                 _ => next.next().expect("a buffer for every storage binding"),
@@ -231,7 +171,6 @@ impl Gpu {
         pass.set_pipeline(&c.pipeline);
         pass.set_bind_group(0, &bind, &[]);
         pass.dispatch_workgroups(groups.0, groups.1, groups.2);
-        Ok(())
     }
 
     /// The grid of an element-wise op over `n` elements, 256 per workgroup.

@@ -173,16 +173,36 @@ fn every_format_runs_on_the_gpu() {
 
 #[test]
 fn every_llama_family_architecture_runs_on_the_gpu() {
-    // Qwen 2's biases, Qwen 3's per-head norms, Granite's four scales, Phi-3's query scale.
+    // Qwen 2's biases, Qwen 3's per-head norms, Granite's four scales, Phi-3's query scale,
+    // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits).
     let gpu = gpu();
     for name in [
         "tiny-qwen2-Q8_0",
         "tiny-qwen3-Q4_K",
         "tiny-granite-Q6_K",
         "tiny-phi3-Q4_K",
+        "tiny-gemma2-Q4_0",
     ] {
         check_tiny(&gpu, name);
     }
+}
+
+#[test]
+fn gemma3_runs_on_the_gpu() {
+    // Gemma 3 270M: heads of 256, per-head norms, five local layers (a window of 512) with
+    // their own RoPE base to one global, a vocabulary of 262144.
+    let gpu = gpu();
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    let golden = GgufFile::open(data("gemma3.logits.gguf")).unwrap();
+    let ids: Vec<u32> = ids(&golden).into_iter().take(24).collect();
+    let got = check(&gpu, "Gemma 3", &path, &ids, &[7]);
+    record_digest("Gemma3", &got);
 }
 
 #[test]
@@ -253,7 +273,6 @@ fn smollm2_greedy_continuations_on_the_gpu() {
 fn architectures_the_gpu_does_not_run_are_refused_by_name() {
     let gpu = gpu();
     for (name, arch) in [
-        ("tiny-gemma2-Q4_0", "gemma2"),
         ("tiny-olmo2-IQ4_NL", "olmo2"),
         ("tiny-qwen35-Q4_K", "qwen35"),
         ("tiny-llamamoe-Q8_0", "llama"),

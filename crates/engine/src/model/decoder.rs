@@ -187,11 +187,14 @@ impl ForwardBody for Decoder<'_> {
                 bv: a.bv.as_deref(),
                 q_norm: a.q_norm.as_deref(),
                 k_norm: a.k_norm.as_deref(),
+                attn_post_norm: None,
                 ffn_norm: &l.ffn_norm,
                 gate: w(&f.gate),
                 up: w(&f.up),
                 down: w(&f.down),
-                rotates: l.rotates,
+                ffn_post_norm: None,
+                rope: l.rotates.then_some(&self.rope),
+                window: None,
             })
         });
         Some(DecoderView {
@@ -200,7 +203,6 @@ impl ForwardBody for Decoder<'_> {
             n_embd: self.info.n_embd,
             eps: self.eps,
             attn: self.attn,
-            rope: &self.rope,
             gate: GateView::Silu,
             tok_embd: w(&self.tok_embd),
             layers: layers.collect::<Option<Vec<_>>>()?,
@@ -211,6 +213,7 @@ impl ForwardBody for Decoder<'_> {
             residual_scale: self.extras.residual_scale,
             q_scale: self.extras.q_scale,
             logit_scale: self.extras.logit_scale,
+            logit_softcap: None,
         })
     }
 

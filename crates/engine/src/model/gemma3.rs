@@ -32,7 +32,10 @@ use super::blocks::{
     output_logits, output_matrix, rope_and_store, rope_and_store_runs, Activation, Attention, Ffn,
 };
 use super::hparams::Gemma3Params;
-use super::{vector, Logits, ModelInfo, Scratch, ScratchDims, Seq, State};
+use super::{
+    vector, DecoderView, GateView, LayerView, Logits, ModelInfo, Scratch, ScratchDims, Seq, State,
+    WeightView,
+};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, scale_inplace, softcap_inplace, Rope, RopeStyle};
@@ -195,6 +198,55 @@ impl super::ForwardBody for Gemma3<'_> {
         let layers = self.layers.iter();
         let per_layer = layers.flat_map(|l| layer_matrices(&l.attn, &l.ffn));
         per_layer.chain([&self.output]).collect()
+    }
+
+    fn view(&self) -> Option<DecoderView<'_>> {
+        let w = WeightView::of;
+        let layers = self.layers.iter().map(|l| {
+            let a = &l.attn;
+            LayerView {
+                attn_norm: &l.attn_norm,
+                wq: w(&a.wq),
+                wk: w(&a.wk),
+                wv: w(&a.wv),
+                wo: w(&a.wo),
+                bq: a.bq.as_deref(),
+                bk: a.bk.as_deref(),
+                bv: a.bv.as_deref(),
+                q_norm: a.q_norm.as_deref(),
+                k_norm: a.k_norm.as_deref(),
+                attn_post_norm: Some(&l.attn_post_norm),
+                ffn_norm: &l.ffn_norm,
+                gate: w(&l.ffn.gate),
+                up: w(&l.ffn.up),
+                down: w(&l.ffn.down),
+                ffn_post_norm: Some(&l.ffn_post_norm),
+                rope: Some(if l.local {
+                    &self.rope_local
+                } else {
+                    &self.rope_global
+                }),
+                window: l.local.then_some(self.window),
+            }
+        });
+        Some(DecoderView {
+            arch: &self.info.arch,
+            n_vocab: self.info.n_vocab,
+            n_embd: self.info.n_embd,
+            eps: self.eps,
+            attn: self.attn,
+            gate: GateView::Gelu,
+            tok_embd: w(&self.tok_embd),
+            layers: layers.collect(),
+            output_norm: &self.output_norm,
+            output: w(&self.output),
+            output_bias: None,
+            embd_scale: Some(self.embd_scale),
+            residual_scale: None,
+            q_scale: Some(self.q_scale),
+            logit_scale: None,
+            logit_softcap: self.softcap,
+        })
     }
 
     #[inline(always)]

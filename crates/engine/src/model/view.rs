@@ -36,12 +36,12 @@ impl<'m> WeightView<'m> {
 pub enum GateView {
     /// SwiGLU: `silu(gate) * up`.
     Silu,
-    /// GEGLU with ggml's tanh GELU.
+    /// GEGLU with ggml's tanh GELU of the argument rounded to F16, rounded to F16.
     Gelu,
 }
 
-/// One pre-norm layer: `x += Wo · attn(rope(Wq · norm(x))...)`, then
-/// `x += Wdown · (act(Wgate · norm(x)) * (Wup · norm(x)))`.
+/// One pre-norm layer: `x += post_norm?(Wo · attn(rope(Wq · norm(x))...))`, then
+/// `x += post_norm?(Wdown · (act(Wgate · norm(x)) * (Wup · norm(x))))`.
 #[derive(Debug, Clone)]
 pub struct LayerView<'m> {
     pub attn_norm: &'m [f32],
@@ -55,16 +55,23 @@ pub struct LayerView<'m> {
     /// Per-head RMSNorm of queries and keys after their biases, before RoPE.
     pub q_norm: Option<&'m [f32]>,
     pub k_norm: Option<&'m [f32]>,
+    /// RMSNorm of the attention block's output before its residual add (Gemma).
+    pub attn_post_norm: Option<&'m [f32]>,
     pub ffn_norm: &'m [f32],
     pub gate: WeightView<'m>,
     pub up: WeightView<'m>,
     pub down: WeightView<'m>,
-    /// Whether its queries and keys take RoPE.
-    pub rotates: bool,
+    /// RMSNorm of the feed-forward block's output before its residual add (Gemma).
+    pub ffn_post_norm: Option<&'m [f32]>,
+    /// The RoPE its queries and keys take, if any (Gemma's local and global layers differ).
+    pub rope: Option<&'m Rope>,
+    /// Keys a query sees, itself included, where the layer's attention is local.
+    pub window: Option<usize>,
 }
 
-/// A decoder of the llama family (llama, SmolLM2, Mistral, Qwen2, Qwen3, ...):
-/// `x = token_embd[token] * embd_scale?`, the layers, `logits = output · norm(x) + bias?`.
+/// A pre-norm decoder (llama, SmolLM2, Mistral, Qwen 2 and 3, Granite, Phi-3, Gemma 2 and 3):
+/// `x = token_embd[token] * embd_scale?`, the layers,
+/// `logits = softcap?(output · norm(x) + bias?) / logit_scale?`.
 #[derive(Debug, Clone)]
 pub struct DecoderView<'m> {
     pub arch: &'m str,
@@ -72,7 +79,6 @@ pub struct DecoderView<'m> {
     pub n_embd: usize,
     pub eps: f32,
     pub attn: AttnShape,
-    pub rope: &'m Rope,
     pub gate: GateView,
     pub tok_embd: WeightView<'m>,
     pub layers: Vec<LayerView<'m>>,
@@ -87,4 +93,6 @@ pub struct DecoderView<'m> {
     pub q_scale: Option<f32>,
     /// Divides the logits.
     pub logit_scale: Option<f32>,
+    /// Soft-caps the logits: `cap * tanh(logit / cap)` (Gemma 2).
+    pub logit_softcap: Option<f32>,
 }

@@ -23,6 +23,12 @@ struct Params {
     // Workgroups along x: a grid of more rows than one dimension holds folds into z.
     groups_x: u32,
     w_offset: u32,
+    // A matrix larger than one binding is bound in parts of rows: this part's first row in
+    // the whole, and the whole's rows (the stride of y).
+    row_base: u32,
+    out_rows: u32,
+    _pad0: u32,
+    _pad1: u32,
 }
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
@@ -94,7 +100,7 @@ fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
         let row = row0 + k / TOKENS;
         let t = t0 + k % TOKENS;
         if row < p.rows && t < p.tokens {
-            y[t * p.rows + row] = part[base + k * 32u];
+            y[t * p.out_rows + p.row_base + row] = part[base + k * 32u];
         }
     }
 }

@@ -43,14 +43,26 @@ fn swiglu(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: v
     }
 }
 
-// GEGLU with the tanh GELU: x = gelu(x) * y.
+fn f16_round(v: f32) -> f32 {
+    return unpack2x16float(pack2x16float(vec2(v, 0.0))).x;
+}
+
+// GEGLU as ggml-cpu computes it (the CPU path's bits, but for tanh's last place): x = gelu(x) *
+// y with the tanh GELU of x rounded to F16, rounded to F16; 0 at and below -10, x above 10.
 @compute @workgroup_size(256)
 fn geglu(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let i = index(wg, li);
     if i < p.n {
         let g = x[i];
-        let inner = 0.7978845608 * (g + 0.044715 * g * g * g);
-        x[i] = 0.5 * g * (1.0 + tanh(inner)) * y[i];
+        var act = 0.0;
+        if g >= 10.0 {
+            act = g;
+        } else if g > -10.0 {
+            let h = f16_round(g);
+            let inner = fma(0.044715 * h, h, 1.0);
+            act = f16_round((0.5 * h) * (1.0 + tanh((0.7978846 * h) * inner)));
+        }
+        x[i] = act * y[i];
     }
 }
 
