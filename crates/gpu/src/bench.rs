@@ -7,6 +7,7 @@ use std::time::Instant;
 use synapse_gguf::GgmlType;
 
 use crate::ops::Op;
+use crate::program::Pass;
 use crate::{Gpu, GpuError};
 
 /// Seconds per round of `rounds` submissions of `record`, waited for; the median round.
@@ -37,15 +38,17 @@ pub fn read_bandwidth(gpu: &Gpu, bytes: usize, passes: usize) -> Result<f64, Gpu
     let threads = 256 * 1024;
     let sink = gpu.buffer(threads)?;
     let secs = time(gpu, 5, |enc| {
+        let mut pass = Pass::default();
         for _ in 0..passes {
             gpu.dispatch(
-                enc,
+                &mut pass,
                 Op::Read,
                 &[src.raw(), sink.raw()],
                 &[n as u32, threads as u32, 0, 0],
                 ((threads / 256) as u32, 1, 1),
             )?;
         }
+        gpu.record_once(enc, &pass);
         Ok(())
     })?;
     Ok((16 * n * passes) as f64 / secs / 1e9)

@@ -78,16 +78,6 @@ impl Gpu {
         self.check()
     }
 
-    /// A small uniform buffer for one dispatch's parameters.
-    pub(crate) fn uniform(&self, bytes: &[u8]) -> wgpu::Buffer {
-        self.device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some("params"),
-                contents: bytes,
-                usage: wgpu::BufferUsages::UNIFORM,
-            })
-    }
-
     pub fn encoder(&self) -> wgpu::CommandEncoder {
         self.device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None })

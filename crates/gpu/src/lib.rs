@@ -15,6 +15,7 @@ mod matmul;
 mod model;
 mod ops;
 mod pipelines;
+mod program;
 
 pub use buffer::F32Buffer;
 pub use device::{Gpu, GpuInfo, GpuOptions};

@@ -7,6 +7,7 @@ use synapse_gguf::GgmlType;
 
 use crate::buffer::F32Buffer;
 use crate::pipelines::{Bind, Compiled};
+use crate::program::Pass;
 use crate::{Gpu, GpuError};
 
 /// Rows per 32-thread team; a workgroup is two teams.
@@ -214,6 +215,21 @@ impl Gpu {
         y: &F32Buffer,
         tokens: usize,
     ) -> Result<(), GpuError> {
+        let mut pass = Pass::default();
+        self.matmul_into(&mut pass, m, x, y, tokens)?;
+        self.record_once(encoder, &pass);
+        Ok(())
+    }
+
+    /// [`Gpu::encode_matmul`]'s dispatches, added to `pass`.
+    pub(crate) fn matmul_into(
+        &self,
+        pass: &mut Pass,
+        m: &Matrix,
+        x: &F32Buffer,
+        y: &F32Buffer,
+        tokens: usize,
+    ) -> Result<(), GpuError> {
         let shape = |detail: String| GpuError::Shape {
             what: format!("matmul of a {} x {} {} matrix", m.rows, m.cols, m.ty),
             detail,
@@ -264,9 +280,8 @@ impl Gpu {
                 out_rows: m.rows as u32,
                 _pad: [0; 2],
             };
-            self.run_kernel(
-                encoder,
-                &pipeline,
+            pass.push(
+                Arc::clone(&pipeline),
                 &[buffer, x.raw(), y.raw()],
                 bytemuck::bytes_of(&params),
                 (groups_x as u32, token_groups as u32, groups_z as u32),

@@ -2,6 +2,7 @@
 //! the engine's [`Model`] trait implemented over it, so that the generation loop, the CLI and
 //! the checks are the CPU path's. A pass is one command submission; only the logits come back.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use synapse_engine::attention::AttnShape;
@@ -13,6 +14,7 @@ use synapse_gguf::GgufFile;
 use crate::buffer::F32Buffer;
 use crate::matmul::Matrix;
 use crate::ops::Op;
+use crate::program::{Pass, Program};
 use crate::{Gpu, GpuError};
 
 impl From<GpuError> for ModelError {
@@ -68,6 +70,9 @@ pub struct GpuDecoder<'a> {
     output_norm: F32Buffer,
     output: Arc<Matrix>,
     output_bias: Option<Vec<f32>>,
+    /// The CPU's time to record and submit the last pass's layers, in nanoseconds: what
+    /// the host adds to every token (`synapse-dev bench-gpu --model`).
+    encode_ns: std::sync::atomic::AtomicU64,
 }
 
 fn refuse(what: String) -> ModelError {
@@ -163,8 +168,15 @@ impl<'a> GpuDecoder<'a> {
             output_norm: vector(v.output_norm)?,
             output: Arc::new(up(&v.output)?),
             output_bias: v.output_bias.map(<[f32]>::to_vec),
+            encode_ns: Default::default(),
             gpu,
         })
+    }
+
+    /// The CPU's time to record and submit the last pass's layers (the embedding rows'
+    /// upload included, the logits' readback not).
+    pub fn last_encode_time(&self) -> std::time::Duration {
+        std::time::Duration::from_nanos(self.encode_ns.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// The token rows of the embedding, decoded on the host (one row each).
@@ -205,6 +217,8 @@ struct GpuState {
     ropes: Vec<F32Buffer>,
     cache_k: Vec<F32Buffer>,
     cache_v: Vec<F32Buffer>,
+    /// The recorded passes, by (logits?, tokens): a decode step replays the last one's.
+    programs: std::sync::Mutex<HashMap<(bool, usize), Option<Program>>>,
 }
 
 fn f(x: f32) -> u32 {
@@ -259,12 +273,13 @@ impl<'a> GpuDecoder<'a> {
             cache_v: (0..self.layers.len())
                 .map(|_| g.buffer(words))
                 .collect::<Result<_, _>>()?,
+            programs: Default::default(),
         })
     }
 
     fn rms_norm(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        pass: &mut Pass,
         x: &F32Buffer,
         w: &F32Buffer,
         y: Option<&F32Buffer>,
@@ -275,14 +290,14 @@ impl<'a> GpuDecoder<'a> {
         let groups = Gpu::row_groups(rows);
         match y {
             Some(y) => self.gpu.dispatch(
-                enc,
+                pass,
                 Op::RmsNorm,
                 &[x.raw(), w.raw(), y.raw()],
                 &params,
                 groups,
             ),
             None => self.gpu.dispatch(
-                enc,
+                pass,
                 Op::RmsNormInPlace,
                 &[x.raw(), w.raw()],
                 &params,
@@ -293,7 +308,7 @@ impl<'a> GpuDecoder<'a> {
 
     fn elementwise(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        pass: &mut Pass,
         op: Op,
         [x, y]: [&F32Buffer; 2],
         (n, width): (usize, usize),
@@ -301,7 +316,7 @@ impl<'a> GpuDecoder<'a> {
     ) -> Result<(), GpuError> {
         let params = [n as u32, width as u32, f(scale), 0];
         self.gpu.dispatch(
-            enc,
+            pass,
             op,
             &[x.raw(), y.raw()],
             &params,
@@ -311,7 +326,7 @@ impl<'a> GpuDecoder<'a> {
 
     fn rope(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        pass: &mut Pass,
         x: &F32Buffer,
         (rope, table): (&Rope, &F32Buffer),
         (n, heads, pos0): (usize, usize, usize),
@@ -330,13 +345,13 @@ impl<'a> GpuDecoder<'a> {
         ];
         let groups = (half.div_ceil(64) as u32, heads as u32, n as u32);
         self.gpu
-            .dispatch(enc, Op::Rope, &[x.raw(), table.raw()], &params, groups)
+            .dispatch(pass, Op::Rope, &[x.raw(), table.raw()], &params, groups)
     }
 
     /// One layer over the `n` rows of `s.x` at positions `pos0..`.
     fn layer(
         &self,
-        enc: &mut wgpu::CommandEncoder,
+        pass: &mut Pass,
         l: usize,
         s: &GpuState,
         pos0: usize,
@@ -345,33 +360,33 @@ impl<'a> GpuDecoder<'a> {
         let (g, layer, a) = (&self.gpu, &self.layers[l], &self.attn);
         let d = self.info.n_embd;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
-        self.rms_norm(enc, &s.x, &layer.attn_norm, Some(&s.h), n, d)?;
-        g.encode_matmul(enc, &layer.wq, &s.h, &s.q, n)?;
-        g.encode_matmul(enc, &layer.wk, &s.h, &s.k, n)?;
-        g.encode_matmul(enc, &layer.wv, &s.h, &s.v, n)?;
+        self.rms_norm(pass, &s.x, &layer.attn_norm, Some(&s.h), n, d)?;
+        g.matmul_into(pass, &layer.wq, &s.h, &s.q, n)?;
+        g.matmul_into(pass, &layer.wk, &s.h, &s.k, n)?;
+        g.matmul_into(pass, &layer.wv, &s.h, &s.v, n)?;
         for (b, x, width) in [
             (&layer.bq, &s.q, q_dim),
             (&layer.bk, &s.k, kv_dim),
             (&layer.bv, &s.v, kv_dim),
         ] {
             if let Some(b) = b {
-                self.elementwise(enc, Op::AddBias, [x, b], (n * width, width), 1.0)?;
+                self.elementwise(pass, Op::AddBias, [x, b], (n * width, width), 1.0)?;
             }
         }
         if let Some(w) = &layer.q_norm {
-            self.rms_norm(enc, &s.q, w, None, n * a.n_head, a.head_dim)?;
+            self.rms_norm(pass, &s.q, w, None, n * a.n_head, a.head_dim)?;
         }
         if let Some(w) = &layer.k_norm {
-            self.rms_norm(enc, &s.k, w, None, n * a.n_head_kv, a.head_dim)?;
+            self.rms_norm(pass, &s.k, w, None, n * a.n_head_kv, a.head_dim)?;
         }
         if let Some(r) = layer.rope {
             let rope = (&self.ropes[r], &s.ropes[r]);
-            self.rope(enc, &s.q, rope, (n, a.n_head, pos0))?;
-            self.rope(enc, &s.k, rope, (n, a.n_head_kv, pos0))?;
+            self.rope(pass, &s.q, rope, (n, a.n_head, pos0))?;
+            self.rope(pass, &s.k, rope, (n, a.n_head_kv, pos0))?;
         }
         if let Some(scale) = self.q_scale {
             self.elementwise(
-                enc,
+                pass,
                 Op::Scale,
                 [&s.q, s.q_dummy()],
                 (n * q_dim, q_dim),
@@ -380,14 +395,14 @@ impl<'a> GpuDecoder<'a> {
         }
         let words = kv_dim / 2;
         g.dispatch(
-            enc,
+            pass,
             Op::KvStore,
             &[s.k.raw(), s.v.raw(), s.cache_k[l].raw(), s.cache_v[l].raw()],
             &[n as u32, words as u32, pos0 as u32, 0],
             (words.div_ceil(64) as u32, n as u32, 1),
         )?;
         g.dispatch(
-            enc,
+            pass,
             Op::Attention,
             &[
                 s.q.raw(),
@@ -408,24 +423,24 @@ impl<'a> GpuDecoder<'a> {
             (a.n_head as u32, n as u32, 1),
         )?;
         let residual = self.residual_scale.unwrap_or(1.0);
-        g.encode_matmul(enc, &layer.wo, &s.att, &s.o, n)?;
+        g.matmul_into(pass, &layer.wo, &s.att, &s.o, n)?;
         if let Some(w) = &layer.attn_post_norm {
-            self.rms_norm(enc, &s.o, w, None, n, d)?;
+            self.rms_norm(pass, &s.o, w, None, n, d)?;
         }
-        self.elementwise(enc, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)?;
-        self.rms_norm(enc, &s.x, &layer.ffn_norm, Some(&s.h), n, d)?;
-        g.encode_matmul(enc, &layer.gate, &s.h, &s.g, n)?;
-        g.encode_matmul(enc, &layer.up, &s.h, &s.u, n)?;
+        self.elementwise(pass, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)?;
+        self.rms_norm(pass, &s.x, &layer.ffn_norm, Some(&s.h), n, d)?;
+        g.matmul_into(pass, &layer.gate, &s.h, &s.g, n)?;
+        g.matmul_into(pass, &layer.up, &s.h, &s.u, n)?;
         let act = match self.gate {
             GateView::Silu => Op::Swiglu,
             GateView::Gelu => Op::Geglu,
         };
-        self.elementwise(enc, act, [&s.g, &s.u], (n * self.n_ff, self.n_ff), 1.0)?;
-        g.encode_matmul(enc, &layer.down, &s.g, &s.o, n)?;
+        self.elementwise(pass, act, [&s.g, &s.u], (n * self.n_ff, self.n_ff), 1.0)?;
+        g.matmul_into(pass, &layer.down, &s.g, &s.o, n)?;
         if let Some(w) = &layer.ffn_post_norm {
-            self.rms_norm(enc, &s.o, w, None, n, d)?;
+            self.rms_norm(pass, &s.o, w, None, n, d)?;
         }
-        self.elementwise(enc, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)
+        self.elementwise(pass, Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)
     }
 
     /// The logits of rows `first..first + rows` of `s.x` into `out`.
@@ -447,8 +462,9 @@ impl<'a> GpuDecoder<'a> {
                 0,
                 (4 * m * d) as u64,
             );
+            let mut pass = Pass::default();
             self.rms_norm(
-                &mut enc,
+                &mut pass,
                 &s.last_x,
                 &self.output_norm,
                 Some(&s.last_h),
@@ -456,7 +472,11 @@ impl<'a> GpuDecoder<'a> {
                 d,
             )?;
             self.gpu
-                .encode_matmul(&mut enc, &self.output, &s.last_h, &s.logits, m)?;
+                .matmul_into(&mut pass, &self.output, &s.last_h, &s.logits, m)?;
+            let mut programs = s.programs.lock().unwrap_or_else(|p| p.into_inner());
+            self.gpu
+                .record(&mut enc, &pass, programs.entry((true, m)).or_default());
+            drop(programs);
             self.gpu.submit(enc);
             let y = self.gpu.read(&s.logits)?;
             out[c0 * n_vocab..(c0 + m) * n_vocab].copy_from_slice(&y[..m * n_vocab]);
@@ -515,12 +535,21 @@ impl Model for GpuDecoder<'_> {
         let s = st
             .external_mut::<GpuState>()
             .ok_or(ModelError::ForeignState)?;
+        let t = std::time::Instant::now();
         self.gpu.write(&s.x, &x)?;
-        let mut enc = self.gpu.encoder();
+        let mut pass = Pass::default();
         for l in 0..self.layers.len() {
-            self.layer(&mut enc, l, s, pos0, n)?;
+            self.layer(&mut pass, l, s, pos0, n)?;
         }
+        let mut enc = self.gpu.encoder();
+        let mut programs = s.programs.lock().unwrap_or_else(|p| p.into_inner());
+        self.gpu
+            .record(&mut enc, &pass, programs.entry((false, n)).or_default());
+        drop(programs);
         self.gpu.submit(enc);
+        let ns = t.elapsed().as_nanos() as u64;
+        self.encode_ns
+            .store(ns, std::sync::atomic::Ordering::Relaxed);
         let rows = logits.rows(n);
         if rows > 0 {
             self.logits(s, n - rows, rows, out)?;

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::pipelines::{Bind, Compiled};
+use crate::program::Pass;
 use crate::{Gpu, GpuError};
 
 const REDUCE: &str = include_str!("shaders/ops/reduce.wgsl");
@@ -121,56 +122,18 @@ impl Gpu {
         )
     }
 
-    /// Record one dispatch of `op` over `groups` workgroups, its buffers in binding order and
-    /// its parameters (the uniform, last).
+    /// Add a dispatch of `op` over `groups` workgroups to `pass`: its storage buffers in
+    /// binding order and its parameters (the uniform).
     pub(crate) fn dispatch(
         &self,
-        encoder: &mut wgpu::CommandEncoder,
+        pass: &mut Pass,
         op: Op,
         buffers: &[&wgpu::Buffer],
         params: &[u32],
         groups: (u32, u32, u32),
     ) -> Result<(), GpuError> {
-        let c = self.op(op)?;
-        self.run_kernel(encoder, &c, buffers, bytemuck::cast_slice(params), groups);
+        pass.push(self.op(op)?, buffers, bytemuck::cast_slice(params), groups);
         Ok(())
-    }
-
-    /// Record one dispatch of a compiled kernel: its storage buffers in binding order, its
-    /// parameters' bytes (the uniform binding).
-    pub(crate) fn run_kernel(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        c: &Compiled,
-        buffers: &[&wgpu::Buffer],
-        params: &[u8],
-        groups: (u32, u32, u32),
-    ) {
-        let uniform = self.uniform(params);
-        let mut entries = Vec::with_capacity(c.binds.len());
-        let mut next = buffers.iter();
-        for &(binding, kind) in c.binds {
-            let buffer = match kind {
-                Bind::Uniform => &uniform,
-                _ => next.next().expect("a buffer for every storage binding"),
-            };
-            entries.push(wgpu::BindGroupEntry {
-                binding,
-                resource: buffer.as_entire_binding(),
-            });
-        }
-        let bind = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &c.layout,
-            entries: &entries,
-        });
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&c.pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(groups.0, groups.1, groups.2);
     }
 
     /// The grid of an element-wise op over `n` elements, 256 per workgroup.

@@ -20,6 +20,10 @@ pub struct BenchGpuArgs {
     pub rows: usize,
     #[arg(long, default_value_t = 4096)]
     pub cols: usize,
+    /// Instead: the host's time to record and submit one decode step of this model (the
+    /// median of 16 steps), the GPU's time apart.
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: &BenchGpuArgs) -> Result<()> {
@@ -27,6 +31,9 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         adapter: args.gpu_adapter.clone(),
     })?;
     println!("GPU: {}", gpu.info());
+    if let Some(path) = &args.model {
+        return encode_time(gpu, path);
+    }
     let bytes = (args.cold_mib << 20).min(gpu.info().max_binding_bytes as usize - 16);
     let peak = bench::read_bandwidth(&gpu, bytes, 4)?;
     println!(
@@ -44,5 +51,29 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
             bench::matvec_bandwidth(&gpu, ty, (args.rows, args.cols), args.cold_mib << 20, 16)?;
         println!("| {ty} | {gbs:.1} | {:.0}% |", 100.0 * gbs / peak);
     }
+    Ok(())
+}
+
+fn encode_time(gpu: Gpu, path: &std::path::Path) -> Result<()> {
+    use synapse_engine::{Logits, Model, Threads};
+    let file = super::common::open_model(path)?;
+    let described = synapse_engine::load(&file)?;
+    let model = synapse_gpu::GpuDecoder::load(std::sync::Arc::new(gpu), &file, described.as_ref())?;
+    drop(described);
+    let threads = Threads::new(1);
+    let mut st = model.new_state(64, 1)?;
+    let mut logits = vec![0.0; model.info().n_vocab];
+    let mut times = Vec::new();
+    for i in 0..17 {
+        model.forward(&mut st, &[i % 7], Logits::Last, &mut logits, &threads)?;
+        times.push(model.last_encode_time());
+    }
+    times.remove(0);
+    times.sort();
+    println!(
+        "{}: recording and submitting one decode step takes {:.0} us of the host (median of 16)",
+        path.display(),
+        times[times.len() / 2].as_secs_f64() * 1e6
+    );
     Ok(())
 }
