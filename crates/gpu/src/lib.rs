@@ -11,11 +11,14 @@ pub mod bench;
 mod buffer;
 mod device;
 mod error;
+mod layers;
 mod matmul;
 mod model;
 mod ops;
 mod pipelines;
 mod program;
+mod shape;
+mod state;
 
 pub use buffer::F32Buffer;
 pub use device::{Gpu, GpuInfo, GpuOptions};

@@ -15,6 +15,9 @@ const ROPE: &str = include_str!("shaders/ops/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/ops/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/ops/attention.wgsl");
 const READ: &str = include_str!("shaders/ops/read.wgsl");
+const DN_GATES: &str = include_str!("shaders/ops/dn_gates.wgsl");
+const CONV: &str = include_str!("shaders/ops/conv.wgsl");
+const DELTA_RULE: &str = include_str!("shaders/ops/delta_rule.wgsl");
 
 /// An op: its source, entry point and bindings (by binding number).
 struct OpDesc {
@@ -71,6 +74,23 @@ fn desc(op: Op) -> OpDesc {
             entry: "main",
             binds: &[(0, R), (1, R), (2, R), (3, W), (4, U)],
         },
+        Op::TakeQuery => elementwise("take_query"),
+        Op::SigmoidGate => elementwise("sigmoid_gate"),
+        Op::DnGates => OpDesc {
+            source: || DN_GATES.to_string(),
+            entry: "gates",
+            binds: &[(0, W), (1, W), (2, R), (3, R), (4, U)],
+        },
+        Op::Conv => OpDesc {
+            source: || CONV.to_string(),
+            entry: "main",
+            binds: &[(0, R), (1, R), (2, W), (3, W), (4, U)],
+        },
+        Op::DeltaRule => OpDesc {
+            source: || DELTA_RULE.to_string(),
+            entry: "main",
+            binds: &[(0, R), (1, R), (2, R), (3, W), (4, W), (5, U)],
+        },
         Op::Read => OpDesc {
             source: || READ.to_string(),
             entry: "main",
@@ -91,13 +111,20 @@ pub(crate) enum Op {
     Rope,
     KvStore,
     Attention,
+    /// Qwen 3.5's gated attention.
+    TakeQuery,
+    SigmoidGate,
+    /// Qwen 3.5's delta net.
+    DnGates,
+    Conv,
+    DeltaRule,
     /// The bandwidth probe (`bench.rs`).
     Read,
 }
 
 impl Op {
     #[cfg(test)]
-    const ALL: [Op; 11] = [
+    const ALL: [Op; 16] = [
         Op::RmsNorm,
         Op::RmsNormInPlace,
         Op::AddScaled,
@@ -108,6 +135,11 @@ impl Op {
         Op::Rope,
         Op::KvStore,
         Op::Attention,
+        Op::TakeQuery,
+        Op::SigmoidGate,
+        Op::DnGates,
+        Op::Conv,
+        Op::DeltaRule,
         Op::Read,
     ];
 }

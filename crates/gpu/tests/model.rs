@@ -174,7 +174,8 @@ fn every_format_runs_on_the_gpu() {
 #[test]
 fn every_llama_family_architecture_runs_on_the_gpu() {
     // Qwen 2's biases, Qwen 3's per-head norms, Granite's four scales, Phi-3's query scale,
-    // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits).
+    // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits), Qwen
+    // 3.5's gated attention and delta nets (their convolution and recurrent states).
     let gpu = gpu();
     for name in [
         "tiny-qwen2-Q8_0",
@@ -182,6 +183,7 @@ fn every_llama_family_architecture_runs_on_the_gpu() {
         "tiny-granite-Q6_K",
         "tiny-phi3-Q4_K",
         "tiny-gemma2-Q4_0",
+        "tiny-qwen35-Q4_K",
     ] {
         check_tiny(&gpu, name);
     }
@@ -274,7 +276,7 @@ fn architectures_the_gpu_does_not_run_are_refused_by_name() {
     let gpu = gpu();
     for (name, arch) in [
         ("tiny-olmo2-IQ4_NL", "olmo2"),
-        ("tiny-qwen35-Q4_K", "qwen35"),
+        ("tiny-qwen35moe-Q4_K", "qwen35moe"),
         ("tiny-llamamoe-Q8_0", "llama"),
     ] {
         let file = GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
@@ -285,4 +287,41 @@ fn architectures_the_gpu_does_not_run_are_refused_by_name() {
             .to_string();
         assert!(err.contains(&format!("`{arch}`")), "{name}: {err}");
     }
+}
+
+#[test]
+fn a_recurrent_state_starts_afresh_and_does_not_go_back() {
+    // Qwen 3.5's delta-net states live on the GPU: a state reset and fed again gives a fresh
+    // state's bits, and neither a rewind nor a checkpoint takes it back to a later position.
+    let gpu = gpu();
+    let path = data("tiny-qwen35-Q4_K.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let cpu = synapse_engine::load(&file).unwrap();
+    let model = GpuDecoder::load(Arc::clone(&gpu), &file, cpu.as_ref()).unwrap();
+    let threads = Threads::new(1);
+    let (a, b): (Vec<u32>, Vec<u32>) = ((1..9).collect(), (20..31).collect());
+    let fresh = run(&model, &b, 4);
+    let mut st = model.new_state(32, 4).unwrap();
+    model
+        .prefill(&mut st, &a, 4, Logits::All, &threads)
+        .unwrap();
+    assert!(st.is_recurrent());
+    assert!(!st.rewind(3), "a recurrent state went back");
+    let mut cp = synapse_engine::Checkpoint::default();
+    st.checkpoint(&mut cp);
+    model
+        .forward(&mut st, &[5], Logits::None, &mut [], &threads)
+        .unwrap();
+    assert!(
+        !st.restore(&cp),
+        "a recurrent state on the GPU was restored"
+    );
+    st.reset();
+    let again = model
+        .prefill(&mut st, &b, 4, Logits::All, &threads)
+        .unwrap();
+    assert!(
+        same_bits(&again, &fresh),
+        "a reset state differs from a fresh one"
+    );
 }

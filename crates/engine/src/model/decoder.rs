@@ -19,8 +19,8 @@ use super::blocks::{
 };
 use super::hparams::{Common, MoeParams};
 use super::{
-    attn_shape, vector, DecoderView, ForwardBody, GateView, LayerView, Logits, ModelInfo, Scratch,
-    ScratchDims, Seq, State, WeightView,
+    attn_shape, vector, AttentionView, DecoderView, ForwardBody, GateView, LayerView, Logits,
+    MixerView, ModelInfo, Scratch, ScratchDims, Seq, State, WeightView,
 };
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -178,23 +178,26 @@ impl ForwardBody for Decoder<'_> {
             let a = &l.attn;
             Some(LayerView {
                 attn_norm: &l.attn_norm,
-                wq: w(&a.wq),
-                wk: w(&a.wk),
-                wv: w(&a.wv),
-                wo: w(&a.wo),
-                bq: a.bq.as_deref(),
-                bk: a.bk.as_deref(),
-                bv: a.bv.as_deref(),
-                q_norm: a.q_norm.as_deref(),
-                k_norm: a.k_norm.as_deref(),
+                mixer: MixerView::Attention(AttentionView {
+                    wq: w(&a.wq),
+                    wk: w(&a.wk),
+                    wv: w(&a.wv),
+                    wo: w(&a.wo),
+                    bq: a.bq.as_deref(),
+                    bk: a.bk.as_deref(),
+                    bv: a.bv.as_deref(),
+                    q_norm: a.q_norm.as_deref(),
+                    k_norm: a.k_norm.as_deref(),
+                    gated: false,
+                    rope: l.rotates.then_some(&self.rope),
+                    window: None,
+                }),
                 attn_post_norm: None,
                 ffn_norm: &l.ffn_norm,
                 gate: w(&f.gate),
                 up: w(&f.up),
                 down: w(&f.down),
                 ffn_post_norm: None,
-                rope: l.rotates.then_some(&self.rope),
-                window: None,
             })
         });
         Some(DecoderView {

@@ -33,8 +33,8 @@ use super::blocks::{
 };
 use super::hparams::Gemma3Params;
 use super::{
-    vector, DecoderView, GateView, LayerView, Logits, ModelInfo, Scratch, ScratchDims, Seq, State,
-    WeightView,
+    vector, AttentionView, DecoderView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch,
+    ScratchDims, Seq, State, WeightView,
 };
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -206,27 +206,30 @@ impl super::ForwardBody for Gemma3<'_> {
             let a = &l.attn;
             LayerView {
                 attn_norm: &l.attn_norm,
-                wq: w(&a.wq),
-                wk: w(&a.wk),
-                wv: w(&a.wv),
-                wo: w(&a.wo),
-                bq: a.bq.as_deref(),
-                bk: a.bk.as_deref(),
-                bv: a.bv.as_deref(),
-                q_norm: a.q_norm.as_deref(),
-                k_norm: a.k_norm.as_deref(),
+                mixer: MixerView::Attention(AttentionView {
+                    wq: w(&a.wq),
+                    wk: w(&a.wk),
+                    wv: w(&a.wv),
+                    wo: w(&a.wo),
+                    bq: a.bq.as_deref(),
+                    bk: a.bk.as_deref(),
+                    bv: a.bv.as_deref(),
+                    q_norm: a.q_norm.as_deref(),
+                    k_norm: a.k_norm.as_deref(),
+                    gated: false,
+                    rope: Some(if l.local {
+                        &self.rope_local
+                    } else {
+                        &self.rope_global
+                    }),
+                    window: l.local.then_some(self.window),
+                }),
                 attn_post_norm: Some(&l.attn_post_norm),
                 ffn_norm: &l.ffn_norm,
                 gate: w(&l.ffn.gate),
                 up: w(&l.ffn.up),
                 down: w(&l.ffn.down),
                 ffn_post_norm: Some(&l.ffn_post_norm),
-                rope: Some(if l.local {
-                    &self.rope_local
-                } else {
-                    &self.rope_global
-                }),
-                window: l.local.then_some(self.window),
             }
         });
         Some(DecoderView {

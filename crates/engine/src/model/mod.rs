@@ -17,7 +17,9 @@ use hparams::MoeParams;
 
 pub(crate) use common::{attn_shape, bytes, mm, mm_many, vector};
 pub use registry::{load, supported_architectures};
-pub use view::{DecoderView, GateView, LayerView, WeightView};
+pub use view::{
+    AttentionView, DecoderView, DeltaNetView, GateView, LayerView, MixerView, WeightView,
+};
 
 mod batch;
 mod blocks;
@@ -226,6 +228,8 @@ pub struct State {
     /// What another backend keeps for the sequence (its KV cache on a GPU): see
     /// [`State::external`].
     pub(crate) ext: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Whether `ext` holds a recurrent state, which cannot go back (see [`State::rewind`]).
+    ext_recurrent: bool,
 }
 
 impl State {
@@ -255,18 +259,22 @@ impl State {
             rs: RecurrentState::default(),
             s: Scratch::new(&d),
             ext: None,
+            ext_recurrent: false,
         })
     }
 
     /// The state of a model another backend runs (`info`'s, `n_ctx` positions, batches of up to
     /// `n_batch`): the engine keeps its position and checks; `ext`, which the engine never
     /// looks into, holds the rest ([`State::external_mut`]). Its prefix cannot be copied to
-    /// another state ([`State::copy_prefix`] refuses).
+    /// another state ([`State::copy_prefix`] refuses). `recurrent`: `ext` holds a recurrent
+    /// state, which cannot go back ([`State::rewind`] and [`State::restore`] refuse); the
+    /// backend starts it afresh whenever a pass starts at position 0 ([`State::reset`]).
     pub fn external(
         info: &ModelInfo,
         n_ctx: usize,
         n_batch: usize,
         ext: Box<dyn std::any::Any + Send + Sync>,
+        recurrent: bool,
     ) -> Result<State, ModelError> {
         StateBytes::new(n_ctx, n_batch)?;
         let none = ScratchDims {
@@ -286,6 +294,7 @@ impl State {
             rs: RecurrentState::default(),
             s: Scratch::new(&none),
             ext: Some(ext),
+            ext_recurrent: recurrent,
         })
     }
 
@@ -308,7 +317,7 @@ impl State {
     /// back: there only `pos == self.pos` succeeds. `false`: nothing changed (then
     /// [`State::reset`] and feed from the start).
     pub fn rewind(&mut self, pos: usize) -> bool {
-        if pos > self.pos || (pos < self.pos && self.rs.is_recurrent()) {
+        if pos > self.pos || (pos < self.pos && self.is_recurrent()) {
             return false;
         }
         self.pos = pos;
@@ -356,7 +365,8 @@ impl State {
     /// before). `false`, and nothing changed, for a checkpoint of another model or past the
     /// current position.
     pub fn restore(&mut self, cp: &Checkpoint) -> bool {
-        if cp.model != self.model || cp.pos > self.pos {
+        if cp.model != self.model || cp.pos > self.pos || (self.ext_recurrent && cp.pos < self.pos)
+        {
             return false;
         }
         if self.rs.is_recurrent() && !self.rs.restore(&cp.recurrent) {
@@ -368,7 +378,7 @@ impl State {
 
     /// Whether the state carries a recurrent state, which [`State::rewind`] cannot take back.
     pub fn is_recurrent(&self) -> bool {
-        self.rs.is_recurrent()
+        self.rs.is_recurrent() || self.ext_recurrent
     }
 
     /// Room in the KV cache for positions `..end`, asked for before a pass stores them: a size

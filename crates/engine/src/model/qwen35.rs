@@ -29,8 +29,9 @@ use super::blocks::{
 };
 use super::hparams::{MoeParams, Qwen35Params};
 use super::{
-    attn_shape, bytes, mm, mm_many, scratch_rows, vector, Logits, ModelInfo, Scratch, ScratchDims,
-    State, StateBytes,
+    attn_shape, bytes, mm, mm_many, scratch_rows, vector, AttentionView, DecoderView, DeltaNetView,
+    GateView, LayerView, Logits, MixerView, ModelInfo, Scratch, ScratchDims, State, StateBytes,
+    WeightView,
 };
 use crate::attention::AttnShape;
 use crate::delta_net::{
@@ -408,6 +409,72 @@ impl super::ForwardBody for Qwen35<'_> {
         ms
     }
 
+    fn view(&self) -> Option<DecoderView<'_>> {
+        let w = WeightView::of;
+        let layers = self.layers.iter().map(|l| {
+            let FeedForward::Dense(f) = &l.ffn else {
+                return None;
+            };
+            let mixer = match &l.mixer {
+                Mixer::Attention(m) => MixerView::Attention(AttentionView {
+                    wq: w(&m.wq),
+                    wk: w(&m.wk),
+                    wv: w(&m.wv),
+                    wo: w(&m.wo),
+                    bq: None,
+                    bk: None,
+                    bv: None,
+                    q_norm: Some(&m.q_norm),
+                    k_norm: Some(&m.k_norm),
+                    gated: true,
+                    rope: Some(&self.rope),
+                    window: None,
+                }),
+                Mixer::DeltaNet(m) => MixerView::DeltaNet(DeltaNetView {
+                    shape: self.dn,
+                    wqkv: w(&m.wqkv),
+                    wgate: w(&m.wgate),
+                    wbeta: w(&m.wbeta),
+                    walpha: w(&m.walpha),
+                    wout: w(&m.wout),
+                    conv1d: &m.conv1d,
+                    dt_bias: &m.dt_bias,
+                    a: &m.a,
+                    norm: &m.norm,
+                }),
+            };
+            Some(LayerView {
+                attn_norm: &l.attn_norm,
+                mixer,
+                attn_post_norm: None,
+                // The FFN's input norm is the file's `post_attention_norm`.
+                ffn_norm: &l.post_norm,
+                gate: w(&f.gate),
+                up: w(&f.up),
+                down: w(&f.down),
+                ffn_post_norm: None,
+            })
+        });
+        Some(DecoderView {
+            arch: &self.info.arch,
+            n_vocab: self.info.n_vocab,
+            n_embd: self.info.n_embd,
+            eps: self.eps,
+            attn: self.attn,
+            gate: GateView::Silu,
+            tok_embd: w(&self.tok_embd),
+            layers: layers.collect::<Option<Vec<_>>>()?,
+            output_norm: &self.output_norm,
+            output: w(&self.output),
+            output_bias: None,
+            embd_scale: None,
+            residual_scale: None,
+            q_scale: None,
+            logit_scale: None,
+            logit_softcap: None,
+        })
+    }
+
     fn new_state(&self, n_ctx: usize, n_batch: usize) -> Result<State, ModelError> {
         let a = &self.attn;
         let (q_dim, kv_dim) = (a.n_head * a.head_dim, a.n_head_kv * a.head_dim);
@@ -448,6 +515,7 @@ impl super::ForwardBody for Qwen35<'_> {
             rs: RecurrentState::new(self.n_dn_layers, self.dn),
             s,
             ext: None,
+            ext_recurrent: false,
         })
     }
 

@@ -6,6 +6,7 @@
 use synapse_gguf::GgmlType;
 
 use crate::attention::AttnShape;
+use crate::delta_net::DeltaNetShape;
 use crate::matmul::Matrix;
 use crate::ops::Rope;
 
@@ -40,11 +41,10 @@ pub enum GateView {
     Gelu,
 }
 
-/// One pre-norm layer: `x += post_norm?(Wo · attn(rope(Wq · norm(x))...))`, then
-/// `x += post_norm?(Wdown · (act(Wgate · norm(x)) * (Wup · norm(x))))`.
+/// A layer's attention: `Wo · attn(rope(q), rope(k), v)` with `q = Wq · h + bq?` (then a
+/// per-head norm), likewise `k`, and `v = Wv · h + bv?`.
 #[derive(Debug, Clone)]
-pub struct LayerView<'m> {
-    pub attn_norm: &'m [f32],
+pub struct AttentionView<'m> {
     pub wq: WeightView<'m>,
     pub wk: WeightView<'m>,
     pub wv: WeightView<'m>,
@@ -55,7 +55,50 @@ pub struct LayerView<'m> {
     /// Per-head RMSNorm of queries and keys after their biases, before RoPE.
     pub q_norm: Option<&'m [f32]>,
     pub k_norm: Option<&'m [f32]>,
-    /// RMSNorm of the attention block's output before its residual add (Gemma).
+    /// `wq` gives each head's query followed by its gate, and each head's output is multiplied
+    /// by the sigmoid of its gate before `wo` (Qwen 3.5).
+    pub gated: bool,
+    /// The RoPE its queries and keys take, if any (Gemma's local and global layers differ).
+    pub rope: Option<&'m Rope>,
+    /// Keys a query sees, itself included, where the layer's attention is local.
+    pub window: Option<usize>,
+}
+
+/// A gated delta-net layer (Qwen 3.5): `q, k, v = split(silu(conv1d(Wqkv · h)))` (causal,
+/// stateful), `beta = sigmoid(Wbeta · h)`, `g = softplus(Walpha · h + dt_bias) * a`, the gated
+/// delta rule over L2-normed `q`, `k` per value head (key head `h % n_k_heads`), then
+/// `Wout · (norm(o) * silu(Wgate · h))`, the norm per head. The arithmetic is
+/// [`crate::delta_net`]'s.
+#[derive(Debug, Clone)]
+pub struct DeltaNetView<'m> {
+    pub shape: DeltaNetShape,
+    pub wqkv: WeightView<'m>,
+    pub wgate: WeightView<'m>,
+    pub wbeta: WeightView<'m>,
+    pub walpha: WeightView<'m>,
+    pub wout: WeightView<'m>,
+    /// `(conv_dim, d_conv)`: each channel's taps, the current input's last.
+    pub conv1d: &'m [f32],
+    pub dt_bias: &'m [f32],
+    /// `-exp(A_log)` per value head.
+    pub a: &'m [f32],
+    pub norm: &'m [f32],
+}
+
+/// What mixes positions in a layer.
+#[derive(Debug, Clone)]
+pub enum MixerView<'m> {
+    Attention(AttentionView<'m>),
+    DeltaNet(DeltaNetView<'m>),
+}
+
+/// One pre-norm layer: `x += post_norm?(mixer(norm(x)))`, then
+/// `x += post_norm?(Wdown · (act(Wgate · norm(x)) * (Wup · norm(x))))`.
+#[derive(Debug, Clone)]
+pub struct LayerView<'m> {
+    pub attn_norm: &'m [f32],
+    pub mixer: MixerView<'m>,
+    /// RMSNorm of the mixer's output before its residual add (Gemma).
     pub attn_post_norm: Option<&'m [f32]>,
     pub ffn_norm: &'m [f32],
     pub gate: WeightView<'m>,
@@ -63,13 +106,10 @@ pub struct LayerView<'m> {
     pub down: WeightView<'m>,
     /// RMSNorm of the feed-forward block's output before its residual add (Gemma).
     pub ffn_post_norm: Option<&'m [f32]>,
-    /// The RoPE its queries and keys take, if any (Gemma's local and global layers differ).
-    pub rope: Option<&'m Rope>,
-    /// Keys a query sees, itself included, where the layer's attention is local.
-    pub window: Option<usize>,
 }
 
-/// A pre-norm decoder (llama, SmolLM2, Mistral, Qwen 2 and 3, Granite, Phi-3, Gemma 2 and 3):
+/// A pre-norm decoder (llama, SmolLM2, Mistral, Qwen 2 and 3, Granite, Phi-3, Gemma 2 and 3,
+/// the Qwen 3.5 hybrid):
 /// `x = token_embd[token] * embd_scale?`, the layers,
 /// `logits = softcap?(output · norm(x) + bias?) / logit_scale?`.
 #[derive(Debug, Clone)]

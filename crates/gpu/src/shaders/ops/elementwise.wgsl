@@ -74,3 +74,23 @@ fn scale(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: ve
         x[i] = x[i] * p.scale;
     }
 }
+
+// A gated attention's queries (Qwen 3.5): each head's first half of `y`'s (query, gate) pair;
+// width is the head's values.
+@compute @workgroup_size(256)
+fn take_query(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let i = index(wg, li);
+    if i < p.n {
+        x[i] = y[(i / p.width) * 2u * p.width + i % p.width];
+    }
+}
+
+// A gated attention's output times the sigmoid of each head's gate, the pair's second half.
+@compute @workgroup_size(256)
+fn sigmoid_gate(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let i = index(wg, li);
+    if i < p.n {
+        let gate = y[(i / p.width) * 2u * p.width + p.width + i % p.width];
+        x[i] = x[i] * (1.0 / (1.0 + exp(-gate)));
+    }
+}

@@ -1,11 +1,16 @@
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, one workgroup per row of `width` values.
-// IN_PLACE: x is overwritten (the per-head norms of queries and keys).
+// In place, x is overwritten (the per-head norms of queries and keys). Rows come in groups of
+// `per` a `stride` apart (the heads of each token's row; `per` 1 and `stride` width: plain rows).
 
 struct P {
     width: u32,
     rows: u32,
     eps: f32,
-    _pad: u32,
+    per: u32,
+    stride: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -19,7 +24,7 @@ fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
     if row >= p.rows {
         return;
     }
-    let base = row * p.width;
+    let base = (row / p.per) * p.stride + (row % p.per) * p.width;
     var acc = 0.0;
     for (var i = li; i < p.width; i += 64u) {
         acc = fma(x[base + i], x[base + i], acc);
