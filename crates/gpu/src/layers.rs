@@ -52,10 +52,11 @@ pub(crate) enum Mixer {
 }
 
 pub(crate) struct Layer {
-    attn_norm: F32Buffer,
+    /// Where a block has no norm before it (OLMo 2), it reads `x` itself.
+    attn_norm: Option<F32Buffer>,
     mixer: Mixer,
     attn_post_norm: Option<F32Buffer>,
-    ffn_norm: F32Buffer,
+    ffn_norm: Option<F32Buffer>,
     gate: Matrix,
     up: Matrix,
     down: Matrix,
@@ -129,10 +130,10 @@ impl Layer {
             }
         };
         Ok(Layer {
-            attn_norm: vector(l.attn_norm)?,
+            attn_norm: opt(l.attn_norm)?,
             mixer,
             attn_post_norm: opt(l.attn_post_norm)?,
-            ffn_norm: vector(l.ffn_norm)?,
+            ffn_norm: opt(l.ffn_norm)?,
             gate: up(&l.gate)?,
             up: up(&l.up)?,
             down: up(&l.down)?,
@@ -263,19 +264,31 @@ impl Recorder<'_> {
     /// Layer `layer` over the `n` rows of `s.x` at positions `pos0..`.
     pub fn layer(&mut self, layer: &Layer, pos0: usize, n: usize) -> Result<(), GpuError> {
         let (s, d) = (self.s, self.sh.n_embd);
-        self.rms_norm(&s.x, &layer.attn_norm, Some(&s.h), n, d)?;
+        let input = match &layer.attn_norm {
+            Some(w) => {
+                self.rms_norm(&s.x, w, Some(&s.h), n, d)?;
+                &s.h
+            }
+            None => &s.x,
+        };
         match &layer.mixer {
-            Mixer::Attention(a) => self.attention(a, pos0, n)?,
-            Mixer::DeltaNet(dn) => self.delta_net(dn, n)?,
+            Mixer::Attention(a) => self.attention(a, input, pos0, n)?,
+            Mixer::DeltaNet(dn) => self.delta_net(dn, input, n)?,
         }
         let residual = self.sh.residual_scale.unwrap_or(1.0);
         if let Some(w) = &layer.attn_post_norm {
             self.rms_norm(&s.o, w, None, n, d)?;
         }
         self.elementwise(Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)?;
-        self.rms_norm(&s.x, &layer.ffn_norm, Some(&s.h), n, d)?;
-        self.matmul(&layer.gate, &s.h, &s.g, n)?;
-        self.matmul(&layer.up, &s.h, &s.u, n)?;
+        let input = match &layer.ffn_norm {
+            Some(w) => {
+                self.rms_norm(&s.x, w, Some(&s.h), n, d)?;
+                &s.h
+            }
+            None => &s.x,
+        };
+        self.matmul(&layer.gate, input, &s.g, n)?;
+        self.matmul(&layer.up, input, &s.u, n)?;
         let act = match self.sh.gate {
             GateView::Silu => Op::Swiglu,
             GateView::Gelu => Op::Geglu,
@@ -289,18 +302,24 @@ impl Recorder<'_> {
         self.elementwise(Op::AddScaled, [&s.x, &s.o], (n * d, d), residual)
     }
 
-    /// Attention of the normed rows in `s.h`, its output projection into `s.o`.
-    fn attention(&mut self, w: &Attention, pos0: usize, n: usize) -> Result<(), GpuError> {
+    /// Attention of the `n` rows of `h`, its output projection into `s.o`.
+    fn attention(
+        &mut self,
+        w: &Attention,
+        h: &F32Buffer,
+        pos0: usize,
+        n: usize,
+    ) -> Result<(), GpuError> {
         let (s, a) = (self.s, self.sh.attn);
         let (hd, q_dim, kv_dim) = (a.head_dim, self.sh.q_dim(), self.sh.kv_dim());
         if w.gated {
-            self.matmul(&w.wq, &s.h, &s.q_full, n)?;
+            self.matmul(&w.wq, h, &s.q_full, n)?;
             self.elementwise(Op::TakeQuery, [&s.q, &s.q_full], (n * q_dim, hd), 1.0)?;
         } else {
-            self.matmul(&w.wq, &s.h, &s.q, n)?;
+            self.matmul(&w.wq, h, &s.q, n)?;
         }
-        self.matmul(&w.wk, &s.h, &s.k, n)?;
-        self.matmul(&w.wv, &s.h, &s.v, n)?;
+        self.matmul(&w.wk, h, &s.k, n)?;
+        self.matmul(&w.wv, h, &s.v, n)?;
         for (b, x, width) in [
             (&w.bq, &s.q, q_dim),
             (&w.bk, &s.k, kv_dim),
@@ -310,11 +329,12 @@ impl Recorder<'_> {
                 self.elementwise(Op::AddBias, [x, b], (n * width, width), 1.0)?;
             }
         }
-        if let Some(norm) = &w.q_norm {
-            self.rms_norm(&s.q, norm, None, n * a.n_head, hd)?;
-        }
-        if let Some(norm) = &w.k_norm {
-            self.rms_norm(&s.k, norm, None, n * a.n_head_kv, hd)?;
+        // Per head, or over the whole vector where the weights are that long (OLMo 2).
+        for (norm, x, dim) in [(&w.q_norm, &s.q, q_dim), (&w.k_norm, &s.k, kv_dim)] {
+            if let Some(norm) = norm {
+                let width = if norm.len() == dim { dim } else { hd };
+                self.rms_norm(x, norm, None, n * dim / width, width)?;
+            }
         }
         if let Some(r) = w.rope {
             let rope = (&self.sh.ropes[r], &s.ropes[r]);
@@ -356,9 +376,9 @@ impl Recorder<'_> {
         self.matmul(&w.wo, &s.att, &s.o, n)
     }
 
-    /// A gated delta net over the normed rows in `s.h`, carrying its states over the `n`
-    /// tokens in order, its output projection into `s.o`.
-    fn delta_net(&mut self, w: &DeltaNet, n: usize) -> Result<(), GpuError> {
+    /// A gated delta net over the `n` rows of `h`, carrying its states over the tokens in
+    /// order, its output projection into `s.o`.
+    fn delta_net(&mut self, w: &DeltaNet, h: &F32Buffer, n: usize) -> Result<(), GpuError> {
         let s = self.s;
         let Some(dn) = self.sh.dn else {
             return Ok(());
@@ -370,10 +390,10 @@ impl Recorder<'_> {
             d_conv,
         } = dn;
         let (conv_dim, key_dim, value_dim) = (dn.conv_dim(), dn.key_dim(), dn.value_dim());
-        self.matmul(&w.wqkv, &s.h, &s.mixed, n)?;
-        self.matmul(&w.wgate, &s.h, &s.z, n)?;
-        self.matmul(&w.wbeta, &s.h, &s.beta, n)?;
-        self.matmul(&w.walpha, &s.h, &s.decay, n)?;
+        self.matmul(&w.wqkv, h, &s.mixed, n)?;
+        self.matmul(&w.wgate, h, &s.z, n)?;
+        self.matmul(&w.wbeta, h, &s.beta, n)?;
+        self.matmul(&w.walpha, h, &s.decay, n)?;
         let params = [
             n as u32,
             h_v as u32,

@@ -55,7 +55,7 @@ fn refuse(what: String) -> ModelError {
 
 impl<'a> GpuDecoder<'a> {
     /// Upload `model` (loaded by the engine from `file`) to `gpu`. Architectures the engine
-    /// describes no [`DecoderView`] for (OLMo 2, mixtures of experts) are refused by name. The decoder borrows only the file (for its embedding rows): `model` may be dropped.
+    /// describes no [`DecoderView`] for (the mixtures of experts) are refused by name. The decoder borrows only the file (for its embedding rows): `model` may be dropped.
     ///
     /// [`DecoderView`]: synapse_engine::model::DecoderView
     pub fn load(
@@ -66,8 +66,8 @@ impl<'a> GpuDecoder<'a> {
         let info = model.info();
         let v = model.view().ok_or_else(|| {
             refuse(format!(
-                "the `{}` architecture runs on the CPU only for now (the GPU runs llama, \
-                 Qwen 2, 3 and 3.5, Granite, Phi-3, SmolLM 3, Gemma 2 and 3, without experts)",
+                "the `{}` architecture runs on the CPU only for now (the GPU runs every dense \
+                 architecture; mixtures of experts not yet)",
                 info.arch
             ))
         })?;

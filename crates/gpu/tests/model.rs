@@ -172,10 +172,11 @@ fn every_format_runs_on_the_gpu() {
 }
 
 #[test]
-fn every_llama_family_architecture_runs_on_the_gpu() {
+fn every_dense_architecture_runs_on_the_gpu() {
     // Qwen 2's biases, Qwen 3's per-head norms, Granite's four scales, Phi-3's query scale,
     // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits), Qwen
-    // 3.5's gated attention and delta nets (their convolution and recurrent states).
+    // 3.5's gated attention and delta nets (their convolution and recurrent states), OLMo 2's
+    // layers without pre-norms and its norms over all heads at once.
     let gpu = gpu();
     for name in [
         "tiny-qwen2-Q8_0",
@@ -184,6 +185,7 @@ fn every_llama_family_architecture_runs_on_the_gpu() {
         "tiny-phi3-Q4_K",
         "tiny-gemma2-Q4_0",
         "tiny-qwen35-Q4_K",
+        "tiny-olmo2-IQ4_NL",
     ] {
         check_tiny(&gpu, name);
     }
@@ -275,7 +277,7 @@ fn smollm2_greedy_continuations_on_the_gpu() {
 fn architectures_the_gpu_does_not_run_are_refused_by_name() {
     let gpu = gpu();
     for (name, arch) in [
-        ("tiny-olmo2-IQ4_NL", "olmo2"),
+        ("tiny-qwen3moe-Q4_K", "qwen3moe"),
         ("tiny-qwen35moe-Q4_K", "qwen35moe"),
         ("tiny-llamamoe-Q8_0", "llama"),
     ] {

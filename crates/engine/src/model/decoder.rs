@@ -177,7 +177,7 @@ impl ForwardBody for Decoder<'_> {
             };
             let a = &l.attn;
             Some(LayerView {
-                attn_norm: &l.attn_norm,
+                attn_norm: Some(&l.attn_norm),
                 mixer: MixerView::Attention(AttentionView {
                     wq: w(&a.wq),
                     wk: w(&a.wk),
@@ -193,7 +193,7 @@ impl ForwardBody for Decoder<'_> {
                     window: None,
                 }),
                 attn_post_norm: None,
-                ffn_norm: &l.ffn_norm,
+                ffn_norm: Some(&l.ffn_norm),
                 gate: w(&f.gate),
                 up: w(&f.up),
                 down: w(&f.down),

@@ -205,7 +205,7 @@ impl super::ForwardBody for Gemma3<'_> {
         let layers = self.layers.iter().map(|l| {
             let a = &l.attn;
             LayerView {
-                attn_norm: &l.attn_norm,
+                attn_norm: Some(&l.attn_norm),
                 mixer: MixerView::Attention(AttentionView {
                     wq: w(&a.wq),
                     wk: w(&a.wk),
@@ -225,7 +225,7 @@ impl super::ForwardBody for Gemma3<'_> {
                     window: l.local.then_some(self.window),
                 }),
                 attn_post_norm: Some(&l.attn_post_norm),
-                ffn_norm: &l.ffn_norm,
+                ffn_norm: Some(&l.ffn_norm),
                 gate: w(&l.ffn.gate),
                 up: w(&l.ffn.up),
                 down: w(&l.ffn.down),

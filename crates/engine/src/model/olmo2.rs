@@ -19,7 +19,10 @@ use super::blocks::{
     rope_and_store, Activation, Attention, Ffn,
 };
 use super::hparams::{Arch, Common};
-use super::{attn_shape, vector, Logits, ModelInfo, State};
+use super::{
+    attn_shape, vector, AttentionView, DecoderView, GateView, LayerView, Logits, MixerView,
+    ModelInfo, State, WeightView,
+};
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, Rope, RopeStyle};
@@ -121,6 +124,54 @@ impl super::ForwardBody for Olmo2<'_> {
         let layers = self.layers.iter();
         let per_layer = layers.flat_map(|l| layer_matrices(&l.attn, &l.ffn));
         per_layer.chain([&self.output]).collect()
+    }
+
+    fn view(&self) -> Option<DecoderView<'_>> {
+        let w = WeightView::of;
+        let layers = self.layers.iter().map(|l| {
+            let a = &l.attn;
+            LayerView {
+                attn_norm: None,
+                mixer: MixerView::Attention(AttentionView {
+                    wq: w(&a.wq),
+                    wk: w(&a.wk),
+                    wv: w(&a.wv),
+                    wo: w(&a.wo),
+                    bq: a.bq.as_deref(),
+                    bk: a.bk.as_deref(),
+                    bv: a.bv.as_deref(),
+                    q_norm: Some(&l.q_norm),
+                    k_norm: Some(&l.k_norm),
+                    gated: false,
+                    rope: Some(&self.rope),
+                    window: None,
+                }),
+                attn_post_norm: Some(&l.attn_post_norm),
+                ffn_norm: None,
+                gate: w(&l.ffn.gate),
+                up: w(&l.ffn.up),
+                down: w(&l.ffn.down),
+                ffn_post_norm: Some(&l.ffn_post_norm),
+            }
+        });
+        Some(DecoderView {
+            arch: &self.info.arch,
+            n_vocab: self.info.n_vocab,
+            n_embd: self.info.n_embd,
+            eps: self.eps,
+            attn: self.attn,
+            gate: GateView::Silu,
+            tok_embd: w(&self.tok_embd),
+            layers: layers.collect(),
+            output_norm: &self.output_norm,
+            output: w(&self.output),
+            output_bias: None,
+            embd_scale: None,
+            residual_scale: None,
+            q_scale: None,
+            logit_scale: None,
+            logit_softcap: None,
+        })
     }
 
     #[inline(always)]

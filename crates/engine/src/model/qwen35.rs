@@ -444,11 +444,11 @@ impl super::ForwardBody for Qwen35<'_> {
                 }),
             };
             Some(LayerView {
-                attn_norm: &l.attn_norm,
+                attn_norm: Some(&l.attn_norm),
                 mixer,
                 attn_post_norm: None,
                 // The FFN's input norm is the file's `post_attention_norm`.
-                ffn_norm: &l.post_norm,
+                ffn_norm: Some(&l.post_norm),
                 gate: w(&f.gate),
                 up: w(&f.up),
                 down: w(&f.down),

@@ -52,7 +52,8 @@ pub struct AttentionView<'m> {
     pub bq: Option<&'m [f32]>,
     pub bk: Option<&'m [f32]>,
     pub bv: Option<&'m [f32]>,
-    /// Per-head RMSNorm of queries and keys after their biases, before RoPE.
+    /// RMSNorm of queries and keys after their biases, before RoPE: per head, or over the
+    /// whole vector where the weights are that long (OLMo 2).
     pub q_norm: Option<&'m [f32]>,
     pub k_norm: Option<&'m [f32]>,
     /// `wq` gives each head's query followed by its gate, and each head's output is multiplied
@@ -92,15 +93,17 @@ pub enum MixerView<'m> {
     DeltaNet(DeltaNetView<'m>),
 }
 
-/// One pre-norm layer: `x += post_norm?(mixer(norm(x)))`, then
-/// `x += post_norm?(Wdown · (act(Wgate · norm(x)) * (Wup · norm(x))))`.
+/// One layer: `x += post_norm?(mixer(norm?(x)))`, then
+/// `x += post_norm?(Wdown · (act(Wgate · norm?(x)) * (Wup · norm?(x))))`.
 #[derive(Debug, Clone)]
 pub struct LayerView<'m> {
-    pub attn_norm: &'m [f32],
+    /// RMSNorm of the mixer's input (OLMo 2 has none: the mixer takes `x` itself).
+    pub attn_norm: Option<&'m [f32]>,
     pub mixer: MixerView<'m>,
     /// RMSNorm of the mixer's output before its residual add (Gemma).
     pub attn_post_norm: Option<&'m [f32]>,
-    pub ffn_norm: &'m [f32],
+    /// RMSNorm of the feed-forward block's input (none in OLMo 2).
+    pub ffn_norm: Option<&'m [f32]>,
     pub gate: WeightView<'m>,
     pub up: WeightView<'m>,
     pub down: WeightView<'m>,
@@ -108,7 +111,7 @@ pub struct LayerView<'m> {
     pub ffn_post_norm: Option<&'m [f32]>,
 }
 
-/// A pre-norm decoder (llama, SmolLM2, Mistral, Qwen 2 and 3, Granite, Phi-3, Gemma 2 and 3,
+/// A decoder (llama, SmolLM2, Mistral, Qwen 2 and 3, Granite, Phi-3, Gemma 2 and 3, OLMo 2,
 /// the Qwen 3.5 hybrid):
 /// `x = token_embd[token] * embd_scale?`, the layers,
 /// `logits = softcap?(output · norm(x) + bias?) / logit_scale?`.
