@@ -15,6 +15,7 @@ const ROPE: &str = include_str!("shaders/ops/rope.wgsl");
 const KV_STORE: &str = include_str!("shaders/ops/kv_store.wgsl");
 const ATTENTION: &str = include_str!("shaders/ops/attention.wgsl");
 const READ: &str = include_str!("shaders/ops/read.wgsl");
+const DN_PARAMS: &str = include_str!("shaders/ops/dn_params.wgsl");
 const DN_GATES: &str = include_str!("shaders/ops/dn_gates.wgsl");
 const CONV: &str = include_str!("shaders/ops/conv.wgsl");
 const DELTA_RULE: &str = include_str!("shaders/ops/delta_rule.wgsl");
@@ -77,17 +78,17 @@ fn desc(op: Op) -> OpDesc {
         Op::TakeQuery => elementwise("take_query"),
         Op::SigmoidGate => elementwise("sigmoid_gate"),
         Op::DnGates => OpDesc {
-            source: || DN_GATES.to_string(),
+            source: || format!("{DN_PARAMS}\n{DN_GATES}"),
             entry: "gates",
             binds: &[(0, W), (1, W), (2, R), (3, R), (4, U)],
         },
         Op::Conv => OpDesc {
-            source: || CONV.to_string(),
+            source: || format!("{DN_PARAMS}\n{CONV}"),
             entry: "main",
             binds: &[(0, R), (1, R), (2, W), (3, W), (4, U)],
         },
         Op::DeltaRule => OpDesc {
-            source: || DELTA_RULE.to_string(),
+            source: || format!("{DN_PARAMS}\n{DELTA_RULE}"),
             entry: "main",
             binds: &[(0, R), (1, R), (2, R), (3, W), (4, W), (5, U)],
         },

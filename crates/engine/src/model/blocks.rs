@@ -11,7 +11,7 @@ pub(crate) use super::common::{fused, matrix, optional_vector, output_matrix};
 pub(crate) use super::ffn::{Activation, Ffn};
 use super::hparams::{Dims, MoeParams};
 use super::moe::Moe;
-use super::{mm, mm_many, vector, Acts, Scratch};
+use super::{mm, mm_many, vector, Acts, AttentionView, Scratch, WeightView};
 use crate::attention::{attend_batch, attend_rows, AttnShape};
 use crate::kv::KvCache;
 use crate::matmul::{Matrix, Threads};
@@ -162,6 +162,26 @@ impl<'a> Attention<'a> {
         }
         if self.q_norm.is_some() || self.k_norm.is_some() {
             crate::profile::mark("norm");
+        }
+    }
+
+    /// It described for another backend: with its own per-head norms, the RoPE and window
+    /// given.
+    pub fn view<'m>(&'m self, rope: Option<&'m Rope>, window: Option<usize>) -> AttentionView<'m> {
+        let w = WeightView::of;
+        AttentionView {
+            wq: w(&self.wq),
+            wk: w(&self.wk),
+            wv: w(&self.wv),
+            wo: w(&self.wo),
+            bq: self.bq.as_deref(),
+            bk: self.bk.as_deref(),
+            bv: self.bv.as_deref(),
+            q_norm: self.q_norm.as_deref(),
+            k_norm: self.k_norm.as_deref(),
+            gated: false,
+            rope,
+            window,
         }
     }
 

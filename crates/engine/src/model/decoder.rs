@@ -19,8 +19,8 @@ use super::blocks::{
 };
 use super::hparams::{Common, MoeParams};
 use super::{
-    attn_shape, vector, AttentionView, DecoderView, ForwardBody, GateView, LayerView, Logits,
-    MixerView, ModelInfo, Scratch, ScratchDims, Seq, State, WeightView,
+    attn_shape, vector, DecoderView, ForwardBody, GateView, LayerView, Logits, MixerView,
+    ModelInfo, Scratch, ScratchDims, Seq, State, WeightView,
 };
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -175,23 +175,9 @@ impl ForwardBody for Decoder<'_> {
             let FeedForward::Dense(f) = &l.ffn else {
                 return None;
             };
-            let a = &l.attn;
             Some(LayerView {
                 attn_norm: Some(&l.attn_norm),
-                mixer: MixerView::Attention(AttentionView {
-                    wq: w(&a.wq),
-                    wk: w(&a.wk),
-                    wv: w(&a.wv),
-                    wo: w(&a.wo),
-                    bq: a.bq.as_deref(),
-                    bk: a.bk.as_deref(),
-                    bv: a.bv.as_deref(),
-                    q_norm: a.q_norm.as_deref(),
-                    k_norm: a.k_norm.as_deref(),
-                    gated: false,
-                    rope: l.rotates.then_some(&self.rope),
-                    window: None,
-                }),
+                mixer: MixerView::Attention(l.attn.view(l.rotates.then_some(&self.rope), None)),
                 attn_post_norm: None,
                 ffn_norm: Some(&l.ffn_norm),
                 gate: w(&f.gate),

@@ -33,8 +33,8 @@ use super::blocks::{
 };
 use super::hparams::Gemma3Params;
 use super::{
-    vector, AttentionView, DecoderView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch,
-    ScratchDims, Seq, State, WeightView,
+    vector, DecoderView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch, ScratchDims,
+    Seq, State, WeightView,
 };
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
@@ -202,35 +202,22 @@ impl super::ForwardBody for Gemma3<'_> {
 
     fn view(&self) -> Option<DecoderView<'_>> {
         let w = WeightView::of;
-        let layers = self.layers.iter().map(|l| {
-            let a = &l.attn;
-            LayerView {
-                attn_norm: Some(&l.attn_norm),
-                mixer: MixerView::Attention(AttentionView {
-                    wq: w(&a.wq),
-                    wk: w(&a.wk),
-                    wv: w(&a.wv),
-                    wo: w(&a.wo),
-                    bq: a.bq.as_deref(),
-                    bk: a.bk.as_deref(),
-                    bv: a.bv.as_deref(),
-                    q_norm: a.q_norm.as_deref(),
-                    k_norm: a.k_norm.as_deref(),
-                    gated: false,
-                    rope: Some(if l.local {
-                        &self.rope_local
-                    } else {
-                        &self.rope_global
-                    }),
-                    window: l.local.then_some(self.window),
+        let layers = self.layers.iter().map(|l| LayerView {
+            attn_norm: Some(&l.attn_norm),
+            mixer: MixerView::Attention(l.attn.view(
+                Some(if l.local {
+                    &self.rope_local
+                } else {
+                    &self.rope_global
                 }),
-                attn_post_norm: Some(&l.attn_post_norm),
-                ffn_norm: Some(&l.ffn_norm),
-                gate: w(&l.ffn.gate),
-                up: w(&l.ffn.up),
-                down: w(&l.ffn.down),
-                ffn_post_norm: Some(&l.ffn_post_norm),
-            }
+                l.local.then_some(self.window),
+            )),
+            attn_post_norm: Some(&l.attn_post_norm),
+            ffn_norm: Some(&l.ffn_norm),
+            gate: w(&l.ffn.gate),
+            up: w(&l.ffn.up),
+            down: w(&l.ffn.down),
+            ffn_post_norm: Some(&l.ffn_post_norm),
         });
         Some(DecoderView {
             arch: &self.info.arch,

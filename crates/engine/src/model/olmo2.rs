@@ -129,22 +129,13 @@ impl super::ForwardBody for Olmo2<'_> {
     fn view(&self) -> Option<DecoderView<'_>> {
         let w = WeightView::of;
         let layers = self.layers.iter().map(|l| {
-            let a = &l.attn;
             LayerView {
                 attn_norm: None,
+                // Its query and key norms are the layer's, over all heads at once.
                 mixer: MixerView::Attention(AttentionView {
-                    wq: w(&a.wq),
-                    wk: w(&a.wk),
-                    wv: w(&a.wv),
-                    wo: w(&a.wo),
-                    bq: a.bq.as_deref(),
-                    bk: a.bk.as_deref(),
-                    bv: a.bv.as_deref(),
                     q_norm: Some(&l.q_norm),
                     k_norm: Some(&l.k_norm),
-                    gated: false,
-                    rope: Some(&self.rope),
-                    window: None,
+                    ..l.attn.view(Some(&self.rope), None)
                 }),
                 attn_post_norm: Some(&l.attn_post_norm),
                 ffn_norm: None,

@@ -8,15 +8,12 @@ fn run_base(lane: u32, q: u32) -> u32 {
 
 fn decode(row_off: u32, s: u32, lane: u32) -> array<f32, 32> {
     let b = block_at(row_off, s, lane);
-    let d = f16_at(b);
-    let dmin = f16_at(b + 2u);
     let j = lane / 2u;
-    let lo = k_scale_min(b + 4u, 2u * j);
-    let hi = k_scale_min(b + 4u, 2u * j + 1u);
-    let dl = d * lo.x;
-    let ml = dmin * lo.y;
-    let dh = d * hi.x;
-    let mh = dmin * hi.y;
+    let sm = k_lane_scales(b, lane);
+    let dl = sm.x;
+    let ml = sm.y;
+    let dh = sm.z;
+    let mh = sm.w;
     let qo = b + 48u + 32u * j + 16u * (lane % 2u);
     let ho = b + 16u + 16u * (lane % 2u);
     var v: array<f32, 32>;

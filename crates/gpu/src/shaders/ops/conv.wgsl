@@ -1,17 +1,6 @@
 // The delta net's causal convolution with its carried state, then SiLU: one thread per
 // channel, the batch's tokens in order. state holds each channel's last d_conv - 1 inputs.
 
-struct P {
-    tokens: u32,
-    h_v: u32,
-    h_k: u32,
-    hd: u32,
-    conv_dim: u32,
-    d_conv: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
 @group(0) @binding(0) var<storage, read> mixed: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> state: array<f32>;

@@ -3,17 +3,6 @@
 // with q, k those of key head h % h_k (L2-normed already) and S_j row j of the head's
 // hd x hd state. Every row is its own: nothing is summed across threads.
 
-struct P {
-    tokens: u32,
-    h_v: u32,
-    h_k: u32,
-    hd: u32,
-    conv_dim: u32,
-    d_conv: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
 @group(0) @binding(1) var<storage, read> g: array<f32>;
 @group(0) @binding(2) var<storage, read> beta: array<f32>;

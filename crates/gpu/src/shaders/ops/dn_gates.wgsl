@@ -1,19 +1,6 @@
 // The gated delta net's gates (Qwen 3.5), per (token, value head), as the engine's
 // `qwen35.rs` computes them: beta = sigmoid(beta); g = softplus(alpha + dt_bias) * a.
 
-struct P {
-    tokens: u32,
-    // Value heads, key heads, values a head.
-    h_v: u32,
-    h_k: u32,
-    hd: u32,
-    // Channels of the convolution (2 * key_dim + value_dim) and its taps.
-    conv_dim: u32,
-    d_conv: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
 @group(0) @binding(0) var<storage, read_write> gate_beta: array<f32>;
 @group(0) @binding(1) var<storage, read_write> gate_g: array<f32>;
 @group(0) @binding(2) var<storage, read> dt_bias: array<f32>;
