@@ -139,8 +139,8 @@ pub trait Model: Send + Sync {
     /// (`synapse bench --probe-each-token --probe-weights`).
     fn weight_memory(&self) -> Vec<&[u8]>;
 
-    /// The model described for another backend ([`DecoderView`]), where it is a decoder of the
-    /// llama family; `None` for the other architectures.
+    /// The model described for another backend ([`DecoderView`]): every dense architecture
+    /// describes itself; `None` for the mixtures of experts (for now).
     fn view(&self) -> Option<DecoderView<'_>> {
         None
     }
