@@ -383,3 +383,97 @@ fn imatrix_feeds_quantize() {
     assert!(!ok && err.contains("two chunks of 2000"), "{err}");
     assert!(!short.exists());
 }
+
+#[test]
+fn the_gpu_device_runs_benches_and_refuses_by_name() {
+    // On whatever Vulkan adapter the loader finds: lavapipe where there is no GPU
+    // (scripts/test-deps.sh installs it).
+    let smollm2 = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        smollm2.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        smollm2.display()
+    );
+    let m = smollm2.as_os_str();
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), "-m".as_ref(), m];
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        synapse(&args)
+    };
+    let o = run(&[
+        "--device",
+        "gpu",
+        "-p",
+        "The capital of France is",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+    ]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("synapse: GPU: "), "{err}");
+    assert!(!out.trim().is_empty(), "no text: {err}");
+
+    let o = synapse(&[
+        "bench".as_ref(),
+        "--gpu".as_ref(),
+        "-m".as_ref(),
+        m,
+        "-p".as_ref(),
+        "4".as_ref(),
+        "-n".as_ref(),
+        "2".as_ref(),
+        "-t".as_ref(),
+        "1".as_ref(),
+        "-r".as_ref(),
+        "1".as_ref(),
+        "-q".as_ref(),
+        "-o".as_ref(),
+        "csv".as_ref(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        out.lines().filter(|l| l.contains("\"wgsl\"")).count(),
+        2,
+        "{out}"
+    );
+
+    let o = run(&[
+        "--gpu-adapter",
+        "no such adapter",
+        "--device",
+        "gpu",
+        "-p",
+        "Hi",
+        "-n",
+        "1",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("no GPU adapter named like"),
+        "{err}"
+    );
+
+    let moe = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/tests/data/forward/tiny-qwen3moe-Q4_K.gguf");
+    let o = synapse(&[
+        "run".as_ref(),
+        "--device".as_ref(),
+        "gpu".as_ref(),
+        "-m".as_ref(),
+        moe.as_os_str(),
+        "-p".as_ref(),
+        "Hi".as_ref(),
+        "-n".as_ref(),
+        "1".as_ref(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("`qwen3moe`"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -454,10 +454,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             bail!("{}: no such model file", path.display());
         }
         let file = common::open_model(path)?;
-        let model = args
+        let (model, gpu) = args
             .device
-            .load(&file)
+            .load_on(&file)
             .with_context(|| path.display().to_string())?;
+        // llama-bench's columns for where the model ran: the GPU's name and API, all layers
+        // on it, its kernels WGSL; else the CPU's kernels.
+        let (gpu_info, backends, n_gpu_layers, isa) = match &gpu {
+            Some(g) => (
+                g.name.clone(),
+                g.backend.clone(),
+                u32::try_from(model.info().n_layer).unwrap_or(u32::MAX),
+                "wgsl",
+            ),
+            None => (String::new(), "CPU".to_string(), 0, kernel_isa()),
+        };
         let facts = facts(&file, path);
         let n_vocab = model.info().n_vocab;
         let max_p = plan.n_prompt.iter().copied().max().unwrap_or(0);
@@ -611,8 +622,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         build_commit: env!("CARGO_PKG_VERSION").to_string(),
                         build_number: 0,
                         cpu_info: cpu_info(),
-                        gpu_info: String::new(),
-                        backends: "CPU".into(),
+                        gpu_info: gpu_info.clone(),
+                        backends: backends.clone(),
                         model_filename: facts.filename.clone(),
                         model_type: facts.desc.clone(),
                         model_size: facts.size,
@@ -622,7 +633,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         n_threads: t,
                         type_k: "f16".into(),
                         type_v: "f16".into(),
-                        n_gpu_layers: 0,
+                        n_gpu_layers,
                         use_mmap: true,
                         n_prompt: p,
                         n_gen: n,
@@ -635,7 +646,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                         samples_ns,
                         samples_ts,
                         engine: "synapse".into(),
-                        kernel_isa: kernel_isa().into(),
+                        kernel_isa: isa.into(),
                         weight_bytes_per_token: facts.bytes_per_token,
                         weight_gbs,
                         peak_gbs: peak,
@@ -959,10 +970,11 @@ fn print_rows(rows: &[Row], peaks: &[membw::Bandwidth], args: &BenchArgs) -> Res
                 };
                 writeln!(
                     out,
-                    "| {} | {} | {:.2} M | CPU | {} | {} | {} | {} | {:.2} ± {:.2} | {} | {} |",
+                    "| {} | {} | {:.2} M | {} | {} | {} | {} | {} | {:.2} ± {:.2} | {} | {} |",
                     r.model_type,
                     size_str(r.model_size),
                     r.model_n_params as f64 / 1e6,
+                    r.backends,
                     r.kernel_isa,
                     r.n_threads,
                     r.n_batch,

@@ -73,16 +73,25 @@ impl DeviceArgs {
     /// The model of `file` on the device asked for. On the GPU the engine's model is loaded
     /// for its description and dropped once the weights are uploaded.
     pub fn load<'f>(&self, file: &'f GgufFile) -> Result<Box<dyn Model + 'f>> {
+        Ok(self.load_on(file)?.0)
+    }
+
+    /// [`DeviceArgs::load`], with what the GPU is where the model runs on one.
+    pub fn load_on<'f>(
+        &self,
+        file: &'f GgufFile,
+    ) -> Result<(Box<dyn Model + 'f>, Option<synapse_gpu::GpuInfo>)> {
         if !self.gpu() {
-            return Ok(synapse_engine::load(file)?);
+            return Ok((synapse_engine::load(file)?, None));
         }
         let gpu = synapse_gpu::Gpu::new(&synapse_gpu::GpuOptions {
             adapter: self.gpu_adapter.clone(),
         })?;
         eprintln!("synapse: GPU: {}", gpu.info());
+        let info = gpu.info().clone();
         let described = synapse_engine::load(file)?;
         let model = synapse_gpu::GpuDecoder::load(Arc::new(gpu), file, described.as_ref())?;
-        Ok(Box::new(model))
+        Ok((Box::new(model), Some(info)))
     }
 }
 
