@@ -89,20 +89,51 @@ impl Gpu {
 
     /// Wait for the queue and copy a buffer's values back.
     pub fn read(&self, src: &F32Buffer) -> Result<Vec<f32>, GpuError> {
-        let size = 4 * src.len.max(1) as u64;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let staging = self.staging(src.len);
+        let mut values = vec![0.0; src.len];
+        self.read_into(self.encoder(), src, &staging, &mut values)?;
+        Ok(values)
+    }
+
+    /// A buffer the host can map, for reading back up to `len` values.
+    pub(crate) fn staging(&self, len: usize) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size,
+            size: 4 * len.max(1) as u64,
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        });
-        let mut encoder = self.encoder();
-        encoder.copy_buffer_to_buffer(&src.buffer, 0, &staging, 0, size);
+        })
+    }
+
+    /// Finish `encoder` with a copy of the first `out.len()` values of `src` into `staging`,
+    /// submit it, wait, and copy them into `out`: the one submission and the one copy a pass's
+    /// logits need.
+    pub(crate) fn read_into(
+        &self,
+        mut encoder: wgpu::CommandEncoder,
+        src: &F32Buffer,
+        staging: &wgpu::Buffer,
+        out: &mut [f32],
+    ) -> Result<(), GpuError> {
+        let size = 4 * out.len() as u64;
+        if out.len() > src.len || size > staging.size() {
+            return Err(GpuError::Shape {
+                what: "a readback".into(),
+                detail: format!("{} values from a buffer of {}", out.len(), src.len),
+            });
+        }
+        if out.is_empty() {
+            self.submit(encoder);
+            return self.finish();
+        }
+        encoder.copy_buffer_to_buffer(&src.buffer, 0, staging, 0, size);
         self.submit(encoder);
         let (tx, rx) = std::sync::mpsc::channel();
-        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-            let _ = tx.send(r);
-        });
+        staging
+            .slice(..size)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
         self.finish()?;
         match rx.recv() {
             Ok(Ok(())) => {}
@@ -110,11 +141,11 @@ impl Gpu {
             Err(_) => return Err(GpuError::Readback("the map callback never ran".into())),
         }
         let view = staging
-            .get_mapped_range(..)
+            .get_mapped_range(..size)
             .map_err(|e| GpuError::Readback(e.to_string()))?;
-        let values: Vec<f32> = bytemuck::cast_slice(&view[..4 * src.len]).to_vec();
+        out.copy_from_slice(bytemuck::cast_slice(&view));
         drop(view);
         staging.unmap();
-        Ok(values)
+        Ok(())
     }
 }

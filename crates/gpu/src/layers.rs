@@ -195,7 +195,7 @@ impl Recorder<'_> {
     }
 
     /// RMSNorm of plain rows with the model's eps.
-    fn rms_norm(
+    pub fn rms_norm(
         &mut self,
         x: &F32Buffer,
         w: &F32Buffer,

@@ -13,7 +13,6 @@ use synapse_gguf::GgufFile;
 use crate::buffer::F32Buffer;
 use crate::layers::{Layer, Recorder};
 use crate::matmul::Matrix;
-use crate::ops::Op;
 use crate::program::Pass;
 use crate::shape::Shape;
 use crate::state::GpuState;
@@ -157,6 +156,17 @@ impl<'a> GpuDecoder<'a> {
 }
 
 impl GpuDecoder<'_> {
+    /// The recorder of a pass over `s`.
+    fn recorder<'r>(&'r self, s: &'r GpuState, pass: &'r mut Pass) -> Recorder<'r> {
+        Recorder {
+            gpu: &self.gpu,
+            sh: &self.sh,
+            s,
+            l2_weights: self.l2_weights.as_ref(),
+            pass,
+        }
+    }
+
     /// The logits of rows `first..first + rows` of `s.x` into `out`.
     fn logits(
         &self,
@@ -177,31 +187,16 @@ impl GpuDecoder<'_> {
                 (4 * m * d) as u64,
             );
             let mut pass = Pass::default();
-            self.gpu.dispatch(
-                &mut pass,
-                Op::RmsNorm,
-                &[s.last_x.raw(), self.output_norm.raw(), s.last_h.raw()],
-                &[
-                    d as u32,
-                    m as u32,
-                    self.sh.eps.to_bits(),
-                    1,
-                    d as u32,
-                    0,
-                    0,
-                    0,
-                ],
-                Gpu::row_groups(m),
-            )?;
+            let mut rec = self.recorder(s, &mut pass);
+            rec.rms_norm(&s.last_x, &self.output_norm, Some(&s.last_h), m, d)?;
             self.gpu
                 .matmul_into(&mut pass, &self.output, &s.last_h, &s.logits, m)?;
             let mut programs = s.programs.lock().unwrap_or_else(|p| p.into_inner());
             self.gpu
                 .record(&mut enc, &pass, programs.entry((true, m)).or_default());
             drop(programs);
-            self.gpu.submit(enc);
-            let y = self.gpu.read(&s.logits)?;
-            out[c0 * n_vocab..(c0 + m) * n_vocab].copy_from_slice(&y[..m * n_vocab]);
+            let rows_out = &mut out[c0 * n_vocab..(c0 + m) * n_vocab];
+            self.gpu.read_into(enc, &s.logits, &s.readback, rows_out)?;
         }
         let out = &mut out[..rows * n_vocab];
         if let Some(b) = &self.output_bias {
@@ -254,13 +249,7 @@ impl Model for GpuDecoder<'_> {
         let t = std::time::Instant::now();
         self.gpu.write(&s.x, &x)?;
         let mut pass = Pass::default();
-        let mut rec = Recorder {
-            gpu: &self.gpu,
-            sh: &self.sh,
-            s,
-            l2_weights: self.l2_weights.as_ref(),
-            pass: &mut pass,
-        };
+        let mut rec = self.recorder(s, &mut pass);
         for layer in &self.layers {
             rec.layer(layer, pos0, n)?;
         }

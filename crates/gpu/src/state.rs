@@ -34,6 +34,8 @@ pub(crate) struct GpuState {
     pub last_x: F32Buffer,
     pub last_h: F32Buffer,
     pub logits: F32Buffer,
+    /// Where the logits are read back through.
+    pub readback: wgpu::Buffer,
     /// Rows of logits one readback holds.
     pub logit_rows: usize,
     /// The angles of each of the decoder's RoPEs for every position of the context.
@@ -101,6 +103,7 @@ impl GpuState {
             last_x: g.buffer(logit_rows * d)?,
             last_h: g.buffer(logit_rows * d)?,
             logits: g.buffer(logit_rows * sh.n_vocab)?,
+            readback: g.staging(logit_rows * sh.n_vocab),
             logit_rows,
             ropes: sh.ropes.iter().map(table).collect::<Result<_, _>>()?,
             cache_k: many(sh.n_attn_layers, words)?,
