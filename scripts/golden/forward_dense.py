@@ -23,6 +23,12 @@ Outputs:
 - tiny-phi3-Q4_K.gguf: 2 layers with the fused `attn_qkv` and gate/up `ffn_up`, RoPE over 32 of
   each head's 64 dims, 4 query / 2 KV heads (Q4_K: repacked, the fused matrices by their whole
   rows).
+- tiny-phi3-longrope-Q4_0.gguf, tiny-phi3-shortrope-Q4_0.gguf: that layout with LongRoPE's
+  long and short factors and an attention factor of 1.19; an original context of 4, which every state
+  outruns (the long factors), and of 4096, which none reaches (the short ones).
+- tiny-mistral3-IQ4_NL.gguf: 2 llama layers, 4 query / 2 KV heads of 64, YaRN (factor 5 over an
+  original context of 16: the ramp spans pairs 0 to 3) and Llama 4's attention temperature (0.1,
+  stepping every 16 positions).
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -31,6 +37,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf  # noqa: E402
 from forward_qwen import N_VOCAB, Tiny, run  # noqa: E402
 
 
@@ -111,7 +118,7 @@ def olmo2(path):
     t.finish()
 
 
-def phi3(path):
+def phi3(path, orig_ctx=None):
     t = Tiny(path, "phi3", 4007, n_ff=512)
     n_head, n_head_kv, hd, d, f = 4, 2, 64, t.n_embd, t.n_ff
     w = t.w
@@ -126,12 +133,36 @@ def phi3(path):
         t.add(f"blk.{i}.ffn_norm.weight", t.vec(d))
         t.add(f"blk.{i}.ffn_up.weight", t.mat(2 * f, d, 0.1))
         t.add(f"blk.{i}.ffn_down.weight", t.mat(d, f, 0.05))
+    if orig_ctx is not None:
+        # LongRoPE as Phi-3.5's converter writes it: both factor sets (16 pairs of the 32 rotated
+        # dims), an attention factor, the original context.
+        w.add_rope_scaling_orig_ctx_len(orig_ctx)
+        w.add_rope_scaling_attn_factors(1.1902380714238083)
+        t.add("rope_factors_long.weight", t.vec(16, 1.0, 12.0))
+        t.add("rope_factors_short.weight", t.vec(16, 1.0, 1.5))
+    t.finish()
+
+
+def mistral3(path):
+    t = Tiny(path, "mistral3", 4008, n_ff=512)
+    w = t.w
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(5.0)
+    w.add_rope_scaling_orig_ctx_len(16)
+    w.add_rope_scaling_yarn_beta_fast(32.0)
+    w.add_rope_scaling_yarn_beta_slow(1.0)
+    w.add_rope_scaling_yarn_log_mul(1.0)
+    w.add_attn_temperature_scale(0.1)
+    llama_layers(t, 4, 2, 64)
     t.finish()
 
 
 FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", granite),
          ("gemma2", "Q4_0", "Q4_0", gemma2), ("olmo2", "IQ4_NL", "IQ4_NL", olmo2),
-         ("phi3", "Q4_K", "Q4_K_M", phi3)]
+         ("phi3", "Q4_K", "Q4_K_M", phi3),
+         ("phi3", "longrope-Q4_0", "Q4_0", lambda p: phi3(p, 4)),
+         ("phi3", "shortrope-Q4_0", "Q4_0", lambda p: phi3(p, 4096)),
+         ("mistral3", "IQ4_NL", "IQ4_NL", mistral3)]
 
 
 def main():

@@ -436,20 +436,109 @@ pub struct Rope {
     /// Dimensions rotated (the first `n_rot` of each head).
     pub n_rot: usize,
     pub base: f32,
-    /// Per-pair divisors of the angle (Llama 3's `rope_freqs`), `n_rot / 2` of them.
+    /// Per-pair divisors of the angle (Llama 3's `rope_freqs`, Phi-3's LongRoPE factors),
+    /// `n_rot / 2` of them.
     pub freq_factors: Option<Vec<f32>>,
+    /// Linear or YaRN scaling of the angles, and a factor on their cosines and sines.
+    pub scaling: RopeScaling,
+}
+
+/// How ggml's `ggml_rope_ext` scales a RoPE's angles, as llama.cpp's context sets it up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeScaling {
+    /// Multiplies every angle: `1 / factor` of linear or YaRN scaling, else 1.
+    pub freq_scale: f32,
+    /// YaRN's weight of the unscaled angle on the fast-turning pairs: 1 under YaRN, else 0.
+    pub ext_factor: f32,
+    /// The pairs between which YaRN's ramp goes from the unscaled to the scaled angle.
+    pub corr_dims: [f32; 2],
+    /// Multiplies every cosine and sine (`attn_factor`: YaRN's and LongRoPE's magnitude).
+    pub attn_factor: f32,
+}
+
+impl RopeScaling {
+    /// No scaling: the angles and their cosines and sines as they are.
+    pub const NONE: RopeScaling = RopeScaling {
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        corr_dims: [0.0, 0.0],
+        attn_factor: 1.0,
+    };
+
+    /// YaRN's ramp dims for `n_dims` rotated dims of a model trained on `n_ctx_orig` positions
+    /// (ggml's `ggml_rope_yarn_corr_dims`): the pairs that turn `beta_fast` and `beta_slow`
+    /// times over that context, floored and ceiled, within `0..n_dims - 1`.
+    pub fn corr_dims(
+        n_dims: usize,
+        n_ctx_orig: usize,
+        base: f32,
+        beta_fast: f32,
+        beta_slow: f32,
+    ) -> [f32; 2] {
+        let dim = |turns: f32| {
+            n_dims as f32 * (n_ctx_orig as f32 / (turns * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        let (start, end) = (dim(beta_fast).floor(), dim(beta_slow).ceil());
+        [start.max(0.0), end.min(n_dims as f32 - 1.0)]
+    }
+}
+
+/// Llama 4's attention temperature (`attention.temperature_scale`, Mistral 3): the queries of
+/// position `p` are multiplied, after RoPE, by `1 + scale * ln(1 + floor(p / floor))`. Past
+/// `floor` positions (the original context) they sharpen slowly with the distance.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnTemp {
+    pub scale: f32,
+    /// Positions per step of the logarithm (YaRN's original context); at least 1.
+    pub floor: usize,
+}
+
+impl AttnTemp {
+    /// The factor of position `pos`, as llama.cpp computes it: the quotient in f32, the rest
+    /// in f64, rounded to f32.
+    pub fn at(&self, pos: usize) -> f32 {
+        let steps = (pos as f32 / self.floor as f32).floor();
+        ((f64::from(steps) + 1.0).ln() * f64::from(self.scale) + 1.0) as f32
+    }
+
+    /// Multiply each of the rows of `q` (`width` values each, at positions `pos0..`) by its
+    /// position's factor (ggml's `ggml_mul` by a broadcast column).
+    pub fn apply(&self, q: &mut [f32], width: usize, pos0: usize) {
+        for (i, row) in q.chunks_exact_mut(width).enumerate() {
+            let t = self.at(pos0 + i);
+            row.iter_mut().for_each(|v| *v *= t);
+        }
+    }
 }
 
 impl Rope {
-    /// The cosines and sines for position `pos`, `n_rot / 2` pairs, into `cs`.
+    /// The cosines and sines for position `pos`, `n_rot / 2` pairs, into `cs`: ggml's rope
+    /// cache, YaRN's ramp included, its sums fused as ggml's compiler fuses them.
     #[inline]
     pub fn angles(&self, pos: usize, cs: &mut [(f32, f32)]) {
+        let sc = &self.scaling;
         let theta_scale = self.base.powf(-2.0 / self.n_rot as f32);
+        let yarn = sc.ext_factor != 0.0;
+        let mscale = if yarn {
+            sc.attn_factor * 0.1f32.mul_add((1.0 / sc.freq_scale).ln(), 1.0)
+        } else {
+            sc.attn_factor
+        };
         let mut theta = pos as f32;
         for (i, cs) in cs.iter_mut().enumerate().take(self.n_rot / 2) {
             let ff = self.freq_factors.as_ref().map_or(1.0, |f| f[i]);
-            let t = theta / ff;
-            *cs = (t.cos(), t.sin());
+            let extrap = theta / ff;
+            let interp = sc.freq_scale * extrap;
+            let t = if yarn {
+                let [low, high] = sc.corr_dims;
+                let y = (i as f32 - low) / (high - low).max(0.001);
+                let mix = (1.0 - y.clamp(0.0, 1.0)) * sc.ext_factor;
+                interp.mul_add(1.0 - mix, extrap * mix)
+            } else {
+                interp
+            };
+            *cs = (t.cos() * mscale, t.sin() * mscale);
             theta *= theta_scale;
         }
     }
@@ -593,6 +682,7 @@ mod tests {
                 n_rot: 8,
                 base: 10000.0,
                 freq_factors: None,
+                scaling: RopeScaling::NONE,
             };
             let mut cs = vec![(0.0, 0.0); 4];
             rope.angles(0, &mut cs);

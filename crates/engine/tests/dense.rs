@@ -1,12 +1,15 @@
 //! The dense architectures beyond llama and Gemma 3 against llama.cpp: `smollm3` (a layer in four
 //! without RoPE), `granite` (embedding, residual, attention and logit scales), `gemma2`
 //! (soft-capped attention), `olmo2` (post-norms, whole-vector QK-norm) and `phi3` (fused
-//! projections, partial RoPE, queries scaled after it), small random-weight
-//! files with the real metadata, and G1 and D1 on each. Golden data:
+//! projections, partial RoPE, queries scaled after it; LongRoPE's long and short factors) and
+//! `mistral3` (YaRN, attention temperature), small random-weight files with the real metadata,
+//! and G1 and D1 on each. Golden data:
 //! `scripts/golden/forward_dense.py` (llama.cpp token by token, one thread).
 
 mod common;
 use common::*;
+use synapse_engine::{Logits, Model, Threads};
+use synapse_gguf::GgufFile;
 
 #[test]
 fn smollm3_matches_llama_cpp_and_keeps_g1_and_d1() {
@@ -31,4 +34,40 @@ fn olmo2_matches_llama_cpp_and_keeps_g1_and_d1() {
 #[test]
 fn phi3_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-phi3-Q4_K", "phi3");
+}
+
+#[test]
+fn phi3_longrope_matches_llama_cpp_with_either_factors() {
+    // An original context of 4, which every state here outruns: the long factors.
+    check_golden("tiny-phi3-longrope-Q4_0", "phi3");
+    // One of 4096, which none reaches: the short ones.
+    check_golden("tiny-phi3-shortrope-Q4_0", "phi3");
+}
+
+/// The factors are the state's choice: a state of at most the original context's 4 positions
+/// takes the short ones, so its logits are the short-factor file's, bit for bit, and not the
+/// long-factor state's.
+#[test]
+fn phi3_longrope_chooses_its_factors_by_the_states_context() {
+    let open = |name: &str| GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
+    let (long_file, short_file) = (
+        open("tiny-phi3-longrope-Q4_0"),
+        open("tiny-phi3-shortrope-Q4_0"),
+    );
+    let long = synapse_engine::load(&long_file).unwrap();
+    let short = synapse_engine::load(&short_file).unwrap();
+    let ids = [5u32, 77, 130, 2];
+    let at = |model: &dyn Model, n_ctx: usize| {
+        let mut st = model.new_state(n_ctx, 4).unwrap();
+        let threads = Threads::new(1);
+        let logits = model.prefill(&mut st, &ids, 4, Logits::All, &threads);
+        logits.unwrap()
+    };
+    assert!(at(long.as_ref(), 4) == at(short.as_ref(), 4));
+    assert!(at(long.as_ref(), 5) != at(long.as_ref(), 4));
+}
+
+#[test]
+fn mistral3_matches_llama_cpp_and_keeps_g1_and_d1() {
+    check_golden("tiny-mistral3-IQ4_NL", "mistral3");
 }

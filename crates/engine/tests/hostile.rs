@@ -244,11 +244,11 @@ fn a_bad_rope_base_is_named() {
     }
 }
 
-/// Before: a linear scaling factor that is NaN, 0 or below was taken for no scaling, without a
-/// word; NaN frequency factors made NaN angles.
+/// Before: a linear scaling factor that is NaN or below 0 was taken for no scaling, without a
+/// word; NaN frequency factors made NaN angles. (0 is no scaling, as llama.cpp reads it.)
 #[test]
 fn bad_rope_scaling_factors_are_named() {
-    for factor in [f32::NAN, 0.0, -2.0] {
+    for factor in [f32::NAN, f32::INFINITY, -2.0] {
         for arch in ["llama", "gemma3"] {
             let set = [
                 (
@@ -277,6 +277,38 @@ fn bad_rope_scaling_factors_are_named() {
         &[],
     );
     load_error(&f, &[key, "`linear`"]);
+}
+
+/// YaRN's keys, Mistral 3's attention temperature and LongRoPE's attention factor are checked
+/// like the other floats, and a scaling type an architecture does not take is named.
+#[test]
+fn bad_yarn_and_temperature_keys_are_named() {
+    let mistral3 = open("tiny-mistral3-IQ4_NL.gguf");
+    for key in [
+        "mistral3.rope.scaling.yarn_beta_fast",
+        "mistral3.rope.scaling.yarn_log_multiplier",
+        "mistral3.attention.temperature_scale",
+    ] {
+        for v in [f32::NAN, f32::INFINITY] {
+            load_error(&rewrite(&mistral3, &[(key, Value::F32(v))], &[]), &[key]);
+        }
+    }
+    let key = "mistral3.rope.scaling.original_context_length";
+    load_error(&rewrite(&mistral3, &[(key, Value::U32(0))], &[]), &[key]);
+    for v in [0.0, -1.0, f32::NAN] {
+        let key = "llama.rope.scaling.attn_factor";
+        load_error(
+            &rewrite(&tiny_llama(), &[(key, Value::F32(v))], &[]),
+            &[key],
+        );
+    }
+    let key = "llama.rope.scaling.type";
+    let f = rewrite(
+        &tiny_llama(),
+        &[(key, Value::String("longrope".into()))],
+        &[],
+    );
+    load_error(&f, &[key, "`longrope`", "none, linear, yarn"]);
 }
 
 /// Before: a NaN, infinite or negative soft-cap loaded, and every logit came out NaN (or

@@ -65,8 +65,9 @@ impl<'a> GpuDecoder<'a> {
         let info = model.info();
         let v = model.view().ok_or_else(|| {
             refuse(format!(
-                "the `{}` architecture runs on the CPU only for now (the GPU runs every dense \
-                 architecture; mixtures of experts not yet)",
+                "this `{}` file runs on the CPU only for now: the GPU runs every dense \
+                 architecture, but not yet mixtures of experts, LongRoPE or Mistral 3's \
+                 attention temperature",
                 info.arch
             ))
         })?;

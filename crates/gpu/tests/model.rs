@@ -280,6 +280,8 @@ fn architectures_the_gpu_does_not_run_are_refused_by_name() {
         ("tiny-qwen3moe-Q4_K", "qwen3moe"),
         ("tiny-qwen35moe-Q4_K", "qwen35moe"),
         ("tiny-llamamoe-Q8_0", "llama"),
+        ("tiny-mistral3-IQ4_NL", "mistral3"),
+        ("tiny-phi3-longrope-Q4_0", "phi3"),
     ] {
         let file = GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
         let cpu = synapse_engine::load(&file).unwrap();

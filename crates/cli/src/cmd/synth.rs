@@ -18,7 +18,8 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-30b-a3b
-    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, gemma-2-2b, gemma-3-270m,
+    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, ministral-3-3b, gemma-2-2b,
+    /// gemma-3-270m,
     /// smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen3moe,
     /// tiny-gemma3.
     pub shape: String,
@@ -82,6 +83,9 @@ pub struct Shape {
     pub experts: Option<Experts>,
     /// Granite's embedding, residual, attention and logit scales.
     pub granite_scales: Option<[f32; 4]>,
+    /// YaRN RoPE scaling (factor, original context) and Llama 4's attention temperature
+    /// (Mistral 3).
+    pub yarn: Option<(f32, usize, f32)>,
 }
 
 /// A mixture's experts: `n` of them, `used` a token, each `n_ff` wide.
@@ -113,6 +117,7 @@ const BASE: Shape = Shape {
     inert_from: None,
     experts: None,
     granite_scales: None,
+    yarn: None,
 };
 
 /// The named shapes (from each model's config.json).
@@ -241,6 +246,21 @@ pub const SHAPES: &[Shape] = &[
         n_ctx: 131072,
         rope_base: 10000000.0,
         granite_scales: Some([12.0, 0.22, 0.015625, 8.0]),
+        ..BASE
+    },
+    Shape {
+        name: "ministral-3-3b",
+        arch: "mistral3",
+        n_embd: 3072,
+        n_layer: 26,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 128,
+        n_ff: 9216,
+        n_vocab: 131072,
+        n_ctx: 262144,
+        rope_base: 1000000.0,
+        yarn: Some((16.0, 16384, 0.1)),
         ..BASE
     },
     Shape {
@@ -537,6 +557,18 @@ pub fn build(
         w.set(key("residual_scale"), Value::F32(residual));
         w.set(key("attention.scale"), Value::F32(attn));
         w.set(key("logit_scale"), Value::F32(logit));
+    }
+    if let Some((factor, orig, temp)) = s.yarn {
+        w.set(key("rope.scaling.type"), Value::String("yarn".into()));
+        w.set(key("rope.scaling.factor"), Value::F32(factor));
+        w.set(
+            key("rope.scaling.original_context_length"),
+            Value::U32(orig as u32),
+        );
+        w.set(key("rope.scaling.yarn_beta_fast"), Value::F32(32.0));
+        w.set(key("rope.scaling.yarn_beta_slow"), Value::F32(1.0));
+        w.set(key("rope.scaling.yarn_log_multiplier"), Value::F32(1.0));
+        w.set(key("attention.temperature_scale"), Value::F32(temp));
     }
     if let Some(e) = s.experts {
         w.set(key("expert_count"), Value::U32(e.n as u32));

@@ -15,7 +15,7 @@ use super::{mm, mm_many, vector, Acts, AttentionView, Scratch, WeightView};
 use crate::attention::{attend_batch, attend_rows, AttnShape};
 use crate::kv::KvCache;
 use crate::matmul::{Matrix, Threads};
-use crate::ops::{add_inplace, rms_norm_rows, Rope};
+use crate::ops::{add_inplace, rms_norm_rows, AttnTemp, Rope};
 use crate::{ModelError, Tap};
 
 /// Look up each token's embedding row into `x` (`(n, n_embd)`).
@@ -392,6 +392,7 @@ const NO_ROPE: Rope = Rope {
     n_rot: 0,
     base: 1.0,
     freq_factors: None,
+    scaling: crate::ops::RopeScaling::NONE,
 };
 
 /// What a [`DecoderLayer`] needs besides its weights.
@@ -404,6 +405,8 @@ pub(crate) struct LayerCtx<'r> {
     pub residual_scale: Option<f32>,
     /// Multiplies the queries after RoPE (Phi-3).
     pub q_scale: Option<f32>,
+    /// Multiplies the queries after RoPE by a factor of their position (Mistral 3).
+    pub q_temp: Option<AttnTemp>,
     pub threads: &'r Threads,
     pub tap: &'r Tap,
 }
@@ -453,6 +456,9 @@ impl<'a> DecoderLayer<'a> {
         rope_and_store(self.rope(c), s, kv, l, pos0, (n, first), a);
         scale_rows(&mut s.q[..m * q_dim], c.q_scale);
         let p = pos0 + first;
+        if let Some(temp) = c.q_temp {
+            temp.apply(&mut s.q[..m * q_dim], q_dim, p);
+        }
         c.tap.rows("Qcur", l, p, &s.q[..m * q_dim], m);
         c.tap.rows("Kcur", l, pos0, &s.k[..n * kv_dim], n);
         c.tap.rows("Vcur", l, pos0, &s.v[..n * kv_dim], n);
@@ -481,6 +487,13 @@ impl<'a> DecoderLayer<'a> {
         rope_and_store_runs(self.rope(c), s, runs, l, c.a);
         let q_dim = c.a.n_head * c.a.head_dim;
         scale_rows(&mut s.q[..n * q_dim], c.q_scale);
+        if let Some(temp) = c.q_temp {
+            let mut t = 0;
+            for r in runs.iter() {
+                temp.apply(&mut s.q[t * q_dim..(t + r.n) * q_dim], q_dim, r.pos0);
+                t += r.n;
+            }
+        }
         attend_runs(c.a, s, runs, l, None, c.threads);
         self.output_and_ffn(c, l, s, 0, n);
     }

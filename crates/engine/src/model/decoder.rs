@@ -24,7 +24,7 @@ use super::{
 };
 use crate::attention::AttnShape;
 use crate::matmul::{Matrix, Threads};
-use crate::ops::Rope;
+use crate::ops::{AttnTemp, Rope};
 use crate::ModelError;
 
 /// What distinguishes one architecture of the family.
@@ -33,12 +33,23 @@ pub(crate) struct DecoderSpec {
     /// The hyperparameters, checked.
     pub hp: Common,
     pub rope: Rope,
+    /// LongRoPE's other factors (Phi-3): the RoPE a state of more positions than the model's
+    /// original context takes instead of `rope`.
+    pub rope_long: Option<LongRope>,
     /// Per-head RMSNorm of queries and keys before RoPE (`attn_{q,k}_norm`).
     pub qk_norm: bool,
     /// Every layer's feed-forward block a mixture of these experts, where it is one.
     pub moe: Option<MoeParams>,
     /// Scales and RoPE-less layers some members of the family add.
     pub extras: Extras,
+}
+
+/// The RoPE of a LongRoPE model's long contexts.
+pub(crate) struct LongRope {
+    pub rope: Rope,
+    /// The original context: states of more positions take [`LongRope::rope`], as llama.cpp
+    /// chooses by the context of each sequence.
+    pub n_ctx_orig: usize,
 }
 
 /// What some members of the family add to the llama layer; the default adds nothing.
@@ -59,6 +70,9 @@ pub(crate) struct Extras {
     /// Multiplies the queries after RoPE, attention then scaling by 1 (Phi-3's
     /// `1 / sqrt(head_dim)`, a separate f32 product as llama.cpp's graph has it).
     pub q_scale: Option<f32>,
+    /// Multiplies the queries after RoPE by a factor of their position (Mistral 3's
+    /// `attention.temperature_scale`).
+    pub q_temp: Option<AttnTemp>,
 }
 
 pub struct Decoder<'a> {
@@ -69,6 +83,7 @@ pub struct Decoder<'a> {
     eps: f32,
     attn: AttnShape,
     rope: Rope,
+    rope_long: Option<LongRope>,
     tok_embd: Matrix<'a>,
     layers: Vec<DecoderLayer<'a>>,
     output_norm: Vec<f32>,
@@ -117,6 +132,7 @@ impl<'a> Decoder<'a> {
             eps: spec.hp.eps,
             attn,
             rope: spec.rope,
+            rope_long: spec.rope_long,
             tok_embd: tok_embd.clone(),
             layers,
             output_norm: vector(file, "output_norm.weight", n_embd)?,
@@ -128,6 +144,14 @@ impl<'a> Decoder<'a> {
 }
 
 impl Decoder<'_> {
+    /// The RoPE of a state of `n_ctx` positions.
+    fn rope_for(&self, n_ctx: usize) -> &Rope {
+        match &self.rope_long {
+            Some(long) if n_ctx > long.n_ctx_orig => &long.rope,
+            _ => &self.rope,
+        }
+    }
+
     /// The token embeddings times the model's embedding scale, where it has one (ggml's
     /// `ggml_scale`: one f32 product each).
     #[inline(always)]
@@ -170,6 +194,11 @@ impl ForwardBody for Decoder<'_> {
     }
 
     fn view(&self) -> Option<DecoderView<'_>> {
+        // A RoPE chosen by the state's context, and queries scaled by their position, are not
+        // described to other backends.
+        if self.rope_long.is_some() || self.extras.q_temp.is_some() {
+            return None;
+        }
         let w = WeightView::of;
         let layers = self.layers.iter().map(|l| {
             let FeedForward::Dense(f) = &l.ffn else {
@@ -217,16 +246,18 @@ impl ForwardBody for Decoder<'_> {
     ) -> Result<(), ModelError> {
         let n = tokens.len();
         let d = self.info.n_embd;
+        let rope = self.rope_for(st.n_ctx());
         let (s, pos0) = (&mut st.s, st.pos);
         embed(&self.tok_embd, tokens, &mut s.x)?;
         self.scale_embeddings(&mut s.x[..n * d]);
         let c = LayerCtx {
             a: &self.attn,
-            rope: &self.rope,
+            rope,
             eps: self.eps,
             act: Activation::Silu,
             residual_scale: self.extras.residual_scale,
             q_scale: self.extras.q_scale,
+            q_temp: self.extras.q_temp,
             threads,
             tap: &self.tap,
         };
@@ -269,17 +300,25 @@ impl ForwardBody for Decoder<'_> {
         threads: &Threads,
     ) -> Result<(), ModelError> {
         let d = self.info.n_embd;
+        // One RoPE for the pass: LongRoPE's choice must be the same for every sequence.
+        let rope = self.rope_for(seqs.first().map_or(0, |q| q.state.n_ctx()));
+        if seqs.iter().any(|q| self.rope_for(q.state.n_ctx()) != rope) {
+            return Err(ModelError::Hparams(
+                "a joint pass over states on both sides of LongRoPE's original context".into(),
+            ));
+        }
         let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
         self.scale_embeddings(&mut s.x[..n * d]);
         // The taps name rows by one sequence's positions: a batched pass has several.
         let off = crate::Tap::default();
         let c = LayerCtx {
             a: &self.attn,
-            rope: &self.rope,
+            rope,
             eps: self.eps,
             act: Activation::Silu,
             residual_scale: self.extras.residual_scale,
             q_scale: self.extras.q_scale,
+            q_temp: self.extras.q_temp,
             threads,
             tap: &off,
         };

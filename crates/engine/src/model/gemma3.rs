@@ -117,20 +117,14 @@ impl<'a> Gemma3<'a> {
         let (n_embd, n_layer, n_ff, n_rot) = (dims.n_embd, dims.n_layer, dims.n_ff, dims.n_rot);
         let (n_head, n_head_kv, head_dim) = (dims.n_head, dims.n_head_kv, dims.head_dim);
         let eps = hp.eps;
-        let rope = |base| Rope {
-            style: RopeStyle::Neox,
-            n_rot,
-            base,
-            freq_factors: None,
-        };
-        let mut rope_global = rope(hp.rope_base);
-        let rope_local = rope(g.rope_base_local);
+        let rope_global = hp.rope(RopeStyle::Neox, None);
         // Linear RoPE scaling (Gemma 3 4B and up: 8) stretches the global layers' positions only
-        // (llama.cpp's local layers keep `rope_freq_scale_train_swa`, 1). ggml multiplies by
-        // 1 / factor where this divides by it: the same bits for a power of two.
-        if let Some(factor) = hp.rope_linear {
-            rope_global.freq_factors = Some(vec![factor; n_rot / 2]);
-        }
+        // (llama.cpp's local layers keep `rope_freq_scale_train_swa`, 1).
+        let rope_local = Rope {
+            base: g.rope_base_local,
+            scaling: hp.rope_scaling.rope(n_rot, g.rope_base_local, false),
+            ..rope_global.clone()
+        };
         // llama.cpp (after gemma_pytorch's config): 27B scales queries by 1/sqrt(n_embd/n_head),
         // the others by 1/sqrt(head_dim).
         let q_scale_dim = if n_layer == if gemma2 { 46 } else { 62 } {

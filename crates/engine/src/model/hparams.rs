@@ -22,6 +22,7 @@ use synapse_gguf::{GgufFile, Metadata, Value};
 
 use crate::attention::MAX_HEAD_DIM;
 use crate::delta_net::DeltaNetShape;
+use crate::ops::{AttnTemp, Rope, RopeScaling, RopeStyle};
 use crate::ModelError;
 
 /// The error of a hyperparameter: its key, its value and what is wrong with it.
@@ -206,8 +207,11 @@ pub(crate) struct Arch {
     pub eps: Option<f32>,
     /// `context_length` when absent.
     pub n_ctx_train: usize,
-    /// Whether `rope.scaling.type = linear` is supported (else `none` alone).
-    pub linear_rope_scaling: bool,
+    /// The `rope.scaling.type`s supported besides `none`: `linear`, `yarn`.
+    pub rope_scalings: &'static [&'static str],
+    /// Whether YaRN's `rope.scaling.yarn_*` keys are read (llama.cpp reads them for few
+    /// architectures; the others take its defaults).
+    pub yarn_keys: bool,
     /// RoPE over whole heads only (`rope.dimension_count` = the head width).
     pub whole_head_rope: bool,
     /// Rows of the query projection per query dimension: 2 where each head carries its gate
@@ -227,11 +231,81 @@ pub(crate) struct Common {
     pub n_ctx_train: usize,
     pub eps: f32,
     pub rope_base: f32,
-    /// Linear RoPE scaling's factor, when the file asks for a factor other than 1.
-    pub rope_linear: Option<f32>,
+    /// How the file scales its RoPE (`rope.scaling.*`).
+    pub rope_scaling: ScalingKeys,
+}
+
+/// How a file scales its RoPE (`rope.scaling.*`), as llama.cpp reads the keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ScalingKeys {
+    /// `1 / rope.scaling.factor` under linear or YaRN scaling; 1 without.
+    pub freq_scale: f32,
+    /// `rope.scaling.type = yarn`.
+    pub yarn: bool,
+    /// `rope.scaling.original_context_length`, else the training context.
+    pub n_ctx_orig: usize,
+    /// YaRN's ramp (`yarn_beta_fast`, `yarn_beta_slow`: 32 and 1 by default).
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    /// `yarn_log_multiplier` (0: none).
+    pub log_mul: f32,
+    /// `rope.scaling.attn_factor` (1 where absent): multiplies every cosine and sine.
+    pub attn_factor: f32,
+}
+
+impl ScalingKeys {
+    /// ggml's parameters for a RoPE of `n_rot` dims over `base`, as llama.cpp's context sets
+    /// them up from the keys, in its f32 arithmetic (unfused: it is compiled without FMA).
+    /// `scaled`: false for layers that keep a frequency scale of 1 (Gemma's local layers).
+    pub fn rope(&self, n_rot: usize, base: f32, scaled: bool) -> RopeScaling {
+        let mut attn_factor = 1.0f32;
+        if self.yarn {
+            let mscale = |scale: f32, m: f32| {
+                if scale <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * scale.ln() + 1.0
+                }
+            };
+            let factor = 1.0 / self.freq_scale;
+            attn_factor = if self.log_mul != 0.0 {
+                mscale(factor, 1.0) / mscale(factor, self.log_mul)
+            } else {
+                mscale(factor, 1.0)
+            };
+            // ggml multiplies this magnitude in again for every angle: cancelled here.
+            attn_factor *= 1.0 / (1.0 + 0.1 * factor.ln());
+        }
+        attn_factor *= self.attn_factor;
+        RopeScaling {
+            freq_scale: if scaled { self.freq_scale } else { 1.0 },
+            ext_factor: if self.yarn { 1.0 } else { 0.0 },
+            corr_dims: RopeScaling::corr_dims(
+                n_rot,
+                self.n_ctx_orig,
+                base,
+                self.beta_fast,
+                self.beta_slow,
+            ),
+            attn_factor,
+        }
+    }
 }
 
 impl Common {
+    /// The RoPE of the model's layers: `style` over `rope.dimension_count` dims at
+    /// `rope.freq_base`, scaled as the file asks.
+    pub fn rope(&self, style: RopeStyle, freq_factors: Option<Vec<f32>>) -> Rope {
+        let n_rot = self.dims.n_rot;
+        Rope {
+            style,
+            n_rot,
+            base: self.rope_base,
+            freq_factors,
+            scaling: self.rope_scaling.rope(n_rot, self.rope_base, true),
+        }
+    }
+
     pub fn read(file: &GgufFile, arch: &Arch) -> Result<Common, ModelError> {
         let k = Keys {
             md: file.metadata(),
@@ -251,36 +325,103 @@ impl Common {
         let n_ctx_train = k.nonzero("context_length", Some(arch.n_ctx_train))?;
         let eps = k.positive("attention.layer_norm_rms_epsilon", arch.eps)?;
         let rope_base = k.positive("rope.freq_base", Some(10000.0))?;
-        let rope_linear = match k.str("rope.scaling.type")?.unwrap_or("none") {
-            "none" => None,
-            "linear" if arch.linear_rope_scaling => {
-                Some(k.positive("rope.scaling.factor", Some(1.0))?).filter(|&f| f != 1.0)
-            }
-            other => {
-                let supported = if arch.linear_rope_scaling {
-                    "none, linear"
-                } else {
-                    "none"
-                };
-                return Err(bad(
-                    &k.key("rope.scaling.type"),
-                    format!("`{other}`"),
-                    format!(
-                        "RoPE scaling is not supported for {} ({supported})",
-                        arch.name
-                    ),
-                ));
-            }
-        };
+        let rope_scaling = ScalingKeys::read(&k, arch, n_ctx_train)?;
         Ok(Common {
             dims,
             n_vocab,
             n_ctx_train,
             eps,
             rope_base,
-            rope_linear,
+            rope_scaling,
         })
     }
+}
+
+impl ScalingKeys {
+    /// `rope.scaling.type` (`linear` where absent but a factor is there, as llama.cpp reads it)
+    /// and the keys that type reads, checked.
+    fn read(k: &Keys, arch: &Arch, n_ctx_train: usize) -> Result<ScalingKeys, ModelError> {
+        // The old name of the factor's key, as llama.cpp still reads it.
+        let factor_key = match k.get("rope.scaling.factor") {
+            None if k.get("rope.scale_linear").is_some() => "rope.scale_linear",
+            _ => "rope.scaling.factor",
+        };
+        let factor = k.f32(factor_key, Some(0.0))?;
+        if !(factor.is_finite() && factor >= 0.0) {
+            return Err(bad(
+                &k.key(factor_key),
+                factor,
+                "must be a finite number, 0 (none) or above",
+            ));
+        }
+        let kind = match k.str("rope.scaling.type")? {
+            Some(kind) => kind,
+            None if factor != 0.0 && factor != 1.0 => "linear",
+            None => "none",
+        };
+        if kind != "none" && !arch.rope_scalings.contains(&kind) {
+            let mut supported = vec!["none"];
+            supported.extend_from_slice(arch.rope_scalings);
+            return Err(bad(
+                &k.key("rope.scaling.type"),
+                format!("`{kind}`"),
+                format!(
+                    "RoPE scaling is not supported for {} ({})",
+                    arch.name,
+                    supported.join(", ")
+                ),
+            ));
+        }
+        let yarn = kind == "yarn";
+        let yarn_key = |suffix: &str, default: f32| -> Result<f32, ModelError> {
+            if !(yarn && arch.yarn_keys) {
+                return Ok(default);
+            }
+            let v = k.f32(suffix, Some(default))?;
+            if !v.is_finite() {
+                return Err(bad(&k.key(suffix), v, "must be a finite number"));
+            }
+            Ok(v)
+        };
+        Ok(ScalingKeys {
+            freq_scale: if kind == "none" || factor == 0.0 {
+                1.0
+            } else {
+                1.0 / factor
+            },
+            yarn,
+            n_ctx_orig: k.nonzero("rope.scaling.original_context_length", Some(n_ctx_train))?,
+            beta_fast: yarn_key("rope.scaling.yarn_beta_fast", 32.0)?,
+            beta_slow: yarn_key("rope.scaling.yarn_beta_slow", 1.0)?,
+            log_mul: yarn_key("rope.scaling.yarn_log_multiplier", 0.0)?,
+            attn_factor: k.positive("rope.scaling.attn_factor", Some(1.0))?,
+        })
+    }
+}
+
+/// Llama 4's attention temperature (`{arch}.attention.temperature_scale`; 0 or absent: none),
+/// stepping every `n_ctx_orig` positions.
+pub(crate) fn attn_temperature(
+    file: &GgufFile,
+    arch: &str,
+    n_ctx_orig: usize,
+) -> Result<Option<AttnTemp>, ModelError> {
+    let k = Keys {
+        md: file.metadata(),
+        arch,
+    };
+    let scale = k.f32("attention.temperature_scale", Some(0.0))?;
+    if !scale.is_finite() {
+        return Err(bad(
+            &k.key("attention.temperature_scale"),
+            scale,
+            "must be a finite number",
+        ));
+    }
+    Ok((scale != 0.0).then_some(AttnTemp {
+        scale,
+        floor: n_ctx_orig,
+    }))
 }
 
 /// Granite's scales (`{arch}.logit_scale`, required; `residual_scale`, `embedding_scale`,
@@ -579,7 +720,8 @@ impl Gemma3Params {
                 name: arch,
                 eps: Some(1e-6),
                 n_ctx_train: if gemma2 { 8192 } else { 32768 },
-                linear_rope_scaling: !gemma2,
+                rope_scalings: if gemma2 { &[] } else { &["linear"] },
+                yarn_keys: false,
                 whole_head_rope: false,
                 q_rows_per_dim: 1,
                 experts: false,
@@ -675,7 +817,8 @@ impl Qwen35Params {
                 name: arch,
                 eps: None,
                 n_ctx_train: 262144,
-                linear_rope_scaling: false,
+                rope_scalings: &[],
+                yarn_keys: false,
                 whole_head_rope: false,
                 q_rows_per_dim: 2,
                 experts: arch != "qwen35",
@@ -845,7 +988,15 @@ fn recurrent_layers(k: &Keys, n_layer: usize) -> Result<Vec<bool>, ModelError> {
 /// Llama 3's per-frequency RoPE factors (`rope_freqs.weight`, `n` of them) where the file has
 /// them, each finite and above 0 (they divide the angles).
 pub(crate) fn rope_factors(file: &GgufFile, n: usize) -> Result<Option<Vec<f32>>, ModelError> {
-    let name = "rope_freqs.weight";
+    factors(file, "rope_freqs.weight", n)
+}
+
+/// The RoPE frequency factors of tensor `name` (`n` of them), checked, if the file has it.
+pub(crate) fn factors(
+    file: &GgufFile,
+    name: &str,
+    n: usize,
+) -> Result<Option<Vec<f32>>, ModelError> {
     let factors = super::common::optional_vector(file, name, n)?;
     if let Some((i, f)) = factors
         .iter()

@@ -14,7 +14,7 @@ use synapse_gguf::GgufFile;
 
 use super::decoder::{Decoder, DecoderSpec, Extras};
 use super::hparams::{rope_factors, Arch, Common, MoeParams};
-use crate::ops::{Rope, RopeStyle};
+use crate::ops::RopeStyle;
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
@@ -29,34 +29,38 @@ pub(super) fn load_llama_like<'a>(
     eps: Option<f32>,
     extras: Extras,
 ) -> Result<Decoder<'a>, ModelError> {
-    let hp = Common::read(
-        file,
-        &Arch {
-            name: arch,
-            eps,
-            n_ctx_train: 2048,
-            linear_rope_scaling: true,
-            whole_head_rope: false,
-            q_rows_per_dim: 1,
-            experts: false,
-            fused_up: false,
-        },
-    )?;
-    let n_rot = hp.dims.n_rot;
-    let mut freq_factors = rope_factors(file, n_rot / 2)?;
-    // Linear scaling divides every angle by the factor (ggml's freq_scale = 1 / factor).
-    if let Some(factor) = hp.rope_linear {
-        let ff = freq_factors.get_or_insert_with(|| vec![1.0; n_rot / 2]);
-        ff.iter_mut().for_each(|f| *f *= factor);
+    let hp = Common::read(file, &llama_arch(arch, eps, false))?;
+    llama_decoder(file, arch, hp, extras)
+}
+
+/// The keys a llama layer reads under another architecture's name; `yarn_keys`: YaRN's own
+/// keys too (Mistral 3).
+pub(super) fn llama_arch(name: &'static str, eps: Option<f32>, yarn_keys: bool) -> Arch {
+    Arch {
+        name,
+        eps,
+        n_ctx_train: 2048,
+        rope_scalings: &["linear", "yarn"],
+        yarn_keys,
+        whole_head_rope: false,
+        q_rows_per_dim: 1,
+        experts: false,
+        fused_up: false,
     }
+}
+
+/// The llama decoder of a file whose keys `hp` holds, with what `extras` adds.
+pub(super) fn llama_decoder<'a>(
+    file: &'a GgufFile,
+    arch: &'static str,
+    hp: Common,
+    extras: Extras,
+) -> Result<Decoder<'a>, ModelError> {
+    let freq_factors = rope_factors(file, hp.dims.n_rot / 2)?;
     let spec = DecoderSpec {
         arch,
-        rope: Rope {
-            style: RopeStyle::Adjacent,
-            n_rot,
-            base: hp.rope_base,
-            freq_factors,
-        },
+        rope: hp.rope(RopeStyle::Adjacent, freq_factors),
+        rope_long: None,
         qk_norm: false,
         extras,
         // Mixtral-style files: every expert as wide as `feed_forward_length`.

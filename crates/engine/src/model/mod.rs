@@ -30,6 +30,7 @@ pub mod gemma3;
 pub mod granite;
 mod hparams;
 pub mod llama;
+pub mod mistral3;
 mod moe;
 pub mod olmo2;
 pub mod phi3;
@@ -958,6 +959,7 @@ mod tests {
             n_rot,
             base,
             freq_factors: None,
+            scaling: crate::ops::RopeScaling::NONE,
         };
         // Gemma 3's two RoPEs in turn, Llama 3's factors, a RoPE over part of a head, batches
         // and single positions: every table must be what `angles` gives for its position.

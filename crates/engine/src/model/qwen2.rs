@@ -7,7 +7,7 @@ use synapse_gguf::GgufFile;
 
 use super::decoder::{Decoder, DecoderSpec};
 use super::hparams::{Arch, Common, MoeParams};
-use crate::ops::{Rope, RopeStyle};
+use crate::ops::RopeStyle;
 use crate::ModelError;
 
 pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
@@ -29,7 +29,8 @@ pub(super) fn load_qwen<'a>(
             name: arch,
             eps: None,
             n_ctx_train: n_ctx_train_default,
-            linear_rope_scaling: false,
+            rope_scalings: &["linear", "yarn"],
+            yarn_keys: false,
             whole_head_rope: true,
             q_rows_per_dim: 1,
             experts,
@@ -50,12 +51,8 @@ pub(super) fn load_qwen<'a>(
     };
     let spec = DecoderSpec {
         arch,
-        rope: Rope {
-            style: RopeStyle::Neox,
-            n_rot: hp.dims.n_rot,
-            base: hp.rope_base,
-            freq_factors: None,
-        },
+        rope: hp.rope(RopeStyle::Neox, None),
+        rope_long: None,
         qk_norm,
         moe,
         extras: Default::default(),

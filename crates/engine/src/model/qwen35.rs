@@ -41,7 +41,7 @@ use crate::kv::KvCache;
 use crate::matmul::{Acts, Matrix, Threads};
 use crate::ops::{
     add_inplace, l2_norm_inplace, rms_norm_inplace, rms_norm_rows, sigmoid, silu_rows, softplus,
-    Rope, RopeStyle,
+    Rope, RopeScaling, RopeStyle,
 };
 use crate::{ModelError, Tap};
 
@@ -126,6 +126,7 @@ fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Rope {
         n_rot,
         base,
         freq_factors: factors.iter().any(|f| f.is_infinite()).then_some(factors),
+        scaling: RopeScaling::NONE,
     }
 }
 

@@ -2,7 +2,9 @@
 
 use synapse_gguf::GgufFile;
 
-use super::{gemma3, granite, llama, olmo2, phi3, qwen2, qwen3, qwen35, qwen3moe, smollm3, Model};
+use super::{
+    gemma3, granite, llama, mistral3, olmo2, phi3, qwen2, qwen3, qwen35, qwen3moe, smollm3, Model,
+};
 use crate::ModelError;
 
 /// Loads one architecture from a file, borrowing its weights.
@@ -19,6 +21,7 @@ const REGISTRY: &[(&str, Loader)] = &[
         Ok(Box::new(gemma3::Gemma3::load(f, "gemma3")?))
     }),
     ("granite", |f| Ok(Box::new(granite::load(f)?))),
+    ("mistral3", |f| Ok(Box::new(mistral3::load(f)?))),
     ("olmo2", |f| Ok(Box::new(olmo2::Olmo2::load(f)?))),
     ("phi3", |f| Ok(Box::new(phi3::load(f)?))),
     ("qwen2", |f| Ok(Box::new(qwen2::load(f)?))),
