@@ -345,6 +345,16 @@ impl Recorder<'_> {
             // The op reads no second buffer; any does.
             self.elementwise(Op::Scale, [&s.q, &s.o], (n * q_dim, q_dim), scale)?;
         }
+        if let Some(temps) = &s.temps {
+            let params = [(n * q_dim) as u32, q_dim as u32, 0, pos0 as u32];
+            self.gpu.dispatch(
+                self.pass,
+                Op::ScaleRows,
+                &[s.q.raw(), temps.raw()],
+                &params,
+                Gpu::elementwise_groups(n * q_dim),
+            )?;
+        }
         let words = kv_dim / 2;
         let (ck, cv) = (&s.cache_k[w.kv], &s.cache_v[w.kv]);
         self.gpu.dispatch(

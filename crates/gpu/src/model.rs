@@ -65,9 +65,8 @@ impl<'a> GpuDecoder<'a> {
         let info = model.info();
         let v = model.view().ok_or_else(|| {
             refuse(format!(
-                "this `{}` file runs on the CPU only for now: the GPU runs every dense \
-                 architecture, but not yet mixtures of experts, LongRoPE or Mistral 3's \
-                 attention temperature",
+                "the `{}` architecture's mixtures of experts run on the CPU only for now (the \
+                 GPU runs every dense architecture)",
                 info.arch
             ))
         })?;
@@ -87,6 +86,8 @@ impl<'a> GpuDecoder<'a> {
             gate: v.gate,
             n_ff: v.layers.first().map_or(0, |l| l.gate.rows),
             q_scale: v.q_scale,
+            q_temp: v.q_temp,
+            rope_long: v.rope_long.map(|(s, l, n)| (s.clone(), l.clone(), n)),
             residual_scale: v.residual_scale,
             dn: None,
             n_attn_layers: 0,

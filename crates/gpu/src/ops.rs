@@ -60,6 +60,7 @@ fn desc(op: Op) -> OpDesc {
         Op::Swiglu => elementwise("swiglu"),
         Op::Geglu => elementwise("geglu"),
         Op::Scale => elementwise("scale"),
+        Op::ScaleRows => elementwise("scale_rows"),
         Op::Rope => OpDesc {
             source: || ROPE.to_string(),
             entry: "main",
@@ -109,6 +110,8 @@ pub(crate) enum Op {
     Swiglu,
     Geglu,
     Scale,
+    /// Each row times its position's factor.
+    ScaleRows,
     Rope,
     KvStore,
     Attention,
@@ -125,7 +128,7 @@ pub(crate) enum Op {
 
 impl Op {
     #[cfg(test)]
-    const ALL: [Op; 16] = [
+    const ALL: [Op; 17] = [
         Op::RmsNorm,
         Op::RmsNormInPlace,
         Op::AddScaled,
@@ -133,6 +136,7 @@ impl Op {
         Op::Swiglu,
         Op::Geglu,
         Op::Scale,
+        Op::ScaleRows,
         Op::Rope,
         Op::KvStore,
         Op::Attention,

@@ -4,7 +4,7 @@
 use synapse_engine::attention::AttnShape;
 use synapse_engine::delta_net::DeltaNetShape;
 use synapse_engine::model::GateView;
-use synapse_engine::ops::Rope;
+use synapse_engine::ops::{AttnTemp, Rope};
 
 pub(crate) struct Shape {
     pub n_embd: usize,
@@ -17,6 +17,10 @@ pub(crate) struct Shape {
     pub n_ff: usize,
     /// Multiplies the queries after RoPE.
     pub q_scale: Option<f32>,
+    /// Multiplies the queries after that by a factor of their position.
+    pub q_temp: Option<AttnTemp>,
+    /// LongRoPE: `(short, long, n_ctx_orig)`, see `DecoderView::rope_long`.
+    pub rope_long: Option<(Rope, Rope, usize)>,
     /// Multiplies each block's output before its residual add.
     pub residual_scale: Option<f32>,
     /// The delta-net layers' shape, where the model has them.
@@ -29,6 +33,14 @@ pub(crate) struct Shape {
 }
 
 impl Shape {
+    /// The RoPE a state of `n_ctx` positions rotates by where a layer's is `rope`.
+    pub fn rope_for<'r>(&'r self, rope: &'r Rope, n_ctx: usize) -> &'r Rope {
+        match &self.rope_long {
+            Some((short, long, orig)) if rope == short && n_ctx > *orig => long,
+            _ => rope,
+        }
+    }
+
     pub fn q_dim(&self) -> usize {
         self.attn.n_head * self.attn.head_dim
     }

@@ -40,6 +40,9 @@ pub(crate) struct GpuState {
     pub logit_rows: usize,
     /// The angles of each of the decoder's RoPEs for every position of the context.
     pub ropes: Vec<F32Buffer>,
+    /// The queries' temperature factor of every position of the context, where the model has
+    /// one.
+    pub temps: Option<F32Buffer>,
     /// By attention layer.
     pub cache_k: Vec<F32Buffer>,
     pub cache_v: Vec<F32Buffer>,
@@ -57,6 +60,7 @@ impl GpuState {
         let limit = (g.info().max_binding_bytes / 4) as usize;
         let logit_rows = (limit / sh.n_vocab).clamp(1, 64).min(n);
         let table = |rope: &Rope| {
+            let rope = sh.rope_for(rope, n_ctx);
             let half = rope.n_rot / 2;
             let mut table = vec![0f32; n_ctx * half * 2];
             let mut cs = vec![(0f32, 0f32); half];
@@ -106,6 +110,10 @@ impl GpuState {
             readback: g.staging(logit_rows * sh.n_vocab),
             logit_rows,
             ropes: sh.ropes.iter().map(table).collect::<Result<_, _>>()?,
+            temps: match sh.q_temp {
+                Some(t) => Some(g.upload(&(0..n_ctx).map(|p| t.at(p)).collect::<Vec<_>>())?),
+                None => None,
+            },
             cache_k: many(sh.n_attn_layers, words)?,
             cache_v: many(sh.n_attn_layers, words)?,
             conv_state: many(sh.n_dn_layers, conv_len)?,

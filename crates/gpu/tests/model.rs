@@ -176,7 +176,8 @@ fn every_dense_architecture_runs_on_the_gpu() {
     // Qwen 2's biases, Qwen 3's per-head norms, Granite's four scales, Phi-3's query scale,
     // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits), Qwen
     // 3.5's gated attention and delta nets (their convolution and recurrent states), OLMo 2's
-    // layers without pre-norms and its norms over all heads at once.
+    // layers without pre-norms and its norms over all heads at once, Phi-3's LongRoPE factors
+    // (long and short), Mistral 3's YaRN and attention temperature.
     let gpu = gpu();
     for name in [
         "tiny-qwen2-Q8_0",
@@ -186,6 +187,9 @@ fn every_dense_architecture_runs_on_the_gpu() {
         "tiny-gemma2-Q4_0",
         "tiny-qwen35-Q4_K",
         "tiny-olmo2-IQ4_NL",
+        "tiny-phi3-longrope-Q4_0",
+        "tiny-phi3-shortrope-Q4_0",
+        "tiny-mistral3-IQ4_NL",
     ] {
         check_tiny(&gpu, name);
     }
@@ -280,8 +284,6 @@ fn architectures_the_gpu_does_not_run_are_refused_by_name() {
         ("tiny-qwen3moe-Q4_K", "qwen3moe"),
         ("tiny-qwen35moe-Q4_K", "qwen35moe"),
         ("tiny-llamamoe-Q8_0", "llama"),
-        ("tiny-mistral3-IQ4_NL", "mistral3"),
-        ("tiny-phi3-longrope-Q4_0", "phi3"),
     ] {
         let file = GgufFile::open(data(&format!("{name}.gguf"))).unwrap();
         let cpu = synapse_engine::load(&file).unwrap();

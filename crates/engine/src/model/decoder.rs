@@ -194,11 +194,6 @@ impl ForwardBody for Decoder<'_> {
     }
 
     fn view(&self) -> Option<DecoderView<'_>> {
-        // A RoPE chosen by the state's context, and queries scaled by their position, are not
-        // described to other backends.
-        if self.rope_long.is_some() || self.extras.q_temp.is_some() {
-            return None;
-        }
         let w = WeightView::of;
         let layers = self.layers.iter().map(|l| {
             let FeedForward::Dense(f) = &l.ffn else {
@@ -232,6 +227,11 @@ impl ForwardBody for Decoder<'_> {
             q_scale: self.extras.q_scale,
             logit_scale: self.extras.logit_scale,
             logit_softcap: None,
+            q_temp: self.extras.q_temp,
+            rope_long: self
+                .rope_long
+                .as_ref()
+                .map(|l| (&self.rope, &l.rope, l.n_ctx_orig)),
         })
     }
 

@@ -230,6 +230,8 @@ impl super::ForwardBody for Gemma3<'_> {
             q_scale: Some(self.q_scale),
             logit_scale: None,
             logit_softcap: self.softcap,
+            q_temp: None,
+            rope_long: None,
         })
     }
 

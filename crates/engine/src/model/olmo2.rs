@@ -158,6 +158,8 @@ impl super::ForwardBody for Olmo2<'_> {
             q_scale: None,
             logit_scale: None,
             logit_softcap: None,
+            q_temp: None,
+            rope_long: None,
         })
     }
 

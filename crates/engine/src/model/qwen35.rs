@@ -473,6 +473,8 @@ impl super::ForwardBody for Qwen35<'_> {
             q_scale: None,
             logit_scale: None,
             logit_softcap: None,
+            q_temp: None,
+            rope_long: None,
         })
     }
 

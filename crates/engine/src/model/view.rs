@@ -8,7 +8,7 @@ use synapse_gguf::GgmlType;
 use crate::attention::AttnShape;
 use crate::delta_net::DeltaNetShape;
 use crate::matmul::Matrix;
-use crate::ops::Rope;
+use crate::ops::{AttnTemp, Rope};
 
 /// A weight matrix: `rows` outputs of `cols` inputs, the file's bytes in its format.
 #[derive(Debug, Clone, Copy)]
@@ -138,4 +138,10 @@ pub struct DecoderView<'m> {
     pub logit_scale: Option<f32>,
     /// Soft-caps the logits: `cap * tanh(logit / cap)` (Gemma 2).
     pub logit_softcap: Option<f32>,
+    /// Multiplies the queries after RoPE (and `q_scale`) by a factor of their position
+    /// (Mistral 3's attention temperature).
+    pub q_temp: Option<AttnTemp>,
+    /// LongRoPE (Phi-3): `(short, long, n_ctx_orig)`, a state of more than `n_ctx_orig`
+    /// positions rotates by `long` wherever a layer's RoPE is `short`.
+    pub rope_long: Option<(&'m Rope, &'m Rope, usize)>,
 }

@@ -4,7 +4,8 @@ struct P {
     n: u32,
     width: u32,
     scale: f32,
-    _pad: u32,
+    // The first row's position (scale_rows).
+    pos0: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -72,6 +73,16 @@ fn scale(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: ve
     let i = index(wg, li);
     if i < p.n {
         x[i] = x[i] * p.scale;
+    }
+}
+
+// Each row times its position's factor: x[i] *= y[pos0 + row] (Mistral 3's attention
+// temperature, from a table of every position's).
+@compute @workgroup_size(256)
+fn scale_rows(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let i = index(wg, li);
+    if i < p.n {
+        x[i] = x[i] * y[p.pos0 + i / p.width];
     }
 }
 
