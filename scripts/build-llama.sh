@@ -18,6 +18,13 @@ build="$src/build"
 targets=(llama-quantize llama-imatrix llama-tokenize llama-completion llama-bench llama-perplexity
     llama-server llama-lookup llama-speculative)
 flags=(-DGGML_NATIVE=ON)
+# The reference is ggml's AVX-512 build: where the CPU also has AMX, -march=native would add
+# ggml's AMX matmuls for the K-quants and Q4_0/Q4_1/Q8_0, another summation order (the golden
+# data came out different on such a machine). Turned off on the compiler's line.
+if [[ $(uname -m) == x86_64 ]]; then
+    no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    flags+=("-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
+fi
 case "${1:-}" in
     "") ;;
     avx2)
