@@ -22,7 +22,7 @@ rendered), hex-encoded. The tool prints pieces with printf("%s"), so a piece hol
 cut at it; the test knows.
 
 Besides the two real models, the sets include the SmolLM2 vocabulary under other BPE
-pre-tokenizers (llama-bpe, qwen2, gpt-2, default) and the Gemma 3 vocabulary with
+pre-tokenizers (llama-bpe, qwen2, gpt-2, default, tekken, gpt-4o) and the Gemma 3 vocabulary with
 add_space_prefix on: vocabulary-only GGUF copies with the metadata overridden (no tensors), made
 in a temporary folder and never committed. The test applies the same overrides to the real
 model's metadata.
@@ -61,6 +61,8 @@ SETS = [
     ("smollm2-qwen2", SMOLLM2, {"tokenizer.ggml.pre": "qwen2"}),
     ("smollm2-gpt2", SMOLLM2, {"tokenizer.ggml.pre": "gpt-2"}),
     ("smollm2-default", SMOLLM2, {"tokenizer.ggml.pre": "default"}),
+    ("smollm2-tekken", SMOLLM2, {"tokenizer.ggml.pre": "tekken"}),
+    ("smollm2-gpt-4o", SMOLLM2, {"tokenizer.ggml.pre": "gpt-4o"}),
     ("gemma3-space-prefix", GEMMA3, {"tokenizer.ggml.add_space_prefix": True}),
 ]
 

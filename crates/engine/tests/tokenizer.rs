@@ -490,6 +490,9 @@ fn pre_tokenizer_names_as_in_llama_cpp() {
         ("gpt-2", PreTokenizer::Gpt2),
         ("olmo", PreTokenizer::Gpt2),
         ("default", PreTokenizer::Default),
+        ("tekken", PreTokenizer::Tekken),
+        ("gpt-4o", PreTokenizer::Gpt4o),
+        ("llama4", PreTokenizer::Gpt4o),
     ] {
         assert_eq!(
             PreConfig::from_name(name).map(|c| c.kind),
@@ -500,7 +503,9 @@ fn pre_tokenizer_names_as_in_llama_cpp() {
     let llama3 = PreConfig::from_name("llama-bpe").unwrap();
     assert!(llama3.ignore_merges && llama3.add_bos && llama3.clean_spaces);
     assert!(!PreConfig::from_name("smollm").unwrap().clean_spaces);
-    assert_eq!(PreConfig::from_name("tekken"), None);
+    let tekken = PreConfig::from_name("tekken").unwrap();
+    assert!(tekken.ignore_merges && tekken.add_bos && !tekken.clean_spaces);
+    assert_eq!(PreConfig::from_name("chatglm-bpe"), None);
 }
 
 // ---- malformed vocabularies, from hand-made metadata ----

@@ -36,6 +36,15 @@ pub enum PreTokenizer {
     /// `gemma4` (Gemma 4's SentencePiece-style BPE, spaces already `▁`): `[^\n]+|[\n]+`, runs
     /// of newlines and of everything else.
     Gemma4,
+    /// `tekken` (Mistral's Tekken), as llama.cpp runs it:
+    /// `[^\r\n\p{L}\p{N}]?U*L+|[^\r\n\p{L}\p{N}]?U+L*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`,
+    /// where U is a letter other than `a-z` and L one other than `A-Z` (its rewrite of the
+    /// upper- and lower-case classes): words split before each capital of a CamelCase run.
+    Tekken,
+    /// `gpt-4o`, `llama4` and kin (GPT-4o's o200k): Tekken's with an optional contraction
+    /// (`'s`, `'t`, `'re`, `'ve`, `'m`, `'ll`, `'d`, either case) after each word and
+    /// `\p{N}{1,3}`.
+    Gpt4o,
     /// `deepseek-llm`: `[\r\n]`, `\s?` and a run of letters of an explicit set (Latin, Greek,
     /// Cyrillic, Armenian, Georgian, Cherokee, ...), `\s?` and a run of ASCII or full-width
     /// punctuation, `\s+$`, `[一-龥ࠀ-一가-퟿]+`, `\p{N}+`.
@@ -112,6 +121,12 @@ const PRE_TABLE: &[(&str, PreTokenizer, bool, bool, bool)] = {
         ("deepseek-coder", DeepSeekCoder, false, false, false),
         ("deepseek-llm", DeepSeekLlm, false, false, false),
         ("gemma4", Gemma4, true, false, true),
+        ("tekken", Tekken, false, true, true),
+        ("gpt-4o", Gpt4o, false, false, false),
+        ("llama4", Gpt4o, false, false, false),
+        ("kanana2", Gpt4o, false, false, false),
+        ("talkie", Gpt4o, false, false, false),
+        ("minimax-m2", Gpt4o, false, false, false),
     ]
 };
 
@@ -158,6 +173,11 @@ enum Stage {
     SpaceThenRun(fn(u32) -> bool),
     /// The whitespace that ends a piece (`\s+$`).
     TrailingSpace,
+    /// Tekken's regex (`max_digits` 1) or GPT-4o's (`max_digits` 3, with `contractions`).
+    Cased {
+        max_digits: usize,
+        contractions: bool,
+    },
 }
 
 impl PreTokenizer {
@@ -198,6 +218,14 @@ impl PreTokenizer {
             // Runs of newlines and of the rest: the text between the matches of `[\n]+` is
             // every `[^\n]+` run.
             PreTokenizer::Gemma4 => &[Stage::Runs(is_lf)],
+            PreTokenizer::Tekken => &[Stage::Cased {
+                max_digits: 1,
+                contractions: false,
+            }],
+            PreTokenizer::Gpt4o => &[Stage::Cased {
+                max_digits: 3,
+                contractions: true,
+            }],
             PreTokenizer::DeepSeekLlm => &[
                 Stage::Each(is_cr_lf),
                 Stage::SpaceThenRun(is_deepseek_letter),
@@ -250,6 +278,10 @@ impl PreTokenizer {
                         text_cps.space_then_runs(start, end, class, &mut out)
                     }
                     Stage::TrailingSpace => text_cps.trailing_space(start, end, &mut out),
+                    Stage::Cased {
+                        max_digits,
+                        contractions,
+                    } => text_cps.cased(start, end, max_digits, contractions, &mut out),
                 }
                 out.emit(end);
             }
@@ -734,6 +766,120 @@ impl Cps<'_> {
     }
 }
 
+impl Cps<'_> {
+    /// Tekken's or GPT-4o's regex over `[start, end)` ([`PreTokenizer::Tekken`]), as
+    /// `std::regex` matches it on llama.cpp's collapsed text: at each position the first
+    /// alternative that matches, each quantifier greedy and backtracking.
+    fn cased(
+        &self,
+        start: usize,
+        end: usize,
+        max_digits: usize,
+        contractions: bool,
+        out: &mut Out,
+    ) {
+        let at = |p: usize| if p < end { self.cps[p] } else { OUT_OF_RANGE };
+        let letter = |p: usize| p < end && is_letter(self.cps[p]);
+        let ascii = |p: usize, lo: u8, hi: u8| (lo as u32..=hi as u32).contains(&at(p));
+        // `(?=[\p{L}])([^a-z])` and `(?=[\p{L}])([^A-Z])`.
+        let upper = |p: usize| letter(p) && !ascii(p, b'a', b'z');
+        let lower = |p: usize| letter(p) && !ascii(p, b'A', b'Z');
+        let other = |p: usize| {
+            p < end && !(is_space(self.cps[p]) || is_letter(self.cps[p]) || is_number(self.cps[p]))
+        };
+        let is_rn = |c: u32| c == '\r' as u32 || c == '\n' as u32;
+        // `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?` at `p`: its length.
+        let contraction = |p: usize| {
+            if !contractions || at(p) != '\'' as u32 {
+                return 0;
+            }
+            let is = |q: usize, c: u8| at(q) == c as u32 || at(q) == c.to_ascii_uppercase() as u32;
+            if [b's', b't', b'm', b'd'].iter().any(|&c| is(p + 1, c)) {
+                2
+            } else if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
+                .iter()
+                .any(|&(a, b)| is(p + 1, a) && is(p + 2, b))
+            {
+                3
+            } else {
+                0
+            }
+        };
+        let mut pos = start;
+        while pos < end {
+            let c = self.cps[pos];
+            // The words: an optional `[^\r\n\p{L}\p{N}]`, then the letters.
+            let first = if letter(pos) {
+                Some(pos)
+            } else if !(is_rn(c) || is_number(c)) && letter(pos + 1) {
+                Some(pos + 1)
+            } else {
+                None
+            };
+            if let Some(s) = first {
+                let mut u = s;
+                while upper(u) {
+                    u += 1;
+                }
+                let word_end = if lower(u) {
+                    // `U*L+`: the upper run, then the lower one.
+                    let mut l = u;
+                    while lower(l) {
+                        l += 1;
+                    }
+                    l
+                } else if let Some(k) = (s..u).rev().find(|&k| lower(k)) {
+                    // `U*` gives back letters until `L+` can take one: the last letter of
+                    // the run that is not `A-Z`; the capitals after it are left.
+                    k + 1
+                } else {
+                    // `U+L*`: a run of capitals alone.
+                    u
+                };
+                pos = word_end + contraction(word_end);
+                out.emit(pos);
+                continue;
+            }
+            // `\p{N}` (Tekken) or `\p{N}{1,3}` (GPT-4o).
+            if is_number(c) {
+                let run_start = pos;
+                while pos < end && is_number(self.cps[pos]) && pos - run_start < max_digits {
+                    pos += 1;
+                }
+                out.emit(pos);
+                continue;
+            }
+            // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+            if other(pos) || (c == ' ' as u32 && other(pos + 1)) {
+                pos += 1;
+                while other(pos) {
+                    pos += 1;
+                }
+                while is_rn(at(pos)) || at(pos) == '/' as u32 {
+                    pos += 1;
+                }
+                out.emit(pos);
+                continue;
+            }
+            // What is left is whitespace: `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`.
+            let mut n_ws = 0;
+            let mut last_rn_end = None;
+            while pos + n_ws < end && is_space(self.cps[pos + n_ws]) {
+                if is_rn(self.cps[pos + n_ws]) {
+                    last_rn_end = Some(pos + n_ws + 1);
+                }
+                n_ws += 1;
+            }
+            pos = match last_rn_end {
+                Some(e) => e,
+                None if n_ws > 1 && pos + n_ws < end => pos + n_ws - 1,
+                None => pos + n_ws.max(1),
+            };
+            out.emit(pos);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::PreTokenizer::*;
@@ -758,5 +904,29 @@ mod tests {
         assert_eq!(DeepSeekLlm.split("ab！？ \t"), ["ab", "！？", " \t"]);
         // U+3000 is whitespace: it leads the run after it, it is not punctuation.
         assert_eq!(DeepSeekLlm.split("。\u{3000}Ab"), ["。", "\u{3000}Ab"]);
+    }
+
+    /// Tekken's and GPT-4o's words, derived by hand from their regexes' backtracking.
+    #[test]
+    fn cased_words_split_before_capitals_as_the_regex_backtracks() {
+        // A lower-case run may follow an upper-case one; a capital after it starts a word.
+        assert_eq!(Tekken.split("HTTPServer"), ["HTTPServer"]);
+        assert_eq!(Tekken.split("helloWorld"), ["hello", "World"]);
+        // A run of capitals alone is a word of its own.
+        assert_eq!(Tekken.split("NASA rocks"), ["NASA", " rocks"]);
+        // A non-ASCII letter is both upper and lower: the capitals after the last one are
+        // given back to the next word.
+        assert_eq!(Tekken.split("ÉAB."), ["É", "AB", "."]);
+        assert_eq!(Tekken.split("Überall naïve"), ["Überall", " naïve"]);
+        // Tekken's digits one by one, GPT-4o's by three; punctuation keeps its line ends and
+        // slashes after them.
+        assert_eq!(Tekken.split("x12"), ["x", "1", "2"]);
+        assert_eq!(Gpt4o.split("12345"), ["123", "45"]);
+        assert_eq!(Tekken.split(" ((\n/a"), [" ((\n/", "a"]);
+        // GPT-4o's contractions, either case, end the word; Tekken's are punctuation.
+        assert_eq!(Gpt4o.split("WE'LL don't"), ["WE'LL", " don't"]);
+        assert_eq!(Tekken.split("don't"), ["don", "'t"]);
+        // Whitespace as Llama 3's: a line end run, then spaces that leave one to the word.
+        assert_eq!(Tekken.split("a \n\n  b"), ["a", " \n\n", " ", " b"]);
     }
 }
