@@ -111,7 +111,7 @@ pub struct Qwen35<'a> {
 ///
 /// `sections` are checked ([`Qwen35Params`]): their sum is not 0, and neither it nor three
 /// times a section overflows.
-fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Rope {
+fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32, scaling: RopeScaling) -> Rope {
     let sect_dims: usize = sections.iter().sum();
     let follows_e = |i: usize| {
         let sector = i % sect_dims;
@@ -126,7 +126,7 @@ fn imrope_for_text(sections: [usize; 4], n_rot: usize, base: f32) -> Rope {
         n_rot,
         base,
         freq_factors: factors.iter().any(|f| f.is_infinite()).then_some(factors),
-        scaling: RopeScaling::NONE,
+        scaling,
     }
 }
 
@@ -137,7 +137,9 @@ impl<'a> Qwen35<'a> {
         let (hp, dn) = (&q.common, q.dn);
         let dims = &hp.dims;
         let (n_embd, n_layer, n_ff, eps) = (dims.n_embd, q.n_layer, dims.n_ff, hp.eps);
-        let rope = imrope_for_text(q.sections, dims.n_rot, hp.rope_base);
+        // No scaling type is taken, but `rope.scaling.attn_factor` is, as for every model.
+        let scaling = hp.rope_scaling.rope(dims.n_rot, hp.rope_base, true);
+        let rope = imrope_for_text(q.sections, dims.n_rot, hp.rope_base, scaling);
 
         let attn = attn_shape(dims.n_head, dims.n_head_kv, dims.head_dim);
         let (q_dim, kv_dim) = (attn.n_head * attn.head_dim, attn.n_head_kv * attn.head_dim);
