@@ -5,11 +5,17 @@
 
 pub mod cmd;
 
-/// What a binary does before parsing its arguments: a closed pipe ends it quietly, and the
-/// environment's settings go to the libraries before anything is loaded.
+/// What a binary does before parsing its arguments: a closed pipe ends it quietly.
 pub fn start() {
     quiet_on_closed_pipe();
-    configure_from_env();
+}
+
+/// What a binary does once its arguments are parsed, before anything is loaded: the
+/// environment's settings go to the libraries. `gpu`: the command runs its model on the GPU,
+/// where the engine's model is read only for its description, so its weights are left
+/// unpacked (a packed copy, made only to be dropped, would double the memory a load takes).
+pub fn configure(gpu: bool) {
+    configure_from_env(gpu);
 }
 
 /// The process's exit status for a command's result, its error printed (a closed pipe is the
@@ -31,9 +37,10 @@ pub fn exit_code(r: anyhow::Result<()>) -> std::process::ExitCode {
 /// (`SYNAPSE_ISA`, `SYNAPSE_PACK`, `SYNAPSE_PAIRED`, `SYNAPSE_PREFETCH`), how the bandwidth
 /// probe reads (`SYNAPSE_MEMBW_STREAMS`, `SYNAPSE_MEMBW_NO_HUGEPAGES`), and where models dump
 /// their intermediates (`SYNAPSE_DUMP_DIR`). None changes a bit of any output.
-fn configure_from_env() {
+fn configure_from_env(gpu: bool) {
     let var = |k: &str| std::env::var(k).ok();
-    let (kernels, notes) = synapse_quant::KernelConfig::from_vars(var);
+    let (mut kernels, notes) = synapse_quant::KernelConfig::from_vars(var);
+    kernels.no_pack |= gpu;
     for n in notes {
         eprintln!("synapse: {n}");
     }

@@ -79,7 +79,16 @@ fn main() -> std::process::ExitCode {
             a
         }
     });
-    synapse_cli::exit_code(run(Cli::parse_from(args)))
+    let cli = Cli::parse_from(args);
+    let gpu = match &cli.command {
+        Command::Run(a) => a.model.device.gpu(),
+        Command::Chat(a) => a.model.device.gpu(),
+        Command::Eval(a) => a.model.device.gpu(),
+        Command::Bench(a) => a.device.gpu(),
+        _ => false,
+    };
+    synapse_cli::configure(gpu);
+    synapse_cli::exit_code(run(cli))
 }
 
 fn run(cli: Cli) -> Result<()> {

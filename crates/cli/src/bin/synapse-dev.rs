@@ -29,7 +29,9 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     synapse_cli::start();
-    synapse_cli::exit_code(run(Cli::parse()))
+    let cli = Cli::parse();
+    synapse_cli::configure(matches!(&cli.command, Command::BenchGpu(a) if a.model.is_some()));
+    synapse_cli::exit_code(run(cli))
 }
 
 fn run(cli: Cli) -> Result<()> {
