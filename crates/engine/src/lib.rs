@@ -130,6 +130,17 @@ pub enum ModelError {
     /// A draft model for speculative decoding whose vocabulary is not the target's.
     #[error("the draft model's vocabulary is not the target's: {0}")]
     DraftVocabulary(String),
+    /// A joint pass over states that rotate by different RoPEs: LongRoPE's factors are each
+    /// state's, chosen by its context.
+    #[error(
+        "states of {a} and {b} positions cannot share a pass: LongRoPE rotates contexts above \
+         {n_ctx_orig} positions by other factors"
+    )]
+    MixedRopes {
+        a: usize,
+        b: usize,
+        n_ctx_orig: usize,
+    },
     /// A failure of, or a refusal by, the backend running the model (the GPU's).
     #[error("{0}")]
     Backend(String),

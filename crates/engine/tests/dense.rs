@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use synapse_engine::{Logits, Model, Threads};
+use synapse_engine::{Logits, Model, Seq, Threads};
 use synapse_gguf::GgufFile;
 
 #[test]
@@ -65,6 +65,30 @@ fn phi3_longrope_chooses_its_factors_by_the_states_context() {
     };
     assert!(at(long.as_ref(), 4) == at(short.as_ref(), 4));
     assert!(at(long.as_ref(), 5) != at(long.as_ref(), 4));
+    // States on both sides cannot share a joint pass; the error says why.
+    let (mut a, mut b) = (long.new_state(4, 4).unwrap(), long.new_state(8, 4).unwrap());
+    let mut batch = long.new_batch(8).unwrap();
+    let mut seqs = [
+        Seq {
+            state: &mut a,
+            tokens: &ids[..2],
+            logits: Logits::Last,
+        },
+        Seq {
+            state: &mut b,
+            tokens: &ids[..2],
+            logits: Logits::Last,
+        },
+    ];
+    let mut out = vec![0.0; 2 * long.info().n_vocab];
+    let err = long
+        .forward_batch(&mut batch, &mut seqs, &mut out, &Threads::new(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("4 and 8 positions") && err.contains("LongRoPE"),
+        "{err}"
+    );
 }
 
 #[test]

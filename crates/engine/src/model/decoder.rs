@@ -301,11 +301,17 @@ impl ForwardBody for Decoder<'_> {
     ) -> Result<(), ModelError> {
         let d = self.info.n_embd;
         // One RoPE for the pass: LongRoPE's choice must be the same for every sequence.
-        let rope = self.rope_for(seqs.first().map_or(0, |q| q.state.n_ctx()));
-        if seqs.iter().any(|q| self.rope_for(q.state.n_ctx()) != rope) {
-            return Err(ModelError::Hparams(
-                "a joint pass over states on both sides of LongRoPE's original context".into(),
-            ));
+        let a = seqs.first().map_or(0, |q| q.state.n_ctx());
+        let rope = self.rope_for(a);
+        if let (Some(long), Some(q)) = (
+            &self.rope_long,
+            seqs.iter().find(|q| self.rope_for(q.state.n_ctx()) != rope),
+        ) {
+            return Err(ModelError::MixedRopes {
+                a,
+                b: q.state.n_ctx(),
+                n_ctx_orig: long.n_ctx_orig,
+            });
         }
         let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
         self.scale_embeddings(&mut s.x[..n * d]);
