@@ -20,7 +20,8 @@ targets=(llama-quantize llama-imatrix llama-tokenize llama-completion llama-benc
 flags=(-DGGML_NATIVE=ON)
 # The reference is ggml's AVX-512 build: where the CPU also has AMX, -march=native would add
 # ggml's AMX matmuls for the K-quants and Q4_0/Q4_1/Q8_0, another summation order (the golden
-# data came out different on such a machine). Turned off on the compiler's line.
+# data came out different on such a machine), and on our VMs, which list AMX but do not enable
+# its tile state, prompt processing dies of SIGILL in them. Turned off on the compiler's line.
 if [[ $(uname -m) == x86_64 ]]; then
     no_amx="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     flags+=("-DCMAKE_C_FLAGS=$no_amx" "-DCMAKE_CXX_FLAGS=$no_amx")
