@@ -62,7 +62,15 @@ fn vocabs() -> &'static [Vocab] {
         let mut out = Vec::new();
         // SmolLM2's own (`smollm`: StarCoder's regex, no clean-up), then the other regex sets
         // over the same vocabulary, as the golden sets use them.
-        for pre in ["smollm", "qwen2", "llama-bpe", "gpt-2", "default"] {
+        for pre in [
+            "smollm",
+            "qwen2",
+            "llama-bpe",
+            "gpt-2",
+            "default",
+            "tekken",
+            "gpt-4o",
+        ] {
             let mut m = smol.clone();
             m.insert("tokenizer.ggml.pre", Value::String(pre.into()));
             let tok = Tokenizer::from_metadata(&m).unwrap_or_else(|e| panic!("{pre}: {e}"));
