@@ -29,6 +29,8 @@ Outputs:
 - tiny-mistral3-IQ4_NL.gguf: 2 llama layers, 4 query / 2 KV heads of 64, YaRN (factor 5 over an
   original context of 16: the ramp spans pairs 0 to 3) and Llama 4's attention temperature (0.1,
   stepping every 16 positions).
+- tiny-qwen3-yarn-Q4_0.gguf: forward_qwen.py's qwen3 file with YaRN as Qwen's long-context files
+  carry it (type, factor, original context; qwen3 reads no `yarn_*` keys): factor 3 over 8.
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -38,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gguf  # noqa: E402
-from forward_qwen import N_VOCAB, Tiny, run  # noqa: E402
+from forward_qwen import N_VOCAB, Tiny, qwen3, run  # noqa: E402
 
 
 def llama_layers(t, n_head, n_head_kv, hd):
@@ -162,7 +164,8 @@ FILES = [("smollm3", "Q5_K", "Q5_K_M", smollm3), ("granite", "Q6_K", "Q6_K", gra
          ("phi3", "Q4_K", "Q4_K_M", phi3),
          ("phi3", "longrope-Q4_0", "Q4_0", lambda p: phi3(p, 4)),
          ("phi3", "shortrope-Q4_0", "Q4_0", lambda p: phi3(p, 4096)),
-         ("mistral3", "IQ4_NL", "IQ4_NL", mistral3)]
+         ("mistral3", "IQ4_NL", "IQ4_NL", mistral3),
+         ("qwen3", "yarn-Q4_0", "Q4_0", lambda p: qwen3(p, yarn=(3.0, 8)))]
 
 
 def main():

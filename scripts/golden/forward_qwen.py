@@ -114,8 +114,13 @@ def qwen2(path):
     t.finish()
 
 
-def qwen3(path):
+def qwen3(path, yarn=None):
+    """`yarn`: (factor, original context) of YaRN scaling, as Qwen's long-context files carry."""
     t = Tiny(path, "qwen3", 2003)
+    if yarn is not None:
+        t.w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        t.w.add_rope_scaling_factor(yarn[0])
+        t.w.add_rope_scaling_orig_ctx_len(yarn[1])
     n_head, n_head_kv, hd, d = 4, 2, 128, t.n_embd
     t.w.add_head_count(n_head)
     t.w.add_head_count_kv(n_head_kv)

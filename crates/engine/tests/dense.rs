@@ -1,9 +1,9 @@
 //! The dense architectures beyond llama and Gemma 3 against llama.cpp: `smollm3` (a layer in four
 //! without RoPE), `granite` (embedding, residual, attention and logit scales), `gemma2`
 //! (soft-capped attention), `olmo2` (post-norms, whole-vector QK-norm) and `phi3` (fused
-//! projections, partial RoPE, queries scaled after it; LongRoPE's long and short factors) and
-//! `mistral3` (YaRN, attention temperature), small random-weight files with the real metadata,
-//! and G1 and D1 on each. Golden data:
+//! projections, partial RoPE, queries scaled after it; LongRoPE's long and short factors),
+//! `mistral3` (YaRN, attention temperature) and Qwen 3 with YaRN: small random-weight files with
+//! the real metadata, and G1 and D1 on each. Golden data:
 //! `scripts/golden/forward_dense.py` (llama.cpp token by token, one thread).
 
 mod common;
@@ -94,4 +94,11 @@ fn phi3_longrope_chooses_its_factors_by_the_states_context() {
 #[test]
 fn mistral3_matches_llama_cpp_and_keeps_g1_and_d1() {
     check_golden("tiny-mistral3-IQ4_NL", "mistral3");
+}
+
+/// YaRN under an architecture that reads none of its `yarn_*` keys (llama.cpp's defaults):
+/// Qwen 3 as its long-context files carry it, NeoX pairs.
+#[test]
+fn qwen3_with_yarn_matches_llama_cpp() {
+    check_golden("tiny-qwen3-yarn-Q4_0", "qwen3");
 }
