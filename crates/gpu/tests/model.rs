@@ -177,7 +177,7 @@ fn every_dense_architecture_runs_on_the_gpu() {
     // Gemma 2's post-norms, GEGLU, local layers and soft caps (of scores and logits), Qwen
     // 3.5's gated attention and delta nets (their convolution and recurrent states), OLMo 2's
     // layers without pre-norms and its norms over all heads at once, Phi-3's LongRoPE factors
-    // (long and short), Mistral 3's YaRN and attention temperature.
+    // (long and short), Mistral 3's YaRN and attention temperature, Qwen 3's YaRN.
     let gpu = gpu();
     for name in [
         "tiny-qwen2-Q8_0",
@@ -190,6 +190,7 @@ fn every_dense_architecture_runs_on_the_gpu() {
         "tiny-phi3-longrope-Q4_0",
         "tiny-phi3-shortrope-Q4_0",
         "tiny-mistral3-IQ4_NL",
+        "tiny-qwen3-yarn-Q4_0",
     ] {
         check_tiny(&gpu, name);
     }
