@@ -113,10 +113,9 @@ struct Params {
     steps: u32,
     lanes: u32,
     groups_x: u32,
-    w_offset: u32,
     row_base: u32,
     out_rows: u32,
-    _pad: [u32; 2],
+    _pad: [u32; 3],
 }
 
 impl Gpu {
@@ -275,10 +274,9 @@ impl Gpu {
                 steps: m.cols.div_ceil(256) as u32,
                 lanes: (m.cols / 32) as u32,
                 groups_x: groups_x as u32,
-                w_offset: 0,
                 row_base: *first as u32,
                 out_rows: m.rows as u32,
-                _pad: [0; 2],
+                _pad: [0; 3],
             };
             pass.push(
                 Arc::clone(&pipeline),

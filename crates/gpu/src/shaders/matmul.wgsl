@@ -22,13 +22,13 @@ struct Params {
     lanes: u32,
     // Workgroups along x: a grid of more rows than one dimension holds folds into z.
     groups_x: u32,
-    w_offset: u32,
     // A matrix larger than one binding is bound in parts of rows: this part's first row in
     // the whole, and the whole's rows (the stride of y).
     row_base: u32,
     out_rows: u32,
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
@@ -56,7 +56,7 @@ fn main(@builtin(local_invocation_index) li: u32, @builtin(workgroup_id) wg: vec
             if row >= p.rows {
                 break;
             }
-            let wv = decode(p.w_offset + row * p.row_bytes, s, lane);
+            let wv = decode(row * p.row_bytes, s, lane);
             for (var t = 0u; t < TOKENS; t++) {
                 if t0 + t >= p.tokens {
                     break;
