@@ -303,15 +303,15 @@ impl ForwardBody for Decoder<'_> {
         // One RoPE for the pass: LongRoPE's choice must be the same for every sequence.
         let a = seqs.first().map_or(0, |q| q.state.n_ctx());
         let rope = self.rope_for(a);
-        if let (Some(long), Some(q)) = (
-            &self.rope_long,
-            seqs.iter().find(|q| self.rope_for(q.state.n_ctx()) != rope),
-        ) {
-            return Err(ModelError::MixedRopes {
-                a,
-                b: q.state.n_ctx(),
-                n_ctx_orig: long.n_ctx_orig,
-            });
+        if let Some(long) = &self.rope_long {
+            let other = seqs.iter().map(|q| q.state.n_ctx());
+            if let Some(b) = other
+                .into_iter()
+                .find(|&b| !std::ptr::eq(self.rope_for(b), rope))
+            {
+                let n_ctx_orig = long.n_ctx_orig;
+                return Err(ModelError::MixedRopes { a, b, n_ctx_orig });
+            }
         }
         let (mut runs, n) = embed_runs(&self.tok_embd, seqs, s)?;
         self.scale_embeddings(&mut s.x[..n * d]);

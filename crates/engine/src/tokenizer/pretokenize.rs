@@ -580,22 +580,10 @@ impl Cps<'_> {
             let f = flags(pos);
 
             // 's|'t|'re|'ve|'m|'ll|'d
-            if c == '\'' as u32 && pos + 1 < end {
-                let n = cp(pos + 1);
-                if [b's', b't', b'm', b'd'].iter().any(|&x| n == x as u32) {
-                    pos += out.emit(pos + 2);
-                    continue;
-                }
-                if pos + 2 < end {
-                    let nn = cp(pos + 2);
-                    if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
-                        .iter()
-                        .any(|&(a, b)| n == a as u32 && nn == b as u32)
-                    {
-                        pos += out.emit(pos + 3);
-                        continue;
-                    }
-                }
+            let len = self.contraction(pos, end, false);
+            if len > 0 {
+                pos += out.emit(pos + len);
+                continue;
             }
 
             let space = c == ' ' as u32;
@@ -655,15 +643,6 @@ impl Cps<'_> {
                 Flags::NONE
             }
         };
-        // Only ASCII letters lower-case onto the letters the contractions test (checked when
-        // the Unicode table is generated), so ASCII lower-casing is exact here.
-        let lower = |c: u32| {
-            if (b'A' as u32..=b'Z' as u32).contains(&c) {
-                c + 32
-            } else {
-                c
-            }
-        };
         let is_rn = |c: u32| c == '\r' as u32 || c == '\n' as u32;
         let mut pos = start;
         while pos < end {
@@ -671,22 +650,10 @@ impl Cps<'_> {
             let f = flags(pos);
 
             // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-            if c == '\'' as u32 && pos + 1 < end {
-                let n = lower(cp(pos + 1));
-                if [b's', b't', b'm', b'd'].iter().any(|&x| n == x as u32) {
-                    pos += out.emit(pos + 2);
-                    continue;
-                }
-                if pos + 2 < end {
-                    let nn = lower(cp(pos + 2));
-                    if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
-                        .iter()
-                        .any(|&(a, b)| n == a as u32 && nn == b as u32)
-                    {
-                        pos += out.emit(pos + 3);
-                        continue;
-                    }
-                }
+            let len = self.contraction(pos, end, true);
+            if len > 0 {
+                pos += out.emit(pos + len);
+                continue;
             }
 
             // [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen 3.5: [\p{L}\p{M}]+)
@@ -734,34 +701,57 @@ impl Cps<'_> {
                 continue;
             }
 
-            let mut n_ws = 0;
-            let mut last_rn_end = None;
-            while flags(pos + n_ws).is_whitespace() {
-                if is_rn(cp(pos + n_ws)) {
-                    last_rn_end = Some(pos + n_ws + 1);
-                }
-                n_ws += 1;
-            }
-            // \s*[\r\n]+
-            if let Some(e) = last_rn_end {
-                pos = e;
-                out.emit(pos);
-                continue;
-            }
-            // \s+(?!\S)
-            if n_ws > 1 && cp(pos + n_ws) != OUT_OF_RANGE {
-                pos += n_ws - 1;
-                out.emit(pos);
-                continue;
-            }
-            // \s+
-            if n_ws > 0 {
-                pos += n_ws;
-                out.emit(pos);
-                continue;
-            }
-            pos += 1;
+            pos = self.whitespace(pos, end);
             out.emit(pos);
+        }
+    }
+
+    /// `'s|'t|'re|'ve|'m|'ll|'d` at `p` (either case of the letters with `fold`): the length
+    /// of the contraction there, 0 if none. Only ASCII letters lower-case onto the letters it
+    /// tests (checked when the Unicode table is generated), so ASCII folding is exact.
+    fn contraction(&self, p: usize, end: usize, fold: bool) -> usize {
+        let at = |q: usize| {
+            let c = if q < end { self.cps[q] } else { OUT_OF_RANGE };
+            if fold && (b'A' as u32..=b'Z' as u32).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        };
+        if p >= end || self.cps[p] != '\'' as u32 {
+            return 0;
+        }
+        let (n, nn) = (at(p + 1), at(p + 2));
+        if [b's', b't', b'm', b'd'].iter().any(|&x| n == x as u32) {
+            2
+        } else if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
+            .iter()
+            .any(|&(a, b)| n == a as u32 && nn == b as u32)
+        {
+            3
+        } else {
+            0
+        }
+    }
+
+    /// Where the whitespace alternatives that end Llama 3's and its kin's regexes stop, from
+    /// `pos`: `\s*[\r\n]+` (through the last line end of the run), else `\s+(?!\S)` (all but
+    /// the last of a run before other text), else `\s+`; one code point where `pos` holds no
+    /// whitespace (what the hand-written matchers take there).
+    fn whitespace(&self, pos: usize, end: usize) -> usize {
+        let is_rn = |c: u32| c == '\r' as u32 || c == '\n' as u32;
+        let mut n_ws = 0;
+        let mut last_rn_end = None;
+        while pos + n_ws < end && is_space(self.cps[pos + n_ws]) {
+            if is_rn(self.cps[pos + n_ws]) {
+                last_rn_end = Some(pos + n_ws + 1);
+            }
+            n_ws += 1;
+        }
+        match last_rn_end {
+            Some(e) => e,
+            None if n_ws > 1 && pos + n_ws < end => pos + n_ws - 1,
+            None => pos + n_ws.max(1),
         }
     }
 }
@@ -788,23 +778,6 @@ impl Cps<'_> {
             p < end && !(is_space(self.cps[p]) || is_letter(self.cps[p]) || is_number(self.cps[p]))
         };
         let is_rn = |c: u32| c == '\r' as u32 || c == '\n' as u32;
-        // `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?` at `p`: its length.
-        let contraction = |p: usize| {
-            if !contractions || at(p) != '\'' as u32 {
-                return 0;
-            }
-            let is = |q: usize, c: u8| at(q) == c as u32 || at(q) == c.to_ascii_uppercase() as u32;
-            if [b's', b't', b'm', b'd'].iter().any(|&c| is(p + 1, c)) {
-                2
-            } else if [(b'r', b'e'), (b'v', b'e'), (b'l', b'l')]
-                .iter()
-                .any(|&(a, b)| is(p + 1, a) && is(p + 2, b))
-            {
-                3
-            } else {
-                0
-            }
-        };
         let mut pos = start;
         while pos < end {
             let c = self.cps[pos];
@@ -836,7 +809,13 @@ impl Cps<'_> {
                     // `U+L*`: a run of capitals alone.
                     u
                 };
-                pos = word_end + contraction(word_end);
+                // `(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?` (GPT-4o)
+                pos = word_end
+                    + if contractions {
+                        self.contraction(word_end, end, true)
+                    } else {
+                        0
+                    };
                 out.emit(pos);
                 continue;
             }
@@ -862,19 +841,7 @@ impl Cps<'_> {
                 continue;
             }
             // What is left is whitespace: `\s*[\r\n]+`, `\s+(?!\S)`, `\s+`.
-            let mut n_ws = 0;
-            let mut last_rn_end = None;
-            while pos + n_ws < end && is_space(self.cps[pos + n_ws]) {
-                if is_rn(self.cps[pos + n_ws]) {
-                    last_rn_end = Some(pos + n_ws + 1);
-                }
-                n_ws += 1;
-            }
-            pos = match last_rn_end {
-                Some(e) => e,
-                None if n_ws > 1 && pos + n_ws < end => pos + n_ws - 1,
-                None => pos + n_ws.max(1),
-            };
+            pos = self.whitespace(pos, end);
             out.emit(pos);
         }
     }
