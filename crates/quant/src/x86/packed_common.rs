@@ -443,6 +443,15 @@ pub(crate) trait Pack32: Pack {
     /// The distances its one-token kernels ask for its bytes at: [`Ahead::Deep`], or
     /// [`Ahead::Stream`] for Q8_0, which streams best on its own.
     const AHEAD: Ahead = Ahead::Deep;
+    /// Tokens a pass of the AVX-512 `vec_dot`-order kernels takes (2 or 3), whichever measured
+    /// faster: three tokens' 24 accumulators and their operands do not fit the 32 registers,
+    /// a cost that only Q8_0 (whose lanes are plain loads) and Q5_0 (whose lanes cost the most
+    /// to build) earn back.
+    const PASS_TOKENS: usize = 2;
+    /// From how many such passes over a batch's tokens a group's lanes are unpacked once
+    /// (stored, then loaded by every pass) instead of in every pass: a format whose lane is a
+    /// load or a mask of one never gains from it (docs/perf-log.md, "Small batches").
+    const UNPACK_FROM_PASSES: usize = 3;
     /// Values `4l..4l + 4` of the sixteen rows, plus [`Self::OFFSET`], as unsigned bytes.
     ///
     /// # Safety
@@ -463,6 +472,8 @@ impl Pack32 for Q8_0Packed {
     const OFFSET: i32 = 128;
     const MIN: bool = false;
     const AHEAD: Ahead = Ahead::Stream;
+    const PASS_TOKENS: usize = 3;
+    const UNPACK_FROM_PASSES: usize = usize::MAX;
     #[inline(always)]
     unsafe fn lane(&self, l: usize) -> __m512i {
         // SAFETY: a row of `q`; the caller's features.
@@ -544,13 +555,17 @@ unsafe fn nibble_lane8(
 }
 
 /// [`Pack32`] of a packed 4-bit 32-value format (`crate::packed::layout`'s `packed_nibbles`):
-/// `$name` against `$act`, [`Pack32::OFFSET`] `$off`; `min`: with a min.
+/// `$name` against `$act`, [`Pack32::OFFSET`] `$off`; `min`: with a min; `passes of`:
+/// [`Pack32::PASS_TOKENS`]; `unpacked from`: [`Pack32::UNPACK_FROM_PASSES`].
 macro_rules! pack32_nibbles {
-    ($name:ident: $act:ty, offset $off:literal, min $min:tt) => {
+    ($name:ident: $act:ty, offset $off:literal, min $min:tt,
+     passes of $pass:literal unpacked from $unpack:expr) => {
         impl Pack32 for $name {
             type A = $act;
             const OFFSET: i32 = $off;
             const MIN: bool = $min;
+            const PASS_TOKENS: usize = $pass;
+            const UNPACK_FROM_PASSES: usize = $unpack;
             #[inline(always)]
             unsafe fn lane(&self, l: usize) -> __m512i {
                 // SAFETY: the caller's.
@@ -571,10 +586,10 @@ macro_rules! pack32_nibbles {
     };
 }
 
-pack32_nibbles!(Q4_0Packed: BlockQ8_0, offset 8, min false);
-pack32_nibbles!(Q4_1Packed: BlockQ8_1, offset 0, min true);
-pack32_nibbles!(Q5_0Packed: BlockQ8_0, offset 16, min false);
-pack32_nibbles!(Q5_1Packed: BlockQ8_1, offset 0, min true);
+pack32_nibbles!(Q4_0Packed: BlockQ8_0, offset 8, min false, passes of 2 unpacked from 3);
+pack32_nibbles!(Q4_1Packed: BlockQ8_1, offset 0, min true, passes of 2 unpacked from usize::MAX);
+pack32_nibbles!(Q5_0Packed: BlockQ8_0, offset 16, min false, passes of 3 unpacked from 3);
+pack32_nibbles!(Q5_1Packed: BlockQ8_1, offset 0, min true, passes of 2 unpacked from 5);
 
 /// The IQ4_NL levels plus 128, as unsigned bytes (looked up sixteen at a time by `vpshufb`).
 const IQ4NL_PLUS_128: [u8; 16] = {

@@ -174,8 +174,9 @@ pass_entries!(
 );
 
 /// Packed Q6_K groups times every token, as [`q4_k`], the tokens' blocks first reordered for
-/// the paired products ([`q6_k_acts`]): up to eight tokens in passes that unpack as they go,
-/// more from each group unpacked once.
+/// the paired products ([`q6_k_acts`]): up to two passes of eight tokens that unpack as they
+/// go, more from each group unpacked once (at two passes, unpacking again is the faster on an
+/// Intel core: docs/perf-log.md, "Small batches").
 ///
 /// # Safety
 /// As [`q4_k`].
@@ -188,7 +189,7 @@ unsafe fn q6_k(p: &[Q6KPairs], per_row: usize, a: &[BlockQ8K], out: &mut [f32]) 
         // SAFETY: this function's features.
         unsafe { q6_k_acts(a, ya) };
         let a = &ya[..];
-        if n_tok <= 8 {
+        if n_tok <= 16 {
             group_passes!(p, per_row, a, out, q6_k_tokens, 8, [1 2 3 4 5 6 7], ());
         } else {
             UNPACKED_VALUES.with_borrow_mut(|vb| {

@@ -198,8 +198,10 @@ pass_entries!(
 );
 
 /// Packed Q4_K groups (`per_row` blocks each) times every token of `a`, into `out`
-/// (`(n_tok, 16 * groups)`), eight tokens a pass; more than a pass, and each group is unpacked
-/// once for all its passes.
+/// (`(n_tok, 16 * groups)`), eight tokens a pass, each unpacking the nibbles as it goes; more
+/// than four passes, and each group is unpacked once for all of them. Storing and reloading
+/// the unpacked group (4 KiB a block) cost more than unpacking again up to four passes on an
+/// Intel core, and gained 2% at eight on a Zen 5 (docs/perf-log.md, "Small batches").
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/DQ/VL, AVX-512 VNNI, AVX2, FMA and F16C; `a` holds `n_tok *
@@ -209,7 +211,7 @@ unsafe fn q4_k(p: &[Q4KPacked], per_row: usize, a: &[BlockQ8K], out: &mut [f32])
     PAIR_SUMS.with_borrow_mut(|ps| {
         pair_sums(a, ps);
         let n_tok = a.len() / per_row;
-        if n_tok <= 8 {
+        if n_tok <= 32 {
             group_passes!(p, per_row, a, out, q4_k_tokens, 8, [1 2 3 4 5 6 7], (ps));
             return;
         }

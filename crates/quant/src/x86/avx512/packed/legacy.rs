@@ -67,11 +67,6 @@ impl Lanes32 for Unpacked32 {
     }
 }
 
-/// Passes over the tokens from which a group's lanes are unpacked once per call rather than
-/// once per pass: at two passes (four to six tokens, a speculative pass) the store and reload
-/// of the unpacked lanes cost more than unpacking twice.
-const UNPACK_FROM_PASSES: usize = 3;
-
 /// Sixteen rows (`g`) times tokens `t0..t0 + T` (`ys[t]`, `toks[t]`), into `out[(t0 + t) *
 /// stride + r0..][..16]`.
 #[inline]
@@ -201,8 +196,12 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
             // SAFETY: this function's features.
             unsafe { Tok32::new(y, sums, P::OFFSET) }
         }));
-        let per_pass = if REPACKED { TOKENS32_ROWS8 } else { TOKENS32 };
-        let unpack = n_tok.div_ceil(per_pass) >= UNPACK_FROM_PASSES;
+        let per_pass = if REPACKED {
+            TOKENS32_ROWS8
+        } else {
+            P::PASS_TOKENS
+        };
+        let unpack = n_tok.div_ceil(per_pass) >= P::UNPACK_FROM_PASSES;
         if unpack && unpacked.len() < per_row {
             let zero = Unpacked32 {
                 q: [[0; ROWS]; 8],
@@ -252,14 +251,16 @@ unsafe fn lanes32<P: Pack32, const REPACKED: bool>(
             if REPACKED {
                 token_passes!(n_tok, pass, TOKENS32_ROWS8, [1 2 3 4 5 6 7]);
             } else {
-                token_passes!(n_tok, pass, TOKENS32, [1 2]);
+                match P::PASS_TOKENS {
+                    2 => token_passes!(n_tok, pass, 2, [1]),
+                    3 => token_passes!(n_tok, pass, 3, [1 2]),
+                    n => unreachable!("passes of {n} tokens"),
+                }
             }
         }
     });
 }
 
-/// Tokens per pass over a group's 32-value blocks (eight float lanes each).
-const TOKENS32: usize = 3;
 /// Tokens per pass in the repacked order (one float a token).
 const TOKENS32_ROWS8: usize = 8;
 
