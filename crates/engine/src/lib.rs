@@ -73,6 +73,16 @@ pub enum ModelError {
     UnsupportedArchitecture { arch: String, supported: String },
     #[error("tensor `{tensor}` is missing")]
     MissingTensor { tensor: String },
+    #[error(
+        "tensor `{tensor}`{more} is not supported by synapse's `{arch}`: it would be left \
+         unread, and llama.cpp either uses such a tensor or refuses the file"
+    )]
+    UnreadTensor {
+        tensor: String,
+        arch: String,
+        /// ", and N more" where there are.
+        more: String,
+    },
     #[error("tensor `{tensor}` has shape {shape:?}, expected {expected}")]
     Shape {
         tensor: String,

@@ -54,8 +54,9 @@ fn f32_tensor(name: &str, shape: &[u64], v: f32) -> NewTensor {
     (name.into(), GgmlType::F32, shape.to_vec(), data)
 }
 
-/// A two-layer Gemma 3 (no sliding window) made of the tiny llama's weights, with unit norms
-/// for the ones Gemma 3 adds, and `set` applied to its metadata (keys as Gemma 3 spells them).
+/// A two-layer Gemma 3 (no sliding window) made of the tiny llama's weights (less its Llama 3
+/// RoPE factors, which Gemma 3 has not), with unit norms for the ones Gemma 3 adds, and `set`
+/// applied to its metadata (keys as Gemma 3 spells them).
 fn tiny_gemma3(set: &[(&str, Value)]) -> GgufFile {
     let src = tiny_llama();
     let mut w = GgufWriter::new();
@@ -69,7 +70,7 @@ fn tiny_gemma3(set: &[(&str, Value)]) -> GgufFile {
     for (k, v) in set {
         w.set(*k, v.clone());
     }
-    for t in src.tensors() {
+    for t in src.tensors().filter(|t| t.info.name != "rope_freqs.weight") {
         w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
             .unwrap();
     }
@@ -578,6 +579,29 @@ fn expert_counts_and_widths_are_checked() {
     }
     let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
     load_error(&f, &["blk.1.ffn_up_exps.weight"]);
+}
+
+/// A tensor the loader does not read is refused by name, as llama.cpp refuses a file with a
+/// tensor it does not create: a bias llama.cpp would add (in any layer, not only the first),
+/// or a tensor no architecture has. The count of the others is given.
+#[test]
+fn tensors_a_loader_does_not_read_are_named() {
+    let src = tiny_llama();
+    let n_embd = src.tensor("blk.1.attn_output.weight").unwrap().info.shape[1];
+    let bias = f32_tensor("blk.1.attn_output.bias", &[n_embd], 0.0);
+    let e = load_error(
+        &rewrite(&src, &[], &[bias]),
+        &["blk.1.attn_output.bias", "`llama`"],
+    );
+    assert!(!e.contains("more"), "{e}");
+    let extra = [
+        f32_tensor("blk.0.ffn_down.bias", &[n_embd], 0.0),
+        f32_tensor("mystery.weight", &[4], 1.0),
+    ];
+    load_error(
+        &rewrite(&src, &[], &extra),
+        &["blk.0.ffn_down.bias", "(and 1 more)"],
+    );
 }
 
 /// Granite's scales: a logit scale of 0, below 0 or not finite (it divides the logits), or a

@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{GgufError, Result};
 use crate::types::GgmlType;
@@ -191,6 +192,9 @@ pub struct GgufFile {
     backing: Backing,
     header: Header,
     by_name: HashMap<String, usize>,
+    /// Per tensor, whether [`GgufFile::tensor`] was asked for it: what a loader never asked
+    /// for, it ignored ([`GgufFile::unasked_tensors`]).
+    asked: Box<[AtomicBool]>,
 }
 
 /// A tensor's description together with its bytes in the file.
@@ -282,11 +286,17 @@ impl GgufFile {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
+        let asked = header
+            .tensors
+            .iter()
+            .map(|_| AtomicBool::new(false))
+            .collect();
         Ok(GgufFile {
             path: None,
             backing,
             header,
             by_name,
+            asked,
         })
     }
 
@@ -315,7 +325,7 @@ impl GgufFile {
         self.backing.bytes().len() as u64
     }
 
-    /// The named tensor, or an error naming it.
+    /// The named tensor, or an error naming it. The tensor counts as asked for from then on.
     pub fn tensor(&self, name: &str) -> Result<TensorView<'_>> {
         let &i = self
             .by_name
@@ -323,7 +333,18 @@ impl GgufFile {
             .ok_or_else(|| GgufError::MissingTensor {
                 tensor: name.into(),
             })?;
+        self.asked[i].store(true, Ordering::Relaxed);
         Ok(self.view(&self.header.tensors[i]))
+    }
+
+    /// The names of the tensors [`GgufFile::tensor`] was never asked for, in file order: after
+    /// a model's loader, the tensors it ignores.
+    pub fn unasked_tensors(&self) -> Vec<&str> {
+        let tensors = self.header.tensors.iter().zip(self.asked.iter());
+        tensors
+            .filter(|(_, asked)| !asked.load(Ordering::Relaxed))
+            .map(|(t, _)| t.name.as_str())
+            .collect()
     }
 
     /// Every tensor, in file order.

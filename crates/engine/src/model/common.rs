@@ -176,3 +176,18 @@ pub(crate) fn output_matrix<'a>(
         Err(_) => packed(file, tok_embd, "token_embd.weight"),
     }
 }
+
+/// Ask for every tensor of the blocks `blocks` (`blk.{i}.*`) without reading it: blocks a model
+/// passes over as llama.cpp does, which then count as read for the registry's check for tensors
+/// a loader ignored.
+pub(crate) fn pass_over_blocks(file: &GgufFile, blocks: std::ops::Range<usize>) {
+    for info in file.tensor_infos() {
+        let block = info.name.strip_prefix("blk.").and_then(|rest| {
+            let (i, _) = rest.split_once('.')?;
+            i.parse::<usize>().ok()
+        });
+        if block.is_some_and(|i| blocks.contains(&i)) {
+            let _ = file.tensor(&info.name);
+        }
+    }
+}

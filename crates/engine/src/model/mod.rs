@@ -15,7 +15,7 @@ use crate::ops::Rope;
 use crate::ModelError;
 use hparams::MoeParams;
 
-pub(crate) use common::{attn_shape, bytes, mm, mm_many, vector};
+pub(crate) use common::{attn_shape, bytes, mm, mm_many, pass_over_blocks, vector};
 pub use registry::{load, supported_architectures};
 pub use view::{
     AttentionView, DecoderView, DeltaNetView, GateView, LayerView, MixerView, WeightView,

@@ -29,9 +29,9 @@ use super::blocks::{
 };
 use super::hparams::{MoeParams, Qwen35Params};
 use super::{
-    attn_shape, bytes, mm, mm_many, scratch_rows, vector, AttentionView, DecoderView, DeltaNetView,
-    GateView, LayerView, Logits, MixerView, ModelInfo, Scratch, ScratchDims, State, StateBytes,
-    WeightView,
+    attn_shape, bytes, mm, mm_many, pass_over_blocks, scratch_rows, vector, AttentionView,
+    DecoderView, DeltaNetView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch,
+    ScratchDims, State, StateBytes, WeightView,
 };
 use crate::attention::AttnShape;
 use crate::delta_net::{
@@ -196,6 +196,9 @@ impl<'a> Qwen35<'a> {
                 ffn: FeedForward::load(file, i, dims, q.moe.as_ref())?,
             });
         }
+        // The multi-token-prediction blocks after the trunk, which llama.cpp's main pass skips
+        // too.
+        pass_over_blocks(file, n_layer..dims.n_layer);
         Ok(Qwen35 {
             info: ModelInfo::new(arch, n_vocab, hp.n_ctx_train, n_embd, n_layer),
             // The widest dense FFN the scratch holds: a mixture's shared expert's.

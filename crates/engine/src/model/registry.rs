@@ -41,7 +41,9 @@ pub fn supported_architectures() -> Vec<&'static str> {
     REGISTRY.iter().map(|(name, _)| *name).collect()
 }
 
-/// Load the model a GGUF file holds, reading its weights in place.
+/// Load the model a GGUF file holds, reading its weights in place. A tensor its loader did not
+/// read is an error: llama.cpp refuses a file with a tensor it does not create, and uses every
+/// one it creates (a bias, say), so a tensor passed over would give other logits than its.
 pub fn load(file: &GgufFile) -> Result<Box<dyn Model + '_>, ModelError> {
     let arch = file.metadata().str("general.architecture")?;
     let (_, load) = REGISTRY
@@ -51,5 +53,17 @@ pub fn load(file: &GgufFile) -> Result<Box<dyn Model + '_>, ModelError> {
             arch: arch.to_string(),
             supported: supported_architectures().join(", "),
         })?;
-    load(file)
+    let model = load(file)?;
+    let unread = file.unasked_tensors();
+    if let Some(first) = unread.first() {
+        return Err(ModelError::UnreadTensor {
+            tensor: first.to_string(),
+            arch: arch.to_string(),
+            more: match unread.len() - 1 {
+                0 => String::new(),
+                n => format!(" (and {n} more)"),
+            },
+        });
+    }
+    Ok(model)
 }
