@@ -80,7 +80,7 @@ pub enum ModelError {
     UnreadTensor {
         tensor: String,
         arch: String,
-        /// ", and N more" where there are.
+        /// " (and N more)" where there are.
         more: String,
     },
     #[error("tensor `{tensor}` has shape {shape:?}, expected {expected}")]
