@@ -304,11 +304,8 @@ impl ForwardBody for Decoder<'_> {
         let a = seqs.first().map_or(0, |q| q.state.n_ctx());
         let rope = self.rope_for(a);
         if let Some(long) = &self.rope_long {
-            let other = seqs.iter().map(|q| q.state.n_ctx());
-            if let Some(b) = other
-                .into_iter()
-                .find(|&b| !std::ptr::eq(self.rope_for(b), rope))
-            {
+            let mut contexts = seqs.iter().map(|q| q.state.n_ctx());
+            if let Some(b) = contexts.find(|&b| !std::ptr::eq(self.rope_for(b), rope)) {
                 let n_ctx_orig = long.n_ctx_orig;
                 return Err(ModelError::MixedRopes { a, b, n_ctx_orig });
             }
