@@ -23,7 +23,7 @@ OUT = ROOT / "crates/quant/tests/data/encode.gguf"
 BIN = ROOT / "third_party/llama.cpp/build/bin"
 COLS = 512
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K",
-         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
+         "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4"]
 
 
 def rows(rng):
@@ -64,7 +64,7 @@ def main():
         ty = gguf.GGMLQuantizationType[name]
         row = base.ggml_row_size(ty.value, COLS)
         cases = [("plain", None)]
-        if name not in ("F32", "F16", "BF16", "Q8_0"):  # they take no importance
+        if name not in ("F32", "F16", "BF16", "Q8_0", "MXFP4"):  # they take no importance
             cases.append(("weighted", importance))
         for label, qw in cases:
             out = np.zeros((x.shape[0], row), np.uint8)

@@ -45,7 +45,7 @@ gguf.GGML_QUANT_SIZES[T.Q8_1] = (32, 36)
 FTYPES = {
     "Q4_0": T.Q4_0, "Q4_1": T.Q4_1, "Q5_0": T.Q5_0, "Q5_1": T.Q5_1, "Q8_0": T.Q8_0,
     "Q2_K": T.Q2_K, "Q3_K_M": T.Q3_K, "Q4_K_M": T.Q4_K, "Q5_K_M": T.Q5_K, "Q6_K": T.Q6_K,
-    "IQ4_NL": T.IQ4_NL, "IQ4_XS": T.IQ4_XS, "F16": T.F16, "BF16": T.BF16,
+    "IQ4_NL": T.IQ4_NL, "IQ4_XS": T.IQ4_XS, "F16": T.F16, "BF16": T.BF16, "MXFP4_MOE": T.MXFP4,
 }
 # Rows of each tensor kept in a fixture.
 KEEP_ROWS = 6

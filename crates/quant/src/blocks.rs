@@ -218,6 +218,37 @@ pub struct BlockIQ4NL {
 }
 const _: () = assert!(size_of::<BlockIQ4NL>() == 18);
 
+/// MXFP4's levels: twice the values of FP4 (E2M1), `0, 0.5, 1, 1.5, 2, 3, 4, 6` and their
+/// negatives, as ggml stores them; [`e8m0_half`] halves the scale to match.
+pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// MXFP4 (OCP microscaling, gpt-oss's experts): 32 values,
+/// `x = e8m0_half(e) * KVALUES_MXFP4[q]`, q a 4-bit index packed as Q4_0. 17 bytes: its
+/// blocks are not aligned in a row.
+/// ```text
+/// | e: u8 | qs: [16] |
+///   0       1        17
+/// ```
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct BlockMXFP4 {
+    pub e: u8,
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockMXFP4>() == 17);
+
+/// An E8M0 scale halved: `2^(e - 128)`, as ggml's `GGML_E8M0_TO_FP32_HALF` (subnormal for
+/// `e < 2`; `e = 255`, E8M0's NaN, is not special-cased, as there).
+#[inline(always)]
+pub fn e8m0_half(e: u8) -> f32 {
+    let bits = if e < 2 {
+        0x0020_0000u32 << e
+    } else {
+        (e as u32 - 1) << 23
+    };
+    f32::from_bits(bits)
+}
+
 /// IQ4_XS: 256 values in 8 sub-blocks of 32, each an IQ4_NL block without its own `d`:
 /// `x = d * (ls - 32) * KVALUES_IQ4NL[q]`, with the 6-bit `ls` of sub-block `j` made of nibble
 /// `j % 2` of `scales_l[j / 2]` and bits `2j..2j+2` of `scales_h` on top.

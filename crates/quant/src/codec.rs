@@ -100,6 +100,7 @@ impl_blocks! {
     BlockQ8K: Q8_K, dq::dequantize_q8_k, quantize qz::quantize_q8_k;
     BlockIQ4NL: IQ4_NL, dq::dequantize_iq4_nl, dot BlockQ8_0 => dot::vec_dot_iq4_nl_q8_0;
     BlockIQ4XS: IQ4_XS, dq::dequantize_iq4_xs, dot BlockQ8K => dot::vec_dot_iq4_xs_q8_k;
+    BlockMXFP4: MXFP4, dq::dequantize_mxfp4, dot BlockQ8_0 => dot::vec_dot_mxfp4_q8_0;
 }
 
 /// Decode a row: bytes in, floats out (lengths must agree).
@@ -386,14 +387,14 @@ pub(crate) fn vec_dot_erased<B: DotBlock>(w: &[u8], a: &[u8]) -> Result<f32, Qua
 /// Whether llama.cpp's x86-64 AVX-512 build (the reference synapse's logits are checked against)
 /// stores a weight matrix of type `ty` with `rows` rows in its interleaved ("repacked") layout
 /// and multiplies it with its own gemv, whose float order differs from `vec_dot`'s (see
-/// `reference::dot`, `*_rows8`): Q4_0, IQ4_NL, Q4_K and Q2_K matrices whose row count is a
+/// `reference::dot`, `*_rows8`): Q4_0, IQ4_NL, MXFP4, Q4_K and Q2_K matrices whose row count is a
 /// multiple of 8. A fixed rule, not a property of the host: synapse computes the same bits on
 /// every machine.
 pub fn llama_cpp_repacks(ty: GgmlType, rows: usize) -> bool {
     rows.is_multiple_of(8)
         && matches!(
             ty,
-            GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_K | GgmlType::Q2_K
+            GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::MXFP4 | GgmlType::Q4_K | GgmlType::Q2_K
         )
 }
 
@@ -419,6 +420,7 @@ pub(crate) mod rows8 {
     entries! {
         q4_0, q4_0_gemv: BlockQ4_0 => dot::vec_dot_q4_0_q8_0_rows8;
         iq4_nl, iq4_nl_gemv: BlockIQ4NL => dot::vec_dot_iq4_nl_q8_0_rows8;
+        mxfp4, mxfp4_gemv: BlockMXFP4 => dot::vec_dot_mxfp4_q8_0_rows8;
         q4_k, q4_k_gemv: BlockQ4K => dot::vec_dot_q4_k_q8_k_rows8;
         q2_k, q2_k_gemv: BlockQ2K => dot::vec_dot_q2_k_q8_k_rows8;
     }

@@ -233,7 +233,7 @@ static TABLE: &[Kernel] = &{
     use crate::x86::rows as x;
     use crate::x86::{bf16, f16};
     use half::f16 as F16;
-    const ACCELERATED: [Kernel; 72] = [
+    const ACCELERATED: [Kernel; 75] = [
         // Rows, `vec_dot` order.
         row!(BF16, VecDot, Avx512Bf16, x::bf16_512, x::bf16_512_gemv),
         row!(F16, VecDot, Avx512, x::f16_512, x::f16_512_gemv),
@@ -263,6 +263,7 @@ static TABLE: &[Kernel] = &{
         row!(Q6_K, VecDot, Avx2, x::q6_k, x::q6_k_gemv),
         row!(IQ4_NL, VecDot, Avx2, x::iq4_nl, x::iq4_nl_gemv),
         row!(IQ4_XS, VecDot, Avx2, x::iq4_xs, x::iq4_xs_gemv),
+        row!(MXFP4, VecDot, Avx2, x::mxfp4, x::mxfp4_gemv),
         // Rows, llama.cpp's repacked order.
         row!(
             Q4_0,
@@ -287,6 +288,7 @@ static TABLE: &[Kernel] = &{
         ),
         row!(Q4_0, Rows8, Avx2, x::q4_0_rows8, x::q4_0_rows8_gemv),
         row!(IQ4_NL, Rows8, Avx2, x::iq4_nl_rows8, x::iq4_nl_rows8_gemv),
+        row!(MXFP4, Rows8, Avx2, x::mxfp4_rows8, x::mxfp4_rows8_gemv),
         row!(Q4_K, Rows8, Avx2, x::q4_k_rows8, x::q4_k_rows8_gemv),
         row!(Q2_K, Rows8, Avx2, x::q2_k_rows8, x::q2_k_rows8_gemv),
         // Tiles.
@@ -305,6 +307,7 @@ static TABLE: &[Kernel] = &{
         tile!(Q2_K, Rows8, Avx512Vnni, k512::q2_k_rows8, decode),
         tile!(IQ4_XS, VecDot, Avx512Vnni, k512::iq4_xs),
         tile!(IQ4_NL, Rows8, Avx512Vnni, nl512::iq4_nl_rows8),
+        tile!(MXFP4, Rows8, Avx512Vnni, nl512::mxfp4_rows8),
         tile!(BF16, VecDot, Avx512Bf16, bf16::gemm_bf16),
         tile!(F16, VecDot, Avx512, f16::gemm_512::<F16>),
         tile!(F32, VecDot, Avx512, f16::gemm_512::<f32>),
@@ -328,7 +331,7 @@ static TABLE: &[Kernel] = &{
         tile!(BF16, VecDot, Avx2, bf16::gemm_avx2),
         tile!(F32, VecDot, Avx2, f16::gemm_avx2::<f32>),
     ];
-    concat::<100, 19, 119>(concat::<72, 28, 100>(ACCELERATED, PACKED), REFERENCE)
+    concat::<103, 21, 124>(concat::<75, 28, 103>(ACCELERATED, PACKED), REFERENCE)
 };
 
 /// A packed format.
@@ -387,21 +390,22 @@ const PACKED: [Kernel; 28] = {
 };
 
 /// The reference's rows in both orders, last: they run everywhere.
-const REFERENCE: [Kernel; 19] = {
+const REFERENCE: [Kernel; 21] = {
     use crate::codec::rows8;
     let vec_dot = reference! {
         F32: f32; F16: half::f16; BF16: half::bf16;
         Q4_0: BlockQ4_0; Q4_1: BlockQ4_1; Q5_0: BlockQ5_0; Q5_1: BlockQ5_1; Q8_0: BlockQ8_0;
         Q2_K: BlockQ2K; Q3_K: BlockQ3K; Q4_K: BlockQ4K; Q5_K: BlockQ5K; Q6_K: BlockQ6K;
-        IQ4_NL: BlockIQ4NL; IQ4_XS: BlockIQ4XS;
+        IQ4_NL: BlockIQ4NL; IQ4_XS: BlockIQ4XS; MXFP4: BlockMXFP4;
     };
     let rows8 = [
         row!(Q4_0, Rows8, Reference, rows8::q4_0, rows8::q4_0_gemv),
         row!(IQ4_NL, Rows8, Reference, rows8::iq4_nl, rows8::iq4_nl_gemv),
+        row!(MXFP4, Rows8, Reference, rows8::mxfp4, rows8::mxfp4_gemv),
         row!(Q4_K, Rows8, Reference, rows8::q4_k, rows8::q4_k_gemv),
         row!(Q2_K, Rows8, Reference, rows8::q2_k, rows8::q2_k_gemv),
     ];
-    concat::<15, 4, 19>(vec_dot, rows8)
+    concat::<16, 5, 21>(vec_dot, rows8)
 };
 
 /// `a` then `b`, as one array (the table is built in pieces, by instruction set).
@@ -437,7 +441,7 @@ macro_rules! neon {
 #[cfg(target_arch = "aarch64")]
 static TABLE: &[Kernel] = &{
     use crate::aarch64::{self as a, DotProd, Widen};
-    const NEON: [Kernel; 64] = neon! {
+    const NEON: [Kernel; 72] = neon! {
         Q4_0, VecDot: q4_0, q4_0_gemv, q4_0_gemm;
         Q4_1, VecDot: q4_1, q4_1_gemv, q4_1_gemm;
         Q5_0, VecDot: q5_0, q5_0_gemv, q5_0_gemm;
@@ -452,6 +456,8 @@ static TABLE: &[Kernel] = &{
         IQ4_XS, VecDot: iq4_xs, iq4_xs_gemv, iq4_xs_gemm;
         Q4_0, Rows8: q4_0_rows8, q4_0_rows8_gemv, q4_0_rows8_gemm;
         IQ4_NL, Rows8: iq4_nl_rows8, iq4_nl_rows8_gemv, iq4_nl_rows8_gemm;
+        MXFP4, VecDot: mxfp4, mxfp4_gemv, mxfp4_gemm;
+        MXFP4, Rows8: mxfp4_rows8, mxfp4_rows8_gemv, mxfp4_rows8_gemm;
         Q4_K, Rows8: q4_k_rows8, q4_k_rows8_gemv, q4_k_rows8_gemm;
         Q2_K, Rows8: q2_k_rows8, q2_k_rows8_gemv, q2_k_rows8_gemm;
     };
@@ -459,7 +465,7 @@ static TABLE: &[Kernel] = &{
         row!(BF16, VecDot, Neon, a::bf16_dot, a::bf16_gemv),
         tile!(BF16, VecDot, Neon, a::bf16::gemm_bf16),
     ];
-    concat::<66, 19, 85>(concat::<64, 2, 66>(NEON, BF16), REFERENCE)
+    concat::<74, 21, 95>(concat::<72, 2, 74>(NEON, BF16), REFERENCE)
 };
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]

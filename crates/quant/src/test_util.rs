@@ -17,6 +17,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q2_K => &[80, 82],
         T::Q3_K => &[108],
         T::Q6_K => &[208],
+        T::MXFP4 => &[],
         _ => unreachable!("{ty}"),
     }
 }
@@ -28,6 +29,10 @@ pub(crate) fn random_weights(rng: &mut StdRng, ty: GgmlType, n_blocks: usize) ->
         for &at in f16_fields(ty) {
             let v = rng.gen_range(-2.0f32..2.0) * 10f32.powi(rng.gen_range(-4..1));
             b[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+        if ty == GgmlType::MXFP4 {
+            // An E8M0 exponent of 2^-14 to 2^2, the scales' range in real files.
+            b[0] = rng.gen_range(114..=130);
         }
     }
     w
@@ -52,6 +57,9 @@ pub(crate) fn reference_rows8(ty: GgmlType) -> DotFn {
     fn iq4_nl(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
         dot_row::<BlockIQ4NL>(w, a, r::vec_dot_iq4_nl_q8_0_rows8)
     }
+    fn mxfp4(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
+        dot_row::<BlockMXFP4>(w, a, r::vec_dot_mxfp4_q8_0_rows8)
+    }
     fn q4_k(w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
         dot_row::<BlockQ4K>(w, a, r::vec_dot_q4_k_q8_k_rows8)
     }
@@ -61,6 +69,7 @@ pub(crate) fn reference_rows8(ty: GgmlType) -> DotFn {
     match ty {
         GgmlType::Q4_0 => q4_0,
         GgmlType::IQ4_NL => iq4_nl,
+        GgmlType::MXFP4 => mxfp4,
         GgmlType::Q4_K => q4_k,
         GgmlType::Q2_K => q2_k,
         _ => unreachable!("{ty}"),

@@ -174,8 +174,10 @@ fn hostile_values_encode_without_panicking() {
     }
 }
 
-/// What llama-quantize refuses to write, [`check_finite`] finds: in every type, an infinite
-/// weight or one past f16's range makes a non-finite scale; a finite row passes.
+/// What llama-quantize refuses to write, [`check_finite`] finds: in every type with f16 scales,
+/// an infinite weight or one past f16's range makes a non-finite scale; a finite row passes.
+/// (MXFP4's E8M0 exponent reaches every f32 magnitude: ggml writes a block of an infinite
+/// weight with exponent 0 and level 0, as synapse does, and checks only for E8M0's NaN.)
 #[test]
 fn non_finite_output_is_found() {
     use synapse_quant::encode::check_finite;
@@ -185,6 +187,15 @@ fn non_finite_output_is_found() {
         let mut out = vec![0u8; cols / ty.block_len() * ty.block_bytes()];
         quantize_rows(ty, &row, cols, None, &mut out).unwrap();
         check_finite(ty, &out).unwrap();
+        if ty == GgmlType::MXFP4 {
+            let mut bad = row.clone();
+            bad[40] = f32::INFINITY;
+            quantize_rows(ty, &bad, cols, None, &mut out).unwrap();
+            assert_eq!(out[17], 0, "the exponent of the infinite weight's block");
+            out[0] = 0xFF;
+            assert!(check_finite(ty, &out).is_err());
+            continue;
+        }
         let caught = [f32::INFINITY, 1e9].iter().any(|&poison| {
             let mut bad = row.clone();
             bad[40] = poison;

@@ -84,6 +84,7 @@ const FORMATS: &[GgmlType] = &[
     GgmlType::Q8_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 #[test]
@@ -123,6 +124,7 @@ fn round_trip_error_within_budget() {
         GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => 1.3e-1, // 0.106, 0.098, 0.099
         GgmlType::Q3_K => 2.3e-1,                                       // 0.189
         GgmlType::Q2_K => 4e-1,                                         // 0.327
+        GgmlType::MXFP4 => 1.65e-1,                                     // 0.136
         _ => unreachable!(),
     };
     for &ty in FORMATS {
@@ -253,6 +255,7 @@ fn dot_products_match_ggml() {
                     | GgmlType::Q3_K
                     | GgmlType::IQ4_XS
                     | GgmlType::IQ4_NL
+                    | GgmlType::MXFP4
             );
             // The golden F16 and BF16 dots are float64 dots with the F32 activations: rounding
             // those to F16 (BF16) moves each term by at most 2^-11 (2^-8) of its size.

@@ -63,6 +63,10 @@ fn random_weights(rng: &mut StdRng, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
         GgmlType::Q6_K => random_blocks::<BlockQ6K>(rng, n_blocks, |r, b| b.d = scale(r)),
         GgmlType::IQ4_NL => random_blocks::<BlockIQ4NL>(rng, n_blocks, |r, b| b.d = scale(r)),
         GgmlType::IQ4_XS => random_blocks::<BlockIQ4XS>(rng, n_blocks, |r, b| b.d = scale(r)),
+        // Exponents 2^-14 to 2^2: real files' range, products far from overflow.
+        GgmlType::MXFP4 => {
+            random_blocks::<BlockMXFP4>(rng, n_blocks, |r, b| b.e = r.gen_range(114..=130))
+        }
         _ => unreachable!("{ty}"),
     }
 }
@@ -83,6 +87,7 @@ const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 #[test]
@@ -467,6 +472,7 @@ fn repacked_order_kernels_are_bit_identical_to_their_reference() {
     for ty in [
         GgmlType::Q4_0,
         GgmlType::IQ4_NL,
+        GgmlType::MXFP4,
         GgmlType::Q4_K,
         GgmlType::Q2_K,
     ] {
@@ -487,6 +493,10 @@ fn repacked_order_kernels_are_bit_identical_to_their_reference() {
                         cast_blocks(&a).unwrap(),
                     ),
                     GgmlType::IQ4_NL => r::vec_dot_iq4_nl_q8_0_rows8(
+                        cast_blocks(&w).unwrap(),
+                        cast_blocks(&a).unwrap(),
+                    ),
+                    GgmlType::MXFP4 => r::vec_dot_mxfp4_q8_0_rows8(
                         cast_blocks(&w).unwrap(),
                         cast_blocks(&a).unwrap(),
                     ),
@@ -645,7 +655,11 @@ fn tiled_kernels_are_bit_identical_to_the_row_kernel() {
                 .any(|&(t, _, isa)| t == want && isa == "avx512vnni");
             assert!(have, "no AVX-512 VNNI kernel for {want}");
         }
-        for (want, repacked) in [(GgmlType::Q2_K, true), (GgmlType::IQ4_NL, true)] {
+        for (want, repacked) in [
+            (GgmlType::Q2_K, true),
+            (GgmlType::IQ4_NL, true),
+            (GgmlType::MXFP4, true),
+        ] {
             let have = tested
                 .iter()
                 .any(|&(t, r, isa)| t == want && r == repacked && isa == "avx512vnni");

@@ -52,7 +52,14 @@ fn q5_bytes(qs: &[u8; 16], qh: [u8; 4]) -> (uint8x16_t, uint8x16_t) {
 #[inline]
 #[target_feature(enable = "neon")]
 pub(super) fn iq4_values(qs: &[u8]) -> (int8x16_t, int8x16_t) {
-    let table = ld_s8(&KVALUES_IQ4NL, 0);
+    table_values(&KVALUES_IQ4NL, qs)
+}
+
+/// The 32 values of a block of nibbles, each looked up in `table`.
+#[inline]
+#[target_feature(enable = "neon")]
+pub(super) fn table_values(table: &[i8; 16], qs: &[u8]) -> (int8x16_t, int8x16_t) {
+    let table = ld_s8(table, 0);
     let q = ld_u8(qs, 0);
     (
         vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0xF))),
@@ -186,6 +193,11 @@ rows8_split!(
     IQ4NLRows8: BlockIQ4NL => IQ4NL
 );
 
+rows8_split!(
+    /// MXFP4 in the order of llama.cpp's repacked gemv.
+    MXFP4Rows8: BlockMXFP4 => MXFP4
+);
+
 /// IQ4_NL in ggml's x86 `vec_dot` order: blocks in pairs, even blocks into one set of eight
 /// lanes and odd ones into another, added lane by lane before the horizontal sum; a last odd
 /// block fused onto the sum ([`PairedBlocks`]).
@@ -247,5 +259,30 @@ impl Split for IQ4NL {
                 acc.odd.fma(d, lanes);
             }
         }
+    }
+}
+
+/// MXFP4 in ggml's x86 `vec_dot` order: [`IQ4NL`]'s, with MXFP4's levels and E8M0 scale.
+pub(super) struct MXFP4;
+
+impl Split for MXFP4 {
+    type W = BlockMXFP4;
+    type A = BlockQ8_0;
+    type Prep = Prep32;
+    type Acc = PairedBlocks;
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn prep(x: &BlockMXFP4) -> Prep32 {
+        Prep32 {
+            w: table_values(&KVALUES_MXFP4, &x.qs),
+            d: e8m0_half(x.e),
+            m: 0.0,
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn step<D: Dot>(dt: D, p: &Prep32, y: &BlockQ8_0, acc: &mut PairedBlocks) {
+        // SAFETY: this function's features.
+        unsafe { <IQ4NL as Split>::step(dt, p, y, acc) }
     }
 }

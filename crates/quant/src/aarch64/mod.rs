@@ -74,6 +74,8 @@ entries! {
     iq4_nl, iq4_nl_gemv, iq4_nl_gemm: BlockIQ4NL => legacy::IQ4NL;
     q4_0_rows8, q4_0_rows8_gemv, q4_0_rows8_gemm: BlockQ4_0 => legacy::Q4_0Rows8;
     iq4_nl_rows8, iq4_nl_rows8_gemv, iq4_nl_rows8_gemm: BlockIQ4NL => legacy::IQ4NLRows8;
+    mxfp4, mxfp4_gemv, mxfp4_gemm: BlockMXFP4 => legacy::MXFP4;
+    mxfp4_rows8, mxfp4_rows8_gemv, mxfp4_rows8_gemm: BlockMXFP4 => legacy::MXFP4Rows8;
     q2_k, q2_k_gemv, q2_k_gemm: BlockQ2K => kquants::Q2K;
     q3_k, q3_k_gemv, q3_k_gemm: BlockQ3K => kquants::Q3K;
     q4_k, q4_k_gemv, q4_k_gemm: BlockQ4K => kquants::Q4K;

@@ -20,7 +20,7 @@ fn cases(isa: Isa) -> Vec<Case> {
         .collect();
     assert_eq!(
         cases.len(),
-        16,
+        18,
         "{isa:?}: every quantized format in both orders"
     );
     cases

@@ -9,6 +9,7 @@
 mod iq4;
 mod kquants;
 mod legacy;
+mod mxfp4;
 mod search;
 
 use synapse_gguf::GgmlType;
@@ -34,6 +35,7 @@ pub const ENCODABLE: &[GgmlType] = &[
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 /// Whether [`quantize_rows`] can write `ty`.
@@ -41,12 +43,12 @@ pub fn can_encode(ty: GgmlType) -> bool {
     ENCODABLE.contains(&ty)
 }
 
-/// Whether `ty` uses an importance matrix when one is given (the floats and Q8_0 do not).
+/// Whether `ty` uses an importance matrix when one is given (the floats, Q8_0 and MXFP4 do not).
 pub fn uses_importance(ty: GgmlType) -> bool {
     can_encode(ty)
         && !matches!(
             ty,
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0 | GgmlType::MXFP4
         )
 }
 
@@ -109,6 +111,7 @@ pub fn quantize_rows(
         GgmlType::Q6_K => rows::<BlockQ6K>(src, n_per_row, importance, dst, kquants::q6_k),
         GgmlType::IQ4_NL => rows::<BlockIQ4NL>(src, n_per_row, importance, dst, iq4::iq4_nl),
         GgmlType::IQ4_XS => rows::<BlockIQ4XS>(src, n_per_row, importance, dst, iq4::iq4_xs),
+        GgmlType::MXFP4 => rows::<BlockMXFP4>(src, n_per_row, importance, dst, mxfp4::mxfp4),
         // Per-value or per-block formats that take no importance: the codec's encoder.
         _ => crate::quantize_row(ty, src, dst),
     }
@@ -166,6 +169,10 @@ pub fn check_finite(ty: GgmlType, bytes: &[u8]) -> Result<(), QuantError> {
         GgmlType::Q5_1 => first_bad::<BlockQ5_1>(bytes, |b| [b.d, b.m])?,
         GgmlType::Q2_K => first_bad::<BlockQ2K>(bytes, |b| [b.d, b.dmin])?,
         GgmlType::Q4_K => first_bad::<BlockQ4K>(bytes, |b| [b.d, b.dmin])?,
+        // E8M0's NaN; no encoded maximum reaches it.
+        GgmlType::MXFP4 => cast_blocks::<BlockMXFP4>(bytes)?
+            .iter()
+            .position(|b| b.e == 0xFF),
         GgmlType::Q5_K => first_bad::<BlockQ5K>(bytes, |b| [b.d, b.dmin])?,
         _ => {
             return Err(QuantError::Unsupported {

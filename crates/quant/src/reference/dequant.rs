@@ -169,6 +169,14 @@ pub fn dequantize_iq4_nl(b: &BlockIQ4NL, y: &mut [f32]) {
     }
 }
 
+pub fn dequantize_mxfp4(b: &BlockMXFP4, y: &mut [f32]) {
+    let d = e8m0_half(b.e);
+    for (j, &q) in b.qs.iter().enumerate() {
+        y[j] = KVALUES_MXFP4[(q & 0xF) as usize] as f32 * d;
+        y[j + 16] = KVALUES_MXFP4[(q >> 4) as usize] as f32 * d;
+    }
+}
+
 pub fn dequantize_iq4_xs(b: &BlockIQ4XS, y: &mut [f32]) {
     let d = b.d.to_f32();
     for (j, y) in y.chunks_exact_mut(32).enumerate().take(QK_K / 32) {

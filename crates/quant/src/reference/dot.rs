@@ -285,21 +285,38 @@ pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
 
 #[inline]
 pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    // ggml's x86 order: blocks in pairs, even blocks into one set of eight lanes and odd into
-    // another, the two added lane by lane before the horizontal sum; a last odd block is fused
-    // onto that sum.
     let kv = |x: &BlockIQ4NL, j: usize| KVALUES_IQ4NL[nibble(&x.qs, j) as usize] as i32;
+    paired_blocks(x, y, |x| x.d.to_f32(), kv)
+}
+
+/// MXFP4 in ggml's x86 `vec_dot` order: IQ4_NL's, with the block's E8M0 scale.
+#[inline]
+pub fn vec_dot_mxfp4_q8_0(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    let kv = |x: &BlockMXFP4, j: usize| KVALUES_MXFP4[nibble(&x.qs, j) as usize] as i32;
+    paired_blocks(x, y, |x| e8m0_half(x.e), kv)
+}
+
+/// ggml's x86 order for the table formats (IQ4_NL, MXFP4) whose weights have one `scale` a
+/// block: blocks in pairs, even blocks into one set of eight lanes and odd into another, the two
+/// added lane by lane before the horizontal sum; a last odd block is fused onto that sum.
+#[inline(always)]
+fn paired_blocks<X>(
+    x: &[X],
+    y: &[BlockQ8_0],
+    scale: impl Fn(&X) -> f32,
+    kv: impl Fn(&X, usize) -> i32,
+) -> f32 {
     let (mut even, mut odd) = (Lanes8::new(), Lanes8::new());
     let pairs = x.len() / 2;
     for ib in 0..pairs {
         let (x0, y0, x1, y1) = (&x[2 * ib], &y[2 * ib], &x[2 * ib + 1], &y[2 * ib + 1]);
-        even.add_block(y0.d.to_f32() * x0.d.to_f32(), &y0.qs, |j| kv(x0, j));
-        odd.add_block(y1.d.to_f32() * x1.d.to_f32(), &y1.qs, |j| kv(x1, j));
+        even.add_block(y0.d.to_f32() * scale(x0), &y0.qs, |j| kv(x0, j));
+        odd.add_block(y1.d.to_f32() * scale(x1), &y1.qs, |j| kv(x1, j));
     }
     let mut sum = Lanes8(std::array::from_fn(|l| even.0[l] + odd.0[l])).hsum();
     if let (Some(x), Some(y)) = (x.get(2 * pairs), y.get(2 * pairs)) {
         let isum = block_isum(&y.qs, |j| kv(x, j));
-        sum = (y.d.to_f32() * x.d.to_f32()).mul_add(isum as f32, sum);
+        sum = (y.d.to_f32() * scale(x)).mul_add(isum as f32, sum);
     }
     sum
 }
@@ -463,7 +480,7 @@ pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The order of llama.cpp's repacked kernels. On x86 with AVX2, llama.cpp stores Q4_0, IQ4_NL,
+// The order of llama.cpp's repacked kernels. On x86 with AVX2, llama.cpp stores Q4_0, IQ4_NL, MXFP4,
 // Q4_K and (with AVX-512) Q2_K weight matrices whose row count is a multiple of 8 interleaved
 // eight rows at a time and multiplies them with its own gemv, whose per-row float order differs
 // from `vec_dot`'s: each block's (super-block's) exact integer sum is fused into one running
@@ -489,6 +506,17 @@ pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
     for (x, y) in x.iter().zip(y) {
         let isum = block_isum(&y.qs, |j| KVALUES_IQ4NL[nibble(&x.qs, j) as usize] as i32);
         acc = (isum as f32).mul_add(x.d.to_f32() * y.d.to_f32(), acc);
+    }
+    acc
+}
+
+/// Repacked-order MXFP4: as [`vec_dot_q4_0_q8_0_rows8`], with the block's E8M0 scale.
+#[inline]
+pub fn vec_dot_mxfp4_q8_0_rows8(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        let isum = block_isum(&y.qs, |j| KVALUES_MXFP4[nibble(&x.qs, j) as usize] as i32);
+        acc = (isum as f32).mul_add(e8m0_half(x.e) * y.d.to_f32(), acc);
     }
     acc
 }

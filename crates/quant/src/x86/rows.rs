@@ -45,6 +45,8 @@ avx2_entry! {
     q2_k_rows8, q2_k_rows8_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k_rows8;
     q2_k, q2_k_gemv: BlockQ2K => avx2::vec_dot_q2_k_q8_k;
     iq4_nl, iq4_nl_gemv: BlockIQ4NL => avx2::vec_dot_iq4_nl_q8_0;
+    mxfp4, mxfp4_gemv: BlockMXFP4 => avx2::vec_dot_mxfp4_q8_0;
+    mxfp4_rows8, mxfp4_rows8_gemv: BlockMXFP4 => avx2::vec_dot_mxfp4_q8_0_rows8;
 }
 
 /// Type-erased entry to the AVX2 BF16 kernel for one row (rows: [`bf16::gemv_avx2`]).

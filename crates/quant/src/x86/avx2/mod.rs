@@ -376,10 +376,19 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn iq4_values(qs: &[u8]) -> __m256i {
-    // SAFETY: 16 readable bytes each (the table has 16 entries; callers pass 16 bytes).
+    table_values(&KVALUES_IQ4NL, qs)
+}
+
+/// The 32 values of 16 packed bytes of nibbles, each looked up in `table`: low nibbles (values
+/// 0..16) in the low half, high nibbles (16..32) in the high half.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn table_values(table: &[i8; 16], qs: &[u8]) -> __m256i {
+    assert!(qs.len() >= 16);
+    // SAFETY: 16 readable bytes each (the table has 16 entries; `qs` checked above).
     let (table, packed) = unsafe {
         (
-            _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()),
+            _mm_loadu_si128(table.as_ptr().cast()),
             _mm_loadu_si128(qs.as_ptr().cast()),
         )
     };
@@ -431,6 +440,19 @@ pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
         let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
         let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
         acc = (isum as f32).mul_add(d, acc);
+    }
+    acc
+}
+
+/// MXFP4 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_mxfp4_q8_0_rows8`).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_mxfp4_q8_0_rows8(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    let mut acc = 0.0f32;
+    for (x, y) in x.iter().zip(y) {
+        prefetch_ahead(x);
+        let q = table_values(&KVALUES_MXFP4, &x.qs);
+        let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
+        acc = (isum as f32).mul_add(e8m0_half(x.e) * f32_of(y.d), acc);
     }
     acc
 }
@@ -608,6 +630,33 @@ pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
         let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
         let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(y), head_f16x2(x)));
         sum = d.mul_add(isum as f32, sum);
+    }
+    sum
+}
+
+/// MXFP4 in `vec_dot` order (`reference::dot::vec_dot_mxfp4_q8_0`): IQ4_NL's
+/// ([`vec_dot_iq4_nl_q8_0`]) with the block's E8M0 scale.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn vec_dot_mxfp4_q8_0(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    let n = x.len().min(y.len());
+    let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let lanes = |x: &BlockMXFP4, y: &BlockQ8_0| {
+        lanes_ss_i32(table_values(&KVALUES_MXFP4, &x.qs), load32(&y.qs))
+    };
+    let mut pairs = x[..n].chunks_exact(2).zip(y[..n].chunks_exact(2));
+    for (x, y) in &mut pairs {
+        prefetch_ahead(&x[0]);
+        prefetch_ahead(&x[1]);
+        let d0 = _mm256_set1_ps(f32_of(y[0].d) * e8m0_half(x[0].e));
+        let d1 = _mm256_set1_ps(f32_of(y[1].d) * e8m0_half(x[1].e));
+        even = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(lanes(&x[0], &y[0])), even);
+        odd = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(lanes(&x[1], &y[1])), odd);
+    }
+    let mut sum = hsum(_mm256_add_ps(even, odd));
+    if n % 2 == 1 {
+        let (x, y) = (&x[n - 1], &y[n - 1]);
+        let isum = hsum_i32(lanes(x, y));
+        sum = (f32_of(y.d) * e8m0_half(x.e)).mul_add(isum as f32, sum);
     }
     sum
 }

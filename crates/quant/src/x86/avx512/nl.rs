@@ -1,10 +1,11 @@
-//! AVX-512 VNNI products of IQ4_NL and Q4_0 weights in llama.cpp's repacked order
-//! (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`, `vec_dot_q4_0_q8_0_rows8`), where every
-//! block's exact integer sum is fused by `d_x * d_y` into one running float per (row, token).
-//! The two formats share a block layout (an F16 `d`, then 16 bytes of nibbles: values 0..16
-//! low, 16..32 high) and differ only in the value a nibble stands for: a table lookup for
-//! IQ4_NL, `q - 8` for Q4_0 ([`Values`]); Q4_0's blocks go through as IQ4_NL blocks with
-//! Q4_0's table.
+//! AVX-512 VNNI products of IQ4_NL, Q4_0 and MXFP4 weights in llama.cpp's repacked order
+//! (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`, `vec_dot_q4_0_q8_0_rows8`,
+//! `vec_dot_mxfp4_q8_0_rows8`), where every block's exact integer sum is fused by `d_x * d_y`
+//! into one running float per (row, token). The three formats share a block's shape (a scale,
+//! then 16 bytes of nibbles: values 0..16 low, 16..32 high, [`TableBlock`]) and differ in the
+//! value a nibble stands for, a table lookup ([`Values`]), and in the scale: an F16 `d` for
+//! IQ4_NL and Q4_0 (whose blocks go through as IQ4_NL blocks with Q4_0's table), an E8M0
+//! exponent for MXFP4.
 //!
 //! `vpdpbusd` takes unsigned bytes times signed bytes, so a weight's table value `v` (signed)
 //! goes in as `v + 128` and the token's block sum times 128 comes off the exact total:
@@ -56,11 +57,26 @@ pub fn q4_0_rows8(
     Ok(())
 }
 
-/// What a nibble stands for: IQ4_NL's table, or Q4_0's `q - 8`.
+/// Tiled MXFP4 in llama.cpp's repacked order (see [`crate::GemmFn`]).
+pub fn mxfp4_rows8(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    n_tok: usize,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let (x, y, per_row) = gemm_operands::<BlockMXFP4>(w, row_bytes, a, n_tok, out)?;
+    // SAFETY: as in `iq4_nl_rows8`.
+    unsafe { gemm(x, y, per_row, out, Values::Mxfp4) };
+    Ok(())
+}
+
+/// What a nibble stands for: IQ4_NL's table, Q4_0's `q - 8`, or MXFP4's levels.
 #[derive(Clone, Copy)]
 enum Values {
     Iq4Nl,
     Q4_0,
+    Mxfp4,
 }
 
 const Q4_0_VALUES: [i8; 16] = [-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7];
@@ -70,19 +86,74 @@ impl Values {
         match self {
             Values::Iq4Nl => &KVALUES_IQ4NL,
             Values::Q4_0 => &Q4_0_VALUES,
+            Values::Mxfp4 => &KVALUES_MXFP4,
         }
     }
+}
 
+/// A block of 32 nibbles with one scale: what [`gemm`] reads.
+trait TableBlock: bytemuck::Pod {
+    fn qs(&self) -> &[u8; 16];
+    /// Its scale, as f32.
+    fn scale(&self) -> f32;
+    /// Block `b` of each of eight rows: their scales.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and F16C.
+    unsafe fn scales8(xs: &[&[Self]; 8], b: usize) -> __m256;
     /// The single-row AVX2 kernel of the format, for the rows left over.
     ///
     /// # Safety
     /// The CPU must have AVX2, FMA and F16C.
+    unsafe fn row(x: &[Self], y: &[BlockQ8_0], values: Values) -> f32;
+}
+
+impl TableBlock for BlockIQ4NL {
+    #[inline(always)]
+    fn qs(&self) -> &[u8; 16] {
+        &self.qs
+    }
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        f32_of(self.d)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales8(xs: &[&[Self]; 8], b: usize) -> __m256 {
+        let dx: [u16; 8] = std::array::from_fn(|r| xs[r][b].d.to_bits());
+        // SAFETY: 16 readable bytes.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(dx.as_ptr().cast()) })
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn row(self, x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-        match self {
-            Values::Iq4Nl => crate::x86::avx2::vec_dot_iq4_nl_q8_0_rows8(x, y),
+    unsafe fn row(x: &[Self], y: &[BlockQ8_0], values: Values) -> f32 {
+        match values {
             Values::Q4_0 => crate::x86::avx2::vec_dot_q4_0_q8_0_rows8(bytemuck::cast_slice(x), y),
+            _ => crate::x86::avx2::vec_dot_iq4_nl_q8_0_rows8(x, y),
         }
+    }
+}
+
+impl TableBlock for BlockMXFP4 {
+    #[inline(always)]
+    fn qs(&self) -> &[u8; 16] {
+        &self.qs
+    }
+    #[inline(always)]
+    fn scale(&self) -> f32 {
+        e8m0_half(self.e)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scales8(xs: &[&[Self]; 8], b: usize) -> __m256 {
+        let d: [f32; 8] = std::array::from_fn(|r| e8m0_half(xs[r][b].e));
+        // SAFETY: 32 readable bytes.
+        unsafe { _mm256_loadu_ps(d.as_ptr()) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn row(x: &[Self], y: &[BlockQ8_0], _: Values) -> f32 {
+        crate::x86::avx2::vec_dot_mxfp4_q8_0_rows8(x, y)
     }
 }
 
@@ -110,9 +181,9 @@ impl Tokens {
 /// high; `table` holds the table plus 128 in both 128-bit halves.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
-fn unsigned_values(x: &BlockIQ4NL, table: __m256i) -> __m256i {
+fn unsigned_values<B: TableBlock>(x: &B, table: __m256i) -> __m256i {
     // SAFETY: 16 readable bytes.
-    let q = unsafe { _mm_loadu_si128(x.qs.as_ptr().cast()) };
+    let q = unsafe { _mm_loadu_si128(x.qs().as_ptr().cast()) };
     let q = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
     _mm256_shuffle_epi8(table, _mm256_and_si256(q, _mm256_set1_epi8(0x0F)))
 }
@@ -180,11 +251,17 @@ impl Group16 {
 /// Every row of `w` times every token of `a`: rows four at a time by sixteen tokens, then,
 /// for the tokens left over and for decode, eight rows a token (the last rows one by one).
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32], values: Values) {
+unsafe fn gemm<B: TableBlock>(
+    w: &[B],
+    a: &[BlockQ8_0],
+    per_row: usize,
+    out: &mut [f32],
+    values: Values,
+) {
     let rows = w.len() / per_row;
     let n_tok = a.len() / per_row;
     let bytes: &[u8] = bytemuck::cast_slice(w);
-    let row_bytes = per_row * size_of::<BlockIQ4NL>();
+    let row_bytes = per_row * size_of::<B>();
     let groups = n_tok / 16;
     // SAFETY: the caller's CPU has every feature these functions need.
     unsafe {
@@ -193,11 +270,11 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
             for g in 0..groups {
                 let mut r0 = 0;
                 while rows - r0 >= 4 {
-                    rows_by_16::<4>(w, per_row, &g16, (r0, g), out, values);
+                    rows_by_16::<B, 4>(w, per_row, &g16, (r0, g), out, values);
                     r0 += 4;
                 }
                 for r0 in r0..rows {
-                    rows_by_16::<1>(w, per_row, &g16, (r0, g), out, values);
+                    rows_by_16::<B, 1>(w, per_row, &g16, (r0, g), out, values);
                 }
             }
         }
@@ -213,7 +290,7 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
                 r0 += 8;
             }
             for r in r0..rows {
-                o[r] = values.row(&w[r * per_row..][..per_row], y);
+                o[r] = B::row(&w[r * per_row..][..per_row], y, values);
             }
         }
     }
@@ -226,8 +303,8 @@ unsafe fn gemm(w: &[BlockIQ4NL], a: &[BlockQ8_0], per_row: usize, out: &mut [f32
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::needless_range_loop)] // `b` indexes every row and the token groups
-unsafe fn rows_by_16<const R: usize>(
-    w: &[BlockIQ4NL],
+unsafe fn rows_by_16<B: TableBlock, const R: usize>(
+    w: &[B],
     per_row: usize,
     g16: &Group16,
     (r0, g): (usize, usize),
@@ -235,7 +312,7 @@ unsafe fn rows_by_16<const R: usize>(
     values: Values,
 ) {
     let rows = w.len() / per_row;
-    let xs: [&[BlockIQ4NL]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
+    let xs: [&[B]; R] = std::array::from_fn(|r| &w[(r0 + r) * per_row..][..per_row]);
     let table = table128(values);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); R];
@@ -273,7 +350,7 @@ unsafe fn rows_by_16<const R: usize>(
         };
         for r in 0..R {
             let total = _mm512_sub_epi32(_mm512_add_epi32(even[r], odd[r]), s128);
-            let d = _mm512_mul_ps(_mm512_set1_ps(f32_of(xs[r][b].d)), yd);
+            let d = _mm512_mul_ps(_mm512_set1_ps(xs[r][b].scale()), yd);
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), d, acc[r]);
         }
     }
@@ -290,8 +367,8 @@ unsafe fn rows_by_16<const R: usize>(
 /// Eight rows times one token (`toks` its own): lane `r` runs row `r`'s float.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn rows8_by_1(
-    xs: [&[BlockIQ4NL]; 8],
+unsafe fn rows8_by_1<B: TableBlock>(
+    xs: [&[B]; 8],
     y: &[BlockQ8_0],
     toks: &Tokens,
     out: &mut [f32],
@@ -306,9 +383,8 @@ unsafe fn rows8_by_1(
             _mm256_dpbusd_epi32(zero, unsigned_values(&xs[r][b], table), a)
         });
         let total = _mm256_sub_epi32(reduce8(v), _mm256_set1_epi32(toks.s128[b]));
-        let dx: [u16; 8] = std::array::from_fn(|r| xs[r][b].d.to_bits());
-        // SAFETY: 16 readable bytes.
-        let dx = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(dx.as_ptr().cast()) });
+        // SAFETY: this function's features.
+        let dx = unsafe { B::scales8(&xs, b) };
         let d = _mm256_mul_ps(dx, _mm256_set1_ps(toks.d[b]));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), d, acc);
     }
