@@ -19,6 +19,8 @@ Outputs:
 - tiny-qwen35moe-Q4_K.gguf: forward_qwen.py's Qwen 3.5 hybrid (4 layers) with Qwen3.5-35B-A3B's
   feed-forward block: 4 experts, 2 used, and a shared expert scaled by the sigmoid of its own
   gate (`ffn_gate_inp_shexp`, one row).
+- tiny-gpt-oss-MXFP4.gguf: gpt-oss-20b's layer (see `gptoss`): 3 layers, 8 experts, 4 used,
+  every matrix MXFP4.
 - their .logits.gguf: `ids` (96 fixed ids) and `logits` (96 x 257), llama.cpp token by token on one
   thread.
 """
@@ -26,6 +28,7 @@ Outputs:
 import sys
 from pathlib import Path
 
+import gguf
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,8 +115,52 @@ def qwen35moe(path):
     t.finish()
 
 
+def gptoss(path):
+    """gpt-oss-20b's layer at small widths: biased Q/K/V/O projections, a sink logit per head,
+    a sliding window (8 keys here, 128 in the real model) on the even layers, YaRN RoPE, and 8
+    experts (4 used) with biased products, the router biased too; all MXFP4 (--pure), so that
+    the 256-row matrices take llama.cpp's repacked MXFP4 order and the 257-row output its
+    `vec_dot` order."""
+    n_expert, n_used, n_ff_exp = 8, 4, 256
+    t = Tiny(path, "gpt-oss", 3020, n_layer=3, n_ff=n_ff_exp)
+    n_head, n_head_kv, hd, d = 8, 2, 64, t.n_embd
+    w = t.w
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_sliding_window(8)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(8.0)
+    w.add_rope_scaling_orig_ctx_len(64)
+    t.add("token_embd.weight", t.mat(N_VOCAB, d, 1.0))
+    for i in range(t.n_layer):
+        t.add(f"blk.{i}.attn_norm.weight", t.vec(d))
+        t.add(f"blk.{i}.attn_q.weight", t.mat(n_head * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_q.bias", t.mat(1, n_head * hd, 0.3)[0])
+        t.add(f"blk.{i}.attn_k.weight", t.mat(n_head_kv * hd, d, 0.15))
+        t.add(f"blk.{i}.attn_k.bias", t.mat(1, n_head_kv * hd, 0.3)[0])
+        t.add(f"blk.{i}.attn_v.weight", t.mat(n_head_kv * hd, d, 0.1))
+        t.add(f"blk.{i}.attn_v.bias", t.mat(1, n_head_kv * hd, 0.1)[0])
+        t.add(f"blk.{i}.attn_output.weight", t.mat(d, n_head * hd, 0.05))
+        t.add(f"blk.{i}.attn_output.bias", t.mat(1, d, 0.1)[0])
+        # Sinks from far below the scores to far above them: both of ggml's branches.
+        t.add(f"blk.{i}.attn_sinks.weight", t.rng.uniform(-3.0, 6.0, n_head).astype(np.float32))
+        t.add(f"blk.{i}.post_attention_norm.weight", t.vec(d))
+        experts(t, i, n_expert, n_ff_exp)
+        t.add(f"blk.{i}.ffn_gate_inp.bias", t.mat(1, n_expert, 0.5)[0])
+        t.add(f"blk.{i}.ffn_gate_exps.bias", t.mat(n_expert, n_ff_exp, 0.5))
+        t.add(f"blk.{i}.ffn_up_exps.bias", t.mat(n_expert, n_ff_exp, 0.5))
+        t.add(f"blk.{i}.ffn_down_exps.bias", t.mat(n_expert, d, 0.1))
+    t.finish()
+
+
 FILES = [("qwen3moe", "Q4_K", "Q4_K_M", qwen3moe), ("llamamoe", "Q8_0", "Q8_0", llamamoe),
-         ("qwen35moe", "Q4_K", "Q4_K_M", qwen35moe)]
+         ("qwen35moe", "Q4_K", "Q4_K_M", qwen35moe), ("gpt-oss", "MXFP4", "MXFP4_MOE", gptoss)]
 
 
 def main():

@@ -166,6 +166,20 @@ pub fn swiglu(gate: &mut [f32], up: &[f32]) {
     swiglu_scalar(gate, up);
 }
 
+/// gpt-oss's gated activation, as ggml's `swiglu_oai` computes it (a scalar loop, libm's
+/// `expf`): the gate clamped above at 7 and the up value to [-7, 7],
+/// `gate = (x / (1 + e^(1.702 * -x))) * (y + 1)`.
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32]) {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    for (g, &u) in gate.iter_mut().zip(up) {
+        // `std::min(g, limit)` and `std::clamp(u, -limit, limit)`, NaN passing through.
+        let x = if LIMIT < *g { LIMIT } else { *g };
+        let y = u.clamp(-LIMIT, LIMIT);
+        *g = (x / (1.0 + (ALPHA * -x).exp())) * (y + 1.0);
+    }
+}
+
 /// [`swiglu`] one value at a time (the value of its sixteen-lane form, bit for bit).
 fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
     let body = gate.len() / 16 * 16;

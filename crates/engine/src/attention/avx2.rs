@@ -19,7 +19,7 @@ use half::slice::HalfFloatSliceExt;
 
 use super::exp::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::f16::{fma_for_f16_ymm, may_be_f16_tie_ymm, round_f16_ymm, F16_STEP};
-use super::heads::{cap_scores, AttnShape, HeadJob, HeadScratch, LayerRows, Rows};
+use super::heads::{cap_scores, finish, AttnShape, HeadJob, HeadScratch, LayerRows, Rows};
 
 /// `e^x` of four values in double precision, rounded to f32: [`super::avx512`]'s `exp8`, step
 /// for step, with the table read by a gather.
@@ -448,11 +448,13 @@ fn values<const CH: usize, const N: usize>(
         }
     }
     for i in 0..N {
-        let inv = _mm256_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
+        let (ms, inv) = finish(&jobs[i], &scratch[i], sum[i]);
+        let (ms, inv) = (_mm256_set1_ps(ms), _mm256_set1_ps(inv));
         let out = &mut jobs[i].out[..hd];
         for (c, a) in acc[i].iter().enumerate() {
+            let o = _mm256_mul_ps(_mm256_mul_ps(*a, ms), inv);
             // SAFETY: values 8c..8c + 8 of the output (hd of them).
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * c), _mm256_mul_ps(*a, inv)) };
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * c), o) };
         }
     }
 }

@@ -20,7 +20,9 @@ use half::slice::HalfFloatSliceExt;
 
 use super::exp::{C0, C1, C2, INV_LN2_32, SHIFT, TAB};
 use super::f16::{fma_for_f16_zmm, round_f16_zmm, F16_STEP};
-use super::heads::{cap_scores, prefetch_ahead, AttnShape, HeadJob, HeadScratch, LayerRows, Rows};
+use super::heads::{
+    cap_scores, finish, prefetch_ahead, AttnShape, HeadJob, HeadScratch, LayerRows, Rows,
+};
 
 /// `e^x` of eight values in double precision, then rounded to f32: `x 32/ln 2 = k + r` with `k`
 /// an integer, a table of `2^(i/32)` for `k mod 32` and a cubic for `2^(r/32)`. The
@@ -351,7 +353,8 @@ unsafe fn values_f16<const R: usize, const N: usize>(
     }
     let (acc, sum) = ([a0, a1, a2, a3], [s0, s1, s2, s3]);
     for i in 0..N {
-        let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
+        let (ms, inv) = finish(&jobs[i], &scratch[i], sum[i]);
+        let (ms, inv) = (_mm512_set1_ps(ms), _mm512_set1_ps(inv));
         let out = &mut jobs[i].out[..hd];
         for (r, a) in acc[i].iter().enumerate() {
             let halves = [
@@ -363,7 +366,7 @@ unsafe fn values_f16<const R: usize, const N: usize>(
                 unsafe {
                     _mm512_storeu_ps(
                         out.as_mut_ptr().add(32 * r + 16 * k),
-                        _mm512_mul_ps(_mm512_cvtph_ps(h), inv),
+                        _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(h), ms), inv),
                     )
                 };
             }
@@ -892,11 +895,13 @@ fn values<const CH: usize, const N: usize>(
         value_pass::<CH, N, false>(scratch, &rows, n_pos, simd)
     };
     for i in 0..N {
-        let inv = _mm512_set1_ps(if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] });
+        let (ms, inv) = finish(&jobs[i], &scratch[i], sum[i]);
+        let (ms, inv) = (_mm512_set1_ps(ms), _mm512_set1_ps(inv));
         let out = &mut jobs[i].out[..hd];
         for (c, a) in acc[i].iter().enumerate() {
+            let o = _mm512_mul_ps(_mm512_mul_ps(*a, ms), inv);
             // SAFETY: values 16c..16c + 16 of the output (hd of them).
-            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * c), _mm512_mul_ps(*a, inv)) };
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(16 * c), o) };
         }
     }
 }

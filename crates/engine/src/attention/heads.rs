@@ -50,6 +50,60 @@ pub(crate) struct HeadJob<'a> {
     pub(crate) kv_head: usize,
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) first: usize,
+    /// Its head's attention sink, where the layer has them ([`LayerAttn::sinks`]).
+    pub(crate) sink: Option<f32>,
+}
+
+/// What sets one layer's attention apart from another's of the same shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LayerAttn<'a> {
+    /// Keys a query sees, itself included (a sliding window), where not all.
+    pub window: Option<usize>,
+    /// One logit per query head that joins the softmax without a value (gpt-oss's
+    /// `attn_sinks`): it takes a share of the weight from every position.
+    pub sinks: Option<&'a [f32]>,
+}
+
+impl LayerAttn<'_> {
+    /// Every position, no sinks.
+    pub const FULL: LayerAttn<'static> = LayerAttn {
+        window: None,
+        sinks: None,
+    };
+
+    /// The last `window` positions where there is one, no sinks.
+    pub fn window(window: Option<usize>) -> LayerAttn<'static> {
+        LayerAttn {
+            window,
+            sinks: None,
+        }
+    }
+}
+
+/// The end of a head's online softmax, as ggml's flash attention ends it: where the head has a
+/// sink `s`, it joins the running maximum `M` (of the head's scores) and sum `S` as one more
+/// position without a value: `ms = e^(M - s)` rescales the accumulator and `S = S * ms + 1`
+/// (a fused multiply-add in ggml's C) when `s > M`, else `S = S + e^(s - M)`. Returns the
+/// accumulator's factor `ms` (1 without a sink: an exact product) and the output's `1 / S` (0
+/// for a sum of 0, as ggml). The output is `(acc * ms) * inv`, two roundings, as ggml's two
+/// `ggml_vec_scale_f32`.
+#[inline]
+pub(crate) fn finish(job: &HeadJob, sc: &HeadScratch, sum: f32) -> (f32, f32) {
+    let (ms, sum) = match job.sink {
+        None => (1.0, sum),
+        Some(s) => {
+            let m = sc.scores[..job.n_pos]
+                .iter()
+                .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+            if s > m {
+                let ms = (m - s).exp();
+                (ms, sum.mul_add(ms, 1.0))
+            } else {
+                (1.0, sum.mul_add(1.0, (s - m).exp()))
+            }
+        }
+    };
+    (ms, if sum == 0.0 { 0.0 } else { 1.0 / sum })
 }
 
 /// One head's working rows; F16 values are held as f32 (exactly), and rounding to F16 is a trip

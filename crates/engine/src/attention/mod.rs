@@ -15,8 +15,8 @@ mod heads;
 
 use f16::*;
 pub(crate) use heads::cap_scores;
-pub use heads::{AttnShape, MAX_HEAD_DIM};
-use heads::{HeadJob, HeadScratch};
+use heads::{finish, HeadJob, HeadScratch};
+pub use heads::{AttnShape, LayerAttn, MAX_HEAD_DIM};
 
 /// Causal attention of one token over `n_pos` cached positions (`keys`, `values`:
 /// `(n_head_kv, n_pos, head_dim)`, the cache's layout), as ggml-cpu's flash attention computes
@@ -54,12 +54,13 @@ pub fn attend_batch(
     kv: &crate::kv::KvCache,
     layer: usize,
     pos0: usize,
-    window: Option<usize>,
+    la: LayerAttn<'_>,
     out: &mut [f32],
     threads: &crate::Threads,
 ) {
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = q.len() / q_dim;
+    let window = la.window;
     #[cfg(target_arch = "x86_64")]
     let fast = Fast::for_width(hd);
     #[cfg(target_arch = "x86_64")]
@@ -85,7 +86,7 @@ pub fn attend_batch(
         kv,
         layer,
         pos0,
-        window,
+        la,
         rows: None,
         #[cfg(target_arch = "x86_64")]
         fast,
@@ -126,12 +127,13 @@ pub fn attend_rows(
     q: &[f32],
     rows: &[(&crate::kv::KvCache, usize)],
     layer: usize,
-    window: Option<usize>,
+    la: LayerAttn<'_>,
     out: &mut [f32],
     threads: &crate::Threads,
 ) {
     let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let n = rows.len();
+    let window = la.window;
     let Some(&(kv, _)) = rows.first() else { return };
     let heads = Heads {
         s,
@@ -139,7 +141,7 @@ pub fn attend_rows(
         kv,
         layer,
         pos0: 0,
-        window,
+        la,
         rows: Some(rows),
         #[cfg(target_arch = "x86_64")]
         fast: Fast::for_width(hd),
@@ -239,7 +241,7 @@ struct Heads<'a> {
     kv: &'a crate::kv::KvCache,
     layer: usize,
     pos0: usize,
-    window: Option<usize>,
+    la: LayerAttn<'a>,
     /// For tokens of different sequences ([`attend_rows`]): each token's cache and position,
     /// instead of `kv` and `pos0 + t`.
     rows: Option<&'a [(&'a crate::kv::KvCache, usize)]>,
@@ -311,7 +313,7 @@ impl Heads<'_> {
             Some(rows) => rows[t],
             None => (self.kv, self.pos0 + t),
         };
-        let first = first_seen(self.window, pos);
+        let first = first_seen(self.la.window, pos);
         let kv_head = s.kv_head(h);
         HeadJob {
             q: &self.q[t * q_dim + h * hd..][..hd],
@@ -321,6 +323,7 @@ impl Heads<'_> {
             out,
             kv_head,
             first,
+            sink: self.la.sinks.map(|x| x[h]),
         }
     }
 
@@ -407,6 +410,7 @@ fn attend_head<O: HeadOps>(
         out,
         kv_head,
         first: 0,
+        sink: None,
     };
     attend_heads::<O, 1>(s, [job], std::slice::from_mut(scratch));
 }
@@ -453,9 +457,9 @@ fn attend_heads<O: HeadOps, const N: usize>(
             let v = &job.values[j * hd..][..hd];
             step::<O>(&mut scratch[i], j, v, simd, &mut m[i], &mut sum[i]);
         }
-        let inv = if sum[i] == 0.0 { 0.0 } else { 1.0 / sum[i] };
+        let (ms, inv) = finish(job, &scratch[i], sum[i]);
         for (o, a) in job.out.iter_mut().zip(&scratch[i].acc[..hd]) {
-            *o = a * inv;
+            *o = (a * ms) * inv;
         }
     }
 }

@@ -492,14 +492,25 @@ fn fast_heads_match_scalar(
                     _ => 0,
                 }
         };
+        // Heads with a sink below and above their scores, and none.
+        let sink = |h: usize| [None, Some(-5.0), Some(8.0)][h % 3];
         let mut want = vec![0.0; n_head * hd];
-        let mut scratch = HeadScratch::new();
-        for (h, o) in want.chunks_exact_mut(hd).enumerate() {
-            let (k, v) = (&keys[first(h) * hd..], &values[first(h) * hd..]);
-            attend_head::<Scalar>(&s, h, &q, k, v, head, seen(h), o, &mut scratch);
+        let mut scratch = [HeadScratch::new()];
+        let group = n_head / n_head_kv;
+        for (h, out) in want.chunks_exact_mut(hd).enumerate() {
+            let job = HeadJob {
+                q: &q[h * hd..][..hd],
+                keys: &keys[(h / group) * head + first(h) * hd..],
+                values: &values[(h / group) * head + first(h) * hd..],
+                n_pos: seen(h),
+                out,
+                kv_head: h / group,
+                first: first(h),
+                sink: sink(h),
+            };
+            attend_heads::<Scalar, 1>(&s, [job], &mut scratch);
         }
         let mut got = vec![0.0; n_head * hd];
-        let group = n_head / n_head_kv;
         let mut jobs: Vec<HeadJob> = got
             .chunks_exact_mut(hd)
             .enumerate()
@@ -513,6 +524,7 @@ fn fast_heads_match_scalar(
                 out,
                 kv_head: h / group,
                 first: first(h),
+                sink: sink(h),
             })
             .collect();
         let mut scratch: Vec<HeadScratch> = (0..n_head).map(|_| HeadScratch::new()).collect();
@@ -628,4 +640,63 @@ fn vector_exp_is_libm_expf() {
             }
         }
     });
+}
+
+/// A sink joins the softmax as a position without a value: the weights of the real positions
+/// are `e^(s_j) / (Σ e^(s_i) + e^(sink))`, whether the sink is above every score or below.
+#[test]
+fn a_sink_takes_its_share_of_the_softmax() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(44);
+    let (hd, n_pos) = (64, 9);
+    let s = AttnShape {
+        n_head: 1,
+        n_head_kv: 1,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        softcap: None,
+    };
+    let f16s = |rng: &mut rand::rngs::StdRng, n: usize| -> Vec<half::f16> {
+        (0..n)
+            .map(|_| half::f16::from_f32(rng.gen_range(-1.0..1.0)))
+            .collect()
+    };
+    let (keys, values) = (f16s(&mut rng, n_pos * hd), f16s(&mut rng, n_pos * hd));
+    let q: Vec<f32> = (0..hd).map(|_| rng.gen_range(-2.0..2.0)).collect();
+    let scores: Vec<f64> = (0..n_pos)
+        .map(|j| {
+            let k = &keys[j * hd..][..hd];
+            q.iter()
+                .zip(k)
+                .map(|(a, b)| *a as f64 * b.to_f64())
+                .sum::<f64>()
+                * s.scale as f64
+        })
+        .collect();
+    let top = scores.iter().cloned().fold(f64::MIN, f64::max);
+    for sink in [None, Some(top as f32 - 2.0), Some(top as f32 + 1.5)] {
+        let mut out = vec![0.0f32; hd];
+        let job = HeadJob {
+            q: &q,
+            keys: &keys,
+            values: &values,
+            n_pos,
+            out: &mut out,
+            kv_head: 0,
+            first: 0,
+            sink,
+        };
+        attend_heads::<Scalar, 1>(&s, [job], &mut [HeadScratch::new()]);
+        let z: f64 =
+            scores.iter().map(|x| x.exp()).sum::<f64>() + sink.map_or(0.0, |x| (x as f64).exp());
+        for (d, &got) in out.iter().enumerate() {
+            let want: f64 = (0..n_pos)
+                .map(|j| scores[j].exp() / z * values[j * hd + d].to_f64())
+                .sum();
+            assert!(
+                (got as f64 - want).abs() < 2e-3,
+                "sink {sink:?}, value {d}: {got} vs {want}"
+            );
+        }
+    }
 }

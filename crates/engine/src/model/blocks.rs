@@ -12,7 +12,7 @@ pub(crate) use super::ffn::{Activation, Ffn};
 use super::hparams::{Dims, MoeParams};
 use super::moe::Moe;
 use super::{mm, mm_many, vector, Acts, AttentionView, Scratch, WeightView};
-use crate::attention::{attend_batch, attend_rows, AttnShape};
+use crate::attention::{attend_batch, attend_rows, AttnShape, LayerAttn};
 use crate::kv::KvCache;
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, AttnTemp, Rope};
@@ -63,6 +63,10 @@ pub(crate) struct Attention<'a> {
     pub bv: Option<Vec<f32>>,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    /// The output projection's bias (gpt-oss).
+    pub bo: Option<Vec<f32>>,
+    /// One sink logit per query head (gpt-oss, [`LayerAttn::sinks`]).
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl<'a> Attention<'a> {
@@ -110,6 +114,24 @@ impl<'a> Attention<'a> {
             bv: optional_vector(file, &p("attn_v.bias"), kv_dim)?,
             q_norm: norm("attn_q_norm.weight")?,
             k_norm: norm("attn_k_norm.weight")?,
+            bo: None,
+            sinks: None,
+        })
+    }
+
+    /// With gpt-oss's additions to layer `i`: the output projection's bias
+    /// (`attn_output.bias`) and the heads' sinks (`attn_sinks.weight`), both required.
+    pub fn with_output_bias_and_sinks(
+        self,
+        file: &'a GgufFile,
+        i: usize,
+        n_embd: usize,
+        n_head: usize,
+    ) -> Result<Attention<'a>, ModelError> {
+        Ok(Attention {
+            bo: Some(vector(file, &format!("blk.{i}.attn_output.bias"), n_embd)?),
+            sinks: Some(vector(file, &format!("blk.{i}.attn_sinks.weight"), n_head)?),
+            ..self
         })
     }
 
@@ -190,7 +212,7 @@ impl<'a> Attention<'a> {
         [&self.wq, &self.wk, &self.wv, &self.wo]
     }
 
-    /// `s.o = Wo · s.att` for `n` rows.
+    /// `s.o = Wo · s.att (+ bo)` for `n` rows.
     #[inline(always)]
     pub fn output(&self, s: &mut Scratch, n: usize, threads: &Threads) {
         mm(
@@ -202,6 +224,10 @@ impl<'a> Attention<'a> {
             &mut s.o,
             threads,
         );
+        if let Some(b) = &self.bo {
+            add_bias_rows(&mut s.o, b, n);
+            crate::profile::mark("bias");
+        }
     }
 }
 
@@ -266,7 +292,7 @@ pub(crate) fn rope_and_store(
 
 /// Causal attention of the `n` queries in `s.q` (positions `pos0..`) over cache layer
 /// `kv_layer`, into `s.att`: each token sees the positions up to its own, or only the last
-/// `window` of them.
+/// `la.window` of them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend_causal(
@@ -276,7 +302,7 @@ pub(crate) fn attend_causal(
     kv_layer: usize,
     pos0: usize,
     n: usize,
-    window: Option<usize>,
+    la: LayerAttn<'_>,
     threads: &Threads,
 ) {
     let q_dim = a.n_head * a.head_dim;
@@ -286,7 +312,7 @@ pub(crate) fn attend_causal(
         kv,
         kv_layer,
         pos0,
-        window,
+        la,
         &mut s.att,
         threads,
     );
@@ -310,7 +336,7 @@ impl<'a> FeedForward<'a> {
         moe: Option<&MoeParams>,
     ) -> Result<FeedForward<'a>, ModelError> {
         Ok(match moe {
-            Some(p) => FeedForward::Routed(Moe::load(file, i, dims.n_embd, p, true)?),
+            Some(p) => FeedForward::Routed(Moe::load(file, i, dims.n_embd, p)?),
             None => FeedForward::Dense(Ffn::load(file, i, dims.n_embd, dims.n_ff)?),
         })
     }
@@ -375,7 +401,7 @@ pub(crate) fn layer_matrices<'m, 'a>(
     attn.matrices().into_iter().chain(ffn.matrices())
 }
 
-/// A pre-norm decoder layer (llama, Qwen2, Qwen3):
+/// A pre-norm decoder layer (llama, Qwen2, Qwen3, gpt-oss):
 /// `x += Wo · attn(norm(x))`, then `x += ffn(norm(x))`.
 pub(crate) struct DecoderLayer<'a> {
     pub attn_norm: Vec<f32>,
@@ -384,6 +410,20 @@ pub(crate) struct DecoderLayer<'a> {
     pub ffn: FeedForward<'a>,
     /// Whether its queries and keys take RoPE (SmolLM3's every fourth layer does not).
     pub rotates: bool,
+    /// The keys its queries see, where not all (gpt-oss's sliding-window layers).
+    pub window: Option<usize>,
+}
+
+/// What a [`DecoderLayer`] of an architecture holds besides the llama layer's tensors.
+pub(crate) struct LayerSpec<'m> {
+    /// Per-head RMSNorm of queries and keys before RoPE (`attn_{q,k}_norm`).
+    pub qk_norm: bool,
+    /// The output projection's bias and the heads' sinks (gpt-oss).
+    pub out_bias_and_sinks: bool,
+    /// The name of the feed-forward block's norm: `ffn_norm`, or gpt-oss's `post_attention_norm`.
+    pub ffn_norm: &'static str,
+    /// Its feed-forward block a mixture of these experts, where it is one.
+    pub moe: Option<&'m MoeParams>,
 }
 
 /// RoPE over no dimensions: what a layer without RoPE applies.
@@ -417,17 +457,29 @@ impl<'a> DecoderLayer<'a> {
         i: usize,
         dims: &Dims,
         a: &AttnShape,
-        qk_norm: bool,
-        moe: Option<&MoeParams>,
+        spec: &LayerSpec,
     ) -> Result<DecoderLayer<'a>, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
+        let mut attn = Attention::load(file, i, dims.n_embd, a, spec.qk_norm)?;
+        if spec.out_bias_and_sinks {
+            attn = attn.with_output_bias_and_sinks(file, i, dims.n_embd, a.n_head)?;
+        }
         Ok(DecoderLayer {
             attn_norm: vector(file, &p("attn_norm"), dims.n_embd)?,
-            attn: Attention::load(file, i, dims.n_embd, a, qk_norm)?,
-            ffn_norm: vector(file, &p("ffn_norm"), dims.n_embd)?,
-            ffn: FeedForward::load(file, i, dims, moe)?,
+            attn,
+            ffn_norm: vector(file, &p(spec.ffn_norm), dims.n_embd)?,
+            ffn: FeedForward::load(file, i, dims, spec.moe)?,
             rotates: true,
+            window: None,
         })
+    }
+
+    /// Its attention's window and sinks.
+    fn la(&self) -> LayerAttn<'_> {
+        LayerAttn {
+            window: self.window,
+            sinks: self.attn.sinks.as_deref(),
+        }
     }
 
     /// Layer `l` over the `n` rows of `s.x` at positions `pos0..`, its keys and values stored in
@@ -466,7 +518,7 @@ impl<'a> DecoderLayer<'a> {
         if m == 0 {
             return;
         }
-        attend_causal(a, s, kv, l, p, m, None, c.threads);
+        attend_causal(a, s, kv, l, p, m, self.la(), c.threads);
         c.tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
         self.output_and_ffn(c, l, s, p, m);
     }
@@ -494,7 +546,7 @@ impl<'a> DecoderLayer<'a> {
                 t += r.n;
             }
         }
-        attend_runs(c.a, s, runs, l, None, c.threads);
+        attend_runs(c.a, s, runs, l, self.la(), c.threads);
         self.output_and_ffn(c, l, s, 0, n);
     }
 
@@ -592,15 +644,15 @@ pub(crate) fn rope_and_store_runs(
 }
 
 /// Causal attention of each run's queries over its own cache layer `kv_layer` (or only the last
-/// `window` positions of it), into its rows of `s.att`: consecutive runs of one token (decode steps) in one call ([`attend_rows`]),
-/// longer runs (prompt chunks) one call each.
+/// `la.window` positions of it), into its rows of `s.att`: consecutive runs of one token
+/// (decode steps) in one call ([`attend_rows`]), longer runs (prompt chunks) one call each.
 #[inline(always)]
 pub(crate) fn attend_runs(
     a: &AttnShape,
     s: &mut Scratch,
     runs: &[Run<'_>],
     kv_layer: usize,
-    window: Option<usize>,
+    la: LayerAttn<'_>,
     threads: &Threads,
 ) {
     let q_dim = a.n_head * a.head_dim;
@@ -618,12 +670,12 @@ pub(crate) fn attend_runs(
             );
             let m = rows.len();
             let (q, att) = (&s.q[t * q_dim..(t + m) * q_dim], &mut s.att[t * q_dim..]);
-            attend_rows(a, q, &rows, kv_layer, window, att, threads);
+            attend_rows(a, q, &rows, kv_layer, la, att, threads);
             (t, i) = (t + m, i + m);
             continue;
         }
         let (q, att) = (&s.q[t * q_dim..(t + r.n) * q_dim], &mut s.att[t * q_dim..]);
-        attend_batch(a, q, r.kv, kv_layer, r.pos0, window, att, threads);
+        attend_batch(a, q, r.kv, kv_layer, r.pos0, la, att, threads);
         (t, i) = (t + r.n, i + 1);
     }
     crate::profile::mark("attention");

@@ -15,7 +15,7 @@ use synapse_gguf::GgufFile;
 use super::batch::{embed_runs, logit_rows};
 use super::blocks::{
     add_bias_rows, embed, matrix, optional_vector, output_logits, output_matrix, Activation,
-    DecoderLayer, FeedForward, LayerCtx,
+    DecoderLayer, FeedForward, LayerCtx, LayerSpec,
 };
 use super::hparams::{Common, MoeParams};
 use super::{
@@ -40,8 +40,41 @@ pub(crate) struct DecoderSpec {
     pub qk_norm: bool,
     /// Every layer's feed-forward block a mixture of these experts, where it is one.
     pub moe: Option<MoeParams>,
+    /// The gate's activation (SwiGLU, or gpt-oss's clamped form).
+    pub act: Activation,
+    /// A sliding window of this many keys on the layers flagged (gpt-oss).
+    pub window: Option<(usize, Vec<bool>)>,
+    /// The output projection's bias and the heads' attention sinks (gpt-oss).
+    pub out_bias_and_sinks: bool,
+    /// The name of the feed-forward block's norm (`ffn_norm`; gpt-oss's `post_attention_norm`).
+    pub ffn_norm: &'static str,
     /// Scales and RoPE-less layers some members of the family add.
     pub extras: Extras,
+}
+
+impl DecoderSpec {
+    /// The llama layer's: SwiGLU, every key seen, no output bias or sinks, `ffn_norm`.
+    pub fn llama_layer(
+        arch: &'static str,
+        hp: Common,
+        rope: Rope,
+        qk_norm: bool,
+        moe: Option<MoeParams>,
+    ) -> DecoderSpec {
+        DecoderSpec {
+            arch,
+            hp,
+            rope,
+            rope_long: None,
+            qk_norm,
+            moe,
+            act: Activation::Silu,
+            window: None,
+            out_bias_and_sinks: false,
+            ffn_norm: "ffn_norm",
+            extras: Extras::default(),
+        }
+    }
 }
 
 /// The RoPE of a LongRoPE model's long contexts.
@@ -79,6 +112,7 @@ pub struct Decoder<'a> {
     info: ModelInfo,
     n_ff: usize,
     moe: Option<MoeParams>,
+    act: Activation,
     extras: Extras,
     eps: f32,
     attn: AttnShape,
@@ -107,12 +141,22 @@ impl<'a> Decoder<'a> {
         let rotates = |l: usize| !x.no_rope && x.nope_every.is_none_or(|n| (l + 1) % n != 0);
         let tok_embd = matrix(file, "token_embd.weight", n_embd, Some(spec.hp.n_vocab))?;
         let n_vocab = tok_embd.rows;
+        let layer_spec = LayerSpec {
+            qk_norm: spec.qk_norm,
+            out_bias_and_sinks: spec.out_bias_and_sinks,
+            ffn_norm: spec.ffn_norm,
+            moe: spec.moe.as_ref(),
+        };
+        let window = |l: usize| match &spec.window {
+            Some((w, local)) if local[l] => Some(*w),
+            _ => None,
+        };
         let layers = (0..dims.n_layer)
             .map(|i| {
-                let layer =
-                    DecoderLayer::load(file, i, dims, &attn, spec.qk_norm, spec.moe.as_ref());
+                let layer = DecoderLayer::load(file, i, dims, &attn, &layer_spec);
                 layer.map(|l| DecoderLayer {
                     rotates: rotates(i),
+                    window: window(i),
                     ..l
                 })
             })
@@ -128,6 +172,7 @@ impl<'a> Decoder<'a> {
             // A mixture's layers have no dense block to size the scratch for.
             n_ff: spec.moe.map_or(dims.n_ff, |p| p.n_ff_exp),
             moe: spec.moe,
+            act: spec.act,
             extras: spec.extras,
             eps: spec.hp.eps,
             attn,
@@ -199,6 +244,9 @@ impl ForwardBody for Decoder<'_> {
             let FeedForward::Dense(f) = &l.ffn else {
                 return None;
             };
+            if l.window.is_some() || l.attn.sinks.is_some() || l.attn.bo.is_some() {
+                return None;
+            }
             Some(LayerView {
                 attn_norm: Some(&l.attn_norm),
                 mixer: MixerView::Attention(l.attn.view(l.rotates.then_some(&self.rope), None)),
@@ -254,7 +302,7 @@ impl ForwardBody for Decoder<'_> {
             a: &self.attn,
             rope,
             eps: self.eps,
-            act: Activation::Silu,
+            act: self.act,
             residual_scale: self.extras.residual_scale,
             q_scale: self.extras.q_scale,
             q_temp: self.extras.q_temp,
@@ -318,7 +366,7 @@ impl ForwardBody for Decoder<'_> {
             a: &self.attn,
             rope,
             eps: self.eps,
-            act: Activation::Silu,
+            act: self.act,
             residual_scale: self.extras.residual_scale,
             q_scale: self.extras.q_scale,
             q_temp: self.extras.q_temp,

@@ -6,7 +6,7 @@ use synapse_gguf::GgufFile;
 use super::common::{fused, matrix, mm, mm_many};
 use super::Scratch;
 use crate::matmul::{parallel_chunks_mut, Matrix, Threads};
-use crate::ops::{geglu, swiglu};
+use crate::ops::{geglu, swiglu, swiglu_oai};
 use crate::{ModelError, Tap};
 
 /// The gate's activation in a gated FFN.
@@ -16,6 +16,8 @@ pub(crate) enum Activation {
     Silu,
     /// GEGLU with ggml's F16 GELU table (Gemma).
     Gelu,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`, [`swiglu_oai`]).
+    SwigluOai,
 }
 
 /// A gated feed-forward block: `Wdown · (act(Wgate · h) * (Wup · h))`.
@@ -92,6 +94,7 @@ impl<'a> Ffn<'a> {
         let name = match act {
             Activation::Silu => "ffn_swiglu",
             Activation::Gelu => "ffn_geglu",
+            Activation::SwigluOai => "ffn_swiglu_oai",
         };
         crate::profile::mark(name);
         tap.rows(name, l, pos0, &s.gate[..n * n_ff], n);
@@ -136,6 +139,7 @@ fn glu(act: Activation, gate: &mut [f32], up: &[f32]) {
     match act {
         Activation::Silu => swiglu(gate, up),
         Activation::Gelu => geglu(gate, up),
+        Activation::SwigluOai => swiglu_oai(gate, up),
     }
 }
 

@@ -36,7 +36,7 @@ use super::{
     vector, DecoderView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch, ScratchDims,
     Seq, State, WeightView,
 };
-use crate::attention::AttnShape;
+use crate::attention::{AttnShape, LayerAttn};
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, rms_norm_rows, scale_inplace, softcap_inplace, Rope, RopeStyle};
 use crate::ModelError;
@@ -286,7 +286,7 @@ impl super::ForwardBody for Gemma3<'_> {
             if m == 0 {
                 continue;
             }
-            attend_causal(a, s, &st.kv, l, p, m, window, threads);
+            attend_causal(a, s, &st.kv, l, p, m, LayerAttn::window(window), threads);
             tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
             layer.finish(s, (l, p, m), (d, eps), threads, tap);
         }
@@ -346,7 +346,7 @@ impl super::ForwardBody for Gemma3<'_> {
             };
             rope_and_store_runs(rope, s, &mut runs, l, a);
             scale_inplace(&mut s.q[..n * q_dim], self.q_scale);
-            attend_runs(a, s, &runs, l, window, threads);
+            attend_runs(a, s, &runs, l, LayerAttn::window(window), threads);
             layer.finish(s, (l, 0, n), (d, eps), threads, &off);
         }
         drop(runs);

@@ -64,7 +64,7 @@ impl Keys<'_> {
     }
 
     /// A count that must be at least 1.
-    fn nonzero(&self, suffix: &str, default: Option<usize>) -> Result<usize, ModelError> {
+    pub fn nonzero(&self, suffix: &str, default: Option<usize>) -> Result<usize, ModelError> {
         let v = match default {
             Some(d) => self.usize_or(suffix, d)?,
             None => self.usize(suffix)?,
@@ -85,7 +85,7 @@ impl Keys<'_> {
     }
 
     /// A float that must be finite and above 0: norm epsilons, RoPE bases, scaling factors.
-    fn positive(&self, suffix: &str, default: Option<f32>) -> Result<f32, ModelError> {
+    pub fn positive(&self, suffix: &str, default: Option<f32>) -> Result<f32, ModelError> {
         let v = self.f32(suffix, default)?;
         if !(v.is_finite() && v > 0.0) {
             return Err(bad(&self.key(suffix), v, "must be a finite number above 0"));
@@ -477,6 +477,21 @@ pub(crate) struct MoeParams {
     pub n_ff_exp: usize,
     /// The width of a shared expert every token also goes through, where the model has one.
     pub n_ff_shared: Option<usize>,
+    /// How a token's experts and their weights are chosen from the router's logits.
+    pub gating: Gating,
+    /// Biases on the router's logits and on each expert's three products (gpt-oss).
+    pub biases: bool,
+}
+
+/// How a mixture routes a token (llama.cpp's `expert_gating_func`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gating {
+    /// A softmax over every expert's logit, the `n_used` most probable chosen, their
+    /// probabilities divided by their sum where `norm` (Qwen3's, Mixtral's).
+    Softmax { norm: bool },
+    /// The `n_used` largest logits chosen, their weights a softmax over those alone
+    /// (gpt-oss's `SOFTMAX_WEIGHT`).
+    SoftmaxOfChosen,
 }
 
 impl MoeParams {
@@ -517,6 +532,8 @@ impl MoeParams {
             n_used,
             n_ff_exp,
             n_ff_shared: None,
+            gating: Gating::Softmax { norm: true },
+            biases: false,
         }))
     }
 
@@ -766,7 +783,7 @@ impl Gemma3Params {
 /// Which of a Gemma's layers are local: `attention.sliding_window_pattern` as one flag per
 /// layer, or as a period `p` (layer `i` is local unless `i % p == p - 1`), `default_period`
 /// when absent (6 for Gemma 3, 2 for Gemma 2); none without a window.
-fn local_layers(
+pub(crate) fn local_layers(
     k: &Keys,
     n_layer: usize,
     window: usize,

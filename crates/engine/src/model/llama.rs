@@ -57,15 +57,12 @@ pub(super) fn llama_decoder<'a>(
     extras: Extras,
 ) -> Result<Decoder<'a>, ModelError> {
     let freq_factors = rope_factors(file, hp.dims.n_rot / 2)?;
+    let rope = hp.rope(RopeStyle::Adjacent, freq_factors);
+    // Mixtral-style files: every expert as wide as `feed_forward_length`.
+    let moe = MoeParams::read(file, arch, |_| hp.dims.n_ff)?;
     let spec = DecoderSpec {
-        arch,
-        rope: hp.rope(RopeStyle::Adjacent, freq_factors),
-        rope_long: None,
-        qk_norm: false,
         extras,
-        // Mixtral-style files: every expert as wide as `feed_forward_length`.
-        moe: MoeParams::read(file, arch, |_| hp.dims.n_ff)?,
-        hp,
+        ..DecoderSpec::llama_layer(arch, hp, rope, false, moe)
     };
     Decoder::load(file, spec)
 }

@@ -27,6 +27,7 @@ mod common;
 mod decoder;
 mod ffn;
 pub mod gemma3;
+pub mod gptoss;
 pub mod granite;
 mod hparams;
 pub mod llama;

@@ -1,13 +1,15 @@
 //! The routed feed-forward block of a mixture of experts (`qwen3moe`, `qwen35moe`, Mixtral-style
-//! `llama`), as llama.cpp's `build_moe_ffn` computes it with softmax gating:
+//! `llama`, `gpt-oss`), as llama.cpp's `build_moe_ffn` computes it:
 //!
 //! ```text
-//! p          = softmax(Wrouter · h)                  (one probability per expert)
-//! e_1 .. e_k = the k most probable experts, most probable first
-//! w_i        = p[e_i] / max(p[e_1] + .. + p[e_k], 2^-14)     (where the model normalises)
-//! out        = w_1 · down_e1(silu(gate_e1 · h) * (up_e1 · h)) + .. + w_k · down_ek(..)
+//! l          = Wrouter · h [+ brouter]               (one logit per expert)
+//! softmax:   p = softmax(l); e_1 .. e_k = the k most probable experts, most probable first;
+//!            w_i = p[e_i] / max(p[e_1] + .. + p[e_k], 2^-14)     (where the model normalises)
+//! gpt-oss:   e_1 .. e_k = the k largest logits, largest first; w = softmax(l[e_1] .. l[e_k])
+//! out        = w_1 · down_e1(act(gate_e1 · h) * (up_e1 · h)) + .. + w_k · down_ek(..)
 //!              [ + sigmoid(Wshared_gate · h) * shared_ffn(h) ]     (Qwen 3.5's shared expert)
 //! ```
+//! gpt-oss adds each expert's own bias to its gate, up and down products.
 //!
 //! The experts' matrices are read in place from the stacked `ffn_{gate,up,down}_exps` tensors. A
 //! pass gathers the rows routed to each expert and multiplies each expert's matrices once for all
@@ -19,7 +21,7 @@ use synapse_gguf::GgufFile;
 
 use super::common::{matrix, mm, packed};
 use super::ffn::{glu_rows, Activation, Ffn};
-use super::hparams::MoeParams;
+use super::hparams::{Gating, MoeParams};
 use super::{MoeBuffers, Scratch};
 use crate::matmul::{matmul_grouped, Job, Matrix, Threads};
 use crate::ops::{expf_ggml, reduce_add_16, sigmoid};
@@ -40,14 +42,23 @@ struct Shared<'a> {
     ffn: Ffn<'a>,
 }
 
+/// gpt-oss's biases: the router's (`n_expert`) and each expert's on its gate and up products
+/// (`n_expert x n_ff_exp`) and on its down product (`n_expert x n_embd`), expert by expert.
+struct Biases {
+    router: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
+
 /// A layer's router and experts.
 pub(crate) struct Moe<'a> {
     /// `ffn_gate_inp`: one row of logits per expert (F32 in the files llama.cpp writes).
     router: Matrix<'a>,
     experts: Vec<Expert<'a>>,
     n_used: usize,
-    /// Whether the chosen experts' probabilities are divided by their sum.
-    norm: bool,
+    gating: Gating,
+    biases: Option<Biases>,
     shared: Option<Shared<'a>>,
 }
 
@@ -59,7 +70,6 @@ impl<'a> Moe<'a> {
         i: usize,
         n_embd: usize,
         p: &MoeParams,
-        norm: bool,
     ) -> Result<Moe<'a>, ModelError> {
         let name = |s: &str| format!("blk.{i}.{s}.weight");
         let stack = |s: &str, cols: usize, rows: usize| -> Result<Vec<Matrix<'a>>, ModelError> {
@@ -107,11 +117,26 @@ impl<'a> Moe<'a> {
             }
             None => None,
         };
+        let biases = match p.biases {
+            true => {
+                let bias = |s: &str, n: usize| {
+                    super::vector(file, &format!("blk.{i}.{s}.bias"), n * p.n_expert)
+                };
+                Some(Biases {
+                    router: bias("ffn_gate_inp", 1)?,
+                    gate: bias("ffn_gate_exps", f)?,
+                    up: bias("ffn_up_exps", f)?,
+                    down: bias("ffn_down_exps", d)?,
+                })
+            }
+            false => None,
+        };
         Ok(Moe {
             router: matrix(file, &name("ffn_gate_inp"), d, Some(p.n_expert))?,
             experts,
             n_used: p.n_used,
-            norm,
+            gating: p.gating,
+            biases,
             shared,
         })
     }
@@ -166,13 +191,16 @@ impl<'a> Moe<'a> {
             threads,
         );
         tap.rows("ffn_moe_logits", l, pos0, &b.logits[..n * n_expert], n);
+        if let Some(bias) = &self.biases {
+            super::blocks::add_bias_rows(&mut b.logits, &bias.router, n);
+        }
         for t in 0..n {
             let logits = &b.logits[t * n_expert..(t + 1) * n_expert];
             route(
                 logits,
                 &mut b.probs,
                 &mut b.chosen[t * k..(t + 1) * k],
-                self.norm,
+                self.gating,
             );
         }
         let rows = b.group(n, k, n_expert);
@@ -212,6 +240,12 @@ impl<'a> Moe<'a> {
             );
         }
         self.mark_products("ffn_moe_gate_up", b, |e| [&e.gate, &e.up]);
+        if let Some(bias) = &self.biases {
+            // ggml's `add_id`: each gathered row plus its expert's bias row.
+            add_expert_biases(&mut b.gate, &bias.gate, &b.starts, f);
+            add_expert_biases(&mut b.up, &bias.up, &b.starts, f);
+            crate::profile::mark("bias");
+        }
 
         glu_rows(act, &mut b.gate[..rows * f], &b.up[..rows * f], f, threads);
         crate::profile::mark("ffn_moe_glu");
@@ -235,6 +269,10 @@ impl<'a> Moe<'a> {
             threads,
         );
         self.mark_products("ffn_moe_down", b, |e| [&e.down]);
+        if let Some(bias) = &self.biases {
+            add_expert_biases(&mut b.down, &bias.down, &b.starts, d);
+            crate::profile::mark("bias");
+        }
 
         // Each token's experts weighted and added in its rank order, as ggml adds the views.
         for t in 0..n {
@@ -303,56 +341,88 @@ impl<'a> Moe<'a> {
     }
 }
 
-/// Softmax of one token's router logits (`probs`), computed as ggml's `soft_max` does on the
-/// reference CPU (an AVX-512 build): `e^(x - max)` by [`expf_ggml`] in groups of sixteen,
-/// each group's sum added to an f64 total in `_mm512_reduce_add_ps`'s order, libm's `expf` on
-/// the tail; then each value times the f32 of the total's inverse. Then the `chosen.len()` most
-/// probable experts, most probable first (of equal probabilities, the lower index first: the
-/// order llama.cpp's sort gives up to sixteen experts), with their probabilities, divided by
-/// their sum (added in f64, at least 2^-14) where `norm`.
-fn route(logits: &[f32], probs: &mut [f32], chosen: &mut [(u32, f32)], norm: bool) {
-    let max = logits
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
-    let body = logits.len() / 16 * 16;
-    let mut sum = 0.0f64;
-    for (x, p) in logits[..body]
-        .chunks_exact(16)
-        .zip(probs.chunks_exact_mut(16))
-    {
-        let v: [f32; 16] = std::array::from_fn(|i| expf_ggml(x[i] - max));
-        p.copy_from_slice(&v);
-        sum += reduce_add_16(v) as f64;
+/// Add expert `e`'s bias row (`width` values of `bias`, expert by expert) to each row of `x`
+/// gathered for it (rows `starts[e]..starts[e + 1]`, [`MoeBuffers::group`]).
+fn add_expert_biases(x: &mut [f32], bias: &[f32], starts: &[usize], width: usize) {
+    for (e, b) in bias.chunks_exact(width).enumerate() {
+        let rows = &mut x[starts[e] * width..starts[e + 1] * width];
+        for row in rows.chunks_exact_mut(width) {
+            crate::ops::add_inplace(row, b);
+        }
     }
-    for (x, p) in logits[body..].iter().zip(&mut probs[body..]) {
-        *p = (x - max).exp();
-        sum += *p as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    probs.iter_mut().for_each(|p| *p *= inv);
+}
 
-    // The most probable first; a chosen expert's probability is then set below any other's
-    // (they are all >= 0), so that each pass takes the next.
+/// One token's experts and their weights (`chosen`, best first) from its router's logits, as
+/// `gating` asks; `probs` is scratch of one value per expert.
+fn route(logits: &[f32], probs: &mut [f32], chosen: &mut [(u32, f32)], gating: Gating) {
+    probs.copy_from_slice(logits);
+    match gating {
+        Gating::Softmax { norm } => {
+            softmax(probs);
+            choose(probs, chosen);
+            if norm {
+                let sum = chosen.iter().map(|&(_, w)| w as f64).sum::<f64>() as f32;
+                // ggml's clamp to F16's smallest normal, 2^-14, against a division by zero.
+                const LEAST: f32 = 1.0 / 16384.0;
+                let sum = if sum > LEAST { sum } else { LEAST };
+                chosen.iter_mut().for_each(|(_, w)| *w /= sum);
+            }
+        }
+        Gating::SoftmaxOfChosen => {
+            choose(probs, chosen);
+            let k = chosen.len();
+            for (p, &(_, l)) in probs.iter_mut().zip(chosen.iter()) {
+                *p = l;
+            }
+            softmax(&mut probs[..k]);
+            for (c, &p) in chosen.iter_mut().zip(probs.iter()) {
+                c.1 = p;
+            }
+        }
+    }
+}
+
+/// The `chosen.len()` largest of `v` (expert, value), largest first; of equal values, the
+/// lower index first (the order llama.cpp's sort gives up to sixteen experts). `v` is left as
+/// it was.
+fn choose(v: &mut [f32], chosen: &mut [(u32, f32)]) {
+    // A chosen expert's value is set below any other's, so that each pass takes the next.
     for c in chosen.iter_mut() {
-        let (mut e, mut best) = (0, probs[0]);
-        for (i, &p) in probs.iter().enumerate().skip(1) {
+        let (mut e, mut best) = (0, v[0]);
+        for (i, &p) in v.iter().enumerate().skip(1) {
             if p > best {
                 (e, best) = (i, p);
             }
         }
         *c = (e as u32, best);
-        probs[e] = f32::NEG_INFINITY;
+        v[e] = f32::NEG_INFINITY;
     }
     for &(e, p) in chosen.iter() {
-        probs[e as usize] = p;
+        v[e as usize] = p;
     }
-    if norm {
-        let sum = chosen.iter().map(|&(_, w)| w as f64).sum::<f64>() as f32;
-        // ggml's clamp to F16's smallest normal, 2^-14, against a division by zero.
-        const LEAST: f32 = 1.0 / 16384.0;
-        let sum = if sum > LEAST { sum } else { LEAST };
-        chosen.iter_mut().for_each(|(_, w)| *w /= sum);
+}
+
+/// ggml's `soft_max` of one row, in place, as the reference CPU (an AVX-512 build) computes
+/// it: `e^(x - max)` by [`expf_ggml`] in groups of sixteen, each group's sum added to an f64
+/// total in `_mm512_reduce_add_ps`'s order, libm's `expf` on the tail; then each value times
+/// the f32 of the total's inverse.
+fn softmax(v: &mut [f32]) {
+    let max = v
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &x| if m > x { m } else { x });
+    let body = v.len() / 16 * 16;
+    let mut sum = 0.0f64;
+    for p in v[..body].chunks_exact_mut(16) {
+        let e: [f32; 16] = std::array::from_fn(|i| expf_ggml(p[i] - max));
+        p.copy_from_slice(&e);
+        sum += reduce_add_16(e) as f64;
     }
+    for p in &mut v[body..] {
+        *p = (*p - max).exp();
+        sum += *p as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    v.iter_mut().for_each(|p| *p *= inv);
 }
 
 #[cfg(test)]
@@ -364,7 +434,12 @@ mod tests {
         let logits: Vec<f32> = (0..20).map(|i| ((i * 7) % 20) as f32 * 0.3).collect();
         let mut probs = vec![0.0; 20];
         let mut chosen = vec![(0, 0.0); 3];
-        route(&logits, &mut probs, &mut chosen, false);
+        route(
+            &logits,
+            &mut probs,
+            &mut chosen,
+            Gating::Softmax { norm: false },
+        );
         let total: f32 = probs.iter().sum();
         assert!((total - 1.0).abs() < 1e-5);
         let mut order: Vec<usize> = (0..20).collect();
@@ -372,16 +447,39 @@ mod tests {
         let got: Vec<usize> = chosen.iter().map(|&(e, _)| e as usize).collect();
         assert_eq!(got, order[..3]);
         assert_eq!(chosen[0].1, probs[order[0]]);
-        route(&logits, &mut probs, &mut chosen, true);
+        route(
+            &logits,
+            &mut probs,
+            &mut chosen,
+            Gating::Softmax { norm: true },
+        );
         let s: f32 = chosen.iter().map(|c| c.1).sum();
         assert!((s - 1.0).abs() < 1e-6 && chosen[0].1 > chosen[1].1);
+    }
+
+    #[test]
+    fn gpt_oss_weights_are_a_softmax_of_the_chosen_logits() {
+        let logits = [0.5, -1.0, 3.0, 2.0, 2.5, -4.0];
+        let (mut probs, mut chosen) = (vec![0.0; 6], vec![(0, 0.0); 3]);
+        route(&logits, &mut probs, &mut chosen, Gating::SoftmaxOfChosen);
+        let got: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+        assert_eq!(got, [2, 4, 3]);
+        let z: f64 = [3.0f64, 2.5, 2.0].iter().map(|l| (l - 3.0).exp()).sum();
+        for (&(_, w), l) in chosen.iter().zip([3.0f64, 2.5, 2.0]) {
+            assert!((w as f64 - (l - 3.0).exp() / z).abs() < 1e-6, "{chosen:?}");
+        }
     }
 
     #[test]
     fn ties_go_to_the_lower_expert() {
         let logits = [1.0, 2.0, 2.0, 0.5, 2.0];
         let (mut probs, mut chosen) = (vec![0.0; 5], vec![(0, 0.0); 4]);
-        route(&logits, &mut probs, &mut chosen, true);
+        route(
+            &logits,
+            &mut probs,
+            &mut chosen,
+            Gating::Softmax { norm: true },
+        );
         let got: Vec<u32> = chosen.iter().map(|c| c.0).collect();
         assert_eq!(got, [1, 2, 4, 0]);
     }

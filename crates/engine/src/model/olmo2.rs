@@ -23,7 +23,7 @@ use super::{
     attn_shape, vector, AttentionView, DecoderView, GateView, LayerView, Logits, MixerView,
     ModelInfo, State, WeightView,
 };
-use crate::attention::AttnShape;
+use crate::attention::{AttnShape, LayerAttn};
 use crate::matmul::{Matrix, Threads};
 use crate::ops::{add_inplace, Rope, RopeStyle};
 use crate::ModelError;
@@ -201,7 +201,7 @@ impl super::ForwardBody for Olmo2<'_> {
             if m == 0 {
                 continue;
             }
-            attend_causal(a, s, &st.kv, l, p, m, None, threads);
+            attend_causal(a, s, &st.kv, l, p, m, LayerAttn::FULL, threads);
             tap.rows("kqv_out", l, p, &s.att[..m * q_dim], m);
             layer.attn.output(s, m, threads);
             norm_rows(&mut s.o, d, m, &layer.attn_post_norm, eps);

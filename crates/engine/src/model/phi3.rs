@@ -45,17 +45,14 @@ pub fn load(file: &GgufFile) -> Result<Decoder<'_>, ModelError> {
         rope: hp.rope(RopeStyle::Neox, long),
         n_ctx_orig: hp.rope_scaling.n_ctx_orig,
     });
+    let rope = hp.rope(RopeStyle::Neox, short);
     let spec = DecoderSpec {
-        arch,
-        rope: hp.rope(RopeStyle::Neox, short),
         rope_long,
-        qk_norm: false,
-        moe: None,
         extras: Extras {
             q_scale: Some(1.0 / (head_dim as f32).sqrt()),
             ..Extras::default()
         },
-        hp,
+        ..DecoderSpec::llama_layer(arch, hp, rope, false, None)
     };
     Decoder::load(file, spec)
 }

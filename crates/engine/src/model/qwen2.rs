@@ -49,14 +49,7 @@ pub(super) fn load_qwen<'a>(
         ),
         false => None,
     };
-    let spec = DecoderSpec {
-        arch,
-        rope: hp.rope(RopeStyle::Neox, None),
-        rope_long: None,
-        qk_norm,
-        moe,
-        extras: Default::default(),
-        hp,
-    };
+    let rope = hp.rope(RopeStyle::Neox, None);
+    let spec = DecoderSpec::llama_layer(arch, hp, rope, qk_norm, moe);
     Decoder::load(file, spec)
 }

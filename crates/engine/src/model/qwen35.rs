@@ -33,7 +33,7 @@ use super::{
     DecoderView, DeltaNetView, GateView, LayerView, Logits, MixerView, ModelInfo, Scratch,
     ScratchDims, State, StateBytes, WeightView,
 };
-use crate::attention::AttnShape;
+use crate::attention::{AttnShape, LayerAttn};
 use crate::delta_net::{
     conv_step, delta_rule_step, DeltaNetBuffers, DeltaNetShape, RecurrentState,
 };
@@ -262,7 +262,7 @@ impl<'a> Qwen35<'a> {
         if m == 0 {
             return;
         }
-        attend_causal(a, s, kv, w.kv_layer, p, m, None, threads);
+        attend_causal(a, s, kv, w.kv_layer, p, m, LayerAttn::FULL, threads);
         tap.rows("attn_pregate", l, p, &s.att[..m * q_dim], m);
         // Each head's output times the sigmoid of its gate (the second half of the pair).
         for (o, full) in s.att[..m * q_dim]

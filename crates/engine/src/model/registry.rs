@@ -3,7 +3,8 @@
 use synapse_gguf::GgufFile;
 
 use super::{
-    gemma3, granite, llama, mistral3, olmo2, phi3, qwen2, qwen3, qwen35, qwen3moe, smollm3, Model,
+    gemma3, gptoss, granite, llama, mistral3, olmo2, phi3, qwen2, qwen3, qwen35, qwen3moe, smollm3,
+    Model,
 };
 use crate::ModelError;
 
@@ -20,6 +21,7 @@ const REGISTRY: &[(&str, Loader)] = &[
     ("gemma3", |f| {
         Ok(Box::new(gemma3::Gemma3::load(f, "gemma3")?))
     }),
+    ("gpt-oss", |f| Ok(Box::new(gptoss::load(f)?))),
     ("granite", |f| Ok(Box::new(granite::load(f)?))),
     ("mistral3", |f| Ok(Box::new(mistral3::load(f)?))),
     ("olmo2", |f| Ok(Box::new(olmo2::Olmo2::load(f)?))),
