@@ -33,9 +33,11 @@ SMOLLM2 = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_F16 = "@smollm2-f16"
 
 MIXES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S",
-         "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16"]
+         "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "F16", "BF16", "MXFP4_MOE"]
 ARCH_FILES = ["gemma2-Q4_0", "granite-Q6_K", "llamamoe-Q8_0", "olmo2-IQ4_NL", "phi3-Q4_K",
-              "qwen2-Q8_0", "qwen3-Q4_K", "qwen35-Q4_K", "qwen35moe-Q4_K", "qwen3moe-Q4_K"]
+              "qwen2-Q8_0", "qwen3-Q4_K", "qwen35-Q4_K", "qwen35moe-Q4_K", "qwen3moe-Q4_K",
+              "gpt-oss-MXFP4"]
+MOE_FILES = ["llamamoe-Q8_0", "qwen35moe-Q4_K", "qwen3moe-Q4_K", "gpt-oss-MXFP4"]
 
 
 def cases():
@@ -56,6 +58,10 @@ def cases():
     for f in ARCH_FILES:
         for m in ["Q4_K_M", "Q3_K_S", "IQ4_XS"]:
             out.append({"input": f"{FORWARD}/tiny-{f}.gguf", "mix": m, "allow_requantize": True})
+    # The mix that writes MXFP4: the experts MXFP4, every other matrix Q8_0.
+    for f in MOE_FILES:
+        out.append({"input": f"{FORWARD}/tiny-{f}.gguf", "mix": "MXFP4_MOE",
+                    "allow_requantize": True})
     moe = f"{FORWARD}/tiny-qwen3moe-Q4_K.gguf"
     for m in ["Q4_K_M", "Q2_K_S"]:
         out.append({"input": moe, "mix": m, "allow_requantize": True,

@@ -127,6 +127,26 @@ fn synthesized_shapes_are_the_named_models() {
     let q3 = GgufFile::open(synth(dir.path(), "tiny-qwen3", "F32")).unwrap();
     assert_eq!(shape_of(&q3, "blk.0.attn_q.weight"), [256, 512]);
     assert_eq!(shape_of(&q3, "blk.0.attn_k_norm.weight"), [128]);
+    // gpt-oss in its mix (experts MXFP4, the rest Q8_0), quantized by synapse: it loads and runs.
+    let path = synth(dir.path(), "tiny-gpt-oss", "MXFP4_MOE");
+    let g = GgufFile::open(&path).unwrap();
+    let ty = |name: &str| g.tensor(name).unwrap().info.ggml_type;
+    assert_eq!(ty("blk.1.ffn_down_exps.weight"), GgmlType::MXFP4);
+    assert_eq!(ty("blk.1.attn_q.weight"), GgmlType::Q8_0);
+    assert_eq!(shape_of(&g, "blk.0.ffn_up_exps.bias"), [256, 8]);
+    assert_eq!(shape_of(&g, "blk.0.attn_sinks.weight"), [8]);
+    let model = synapse_engine::load(&g).unwrap();
+    let mut st = model.new_state(32, 8).unwrap();
+    let logits = model
+        .prefill(
+            &mut st,
+            &[256, 72, 101, 108],
+            8,
+            Logits::Last,
+            &Threads::new(2),
+        )
+        .unwrap();
+    assert!(logits.iter().all(|x| x.is_finite()));
 }
 
 #[test]

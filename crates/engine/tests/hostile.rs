@@ -581,6 +581,51 @@ fn expert_counts_and_widths_are_checked() {
     load_error(&f, &["blk.1.ffn_up_exps.weight"]);
 }
 
+/// gpt-oss's own keys and tensors: the window and the experts' width are required (llama.cpp
+/// requires them), a RoPE base of its own on the window's layers is refused rather than
+/// ignored, and a missing sink, bias or output matrix is named; sinks of the wrong length too.
+#[test]
+fn gpt_oss_keys_and_tensors_are_checked() {
+    let g = open("tiny-gpt-oss-MXFP4.gguf");
+    let without = |drop: &str| {
+        let mut w = GgufWriter::new();
+        w.set_all(g.metadata());
+        for t in g.tensors().filter(|t| t.info.name != drop) {
+            w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+                .unwrap();
+        }
+        GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap()
+    };
+    for t in [
+        "blk.1.attn_sinks.weight",
+        "blk.2.attn_output.bias",
+        "blk.0.ffn_gate_inp.bias",
+        "blk.1.ffn_down_exps.bias",
+        "output.weight",
+    ] {
+        load_error(&without(t), &[t]);
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata().iter() {
+        if k != "gpt-oss.attention.sliding_window" {
+            w.set(k.to_string(), v.clone());
+        }
+    }
+    for t in g.tensors() {
+        w.add_tensor(t.info.name.clone(), t.info.ggml_type, &t.info.shape, t.data)
+            .unwrap();
+    }
+    let f = GgufFile::from_bytes(w.to_bytes().unwrap()).unwrap();
+    load_error(&f, &["gpt-oss.attention.sliding_window"]);
+    let base = ("gpt-oss.rope.freq_base_swa", Value::F32(10.0));
+    load_error(
+        &rewrite(&g, &[base], &[]),
+        &["freq_base_swa", "not supported"],
+    );
+    let sinks = f32_tensor("blk.0.attn_sinks.weight", &[4], 0.0);
+    load_error(&rewrite(&g, &[], &[sinks]), &["blk.0.attn_sinks.weight"]);
+}
+
 /// A tensor the loader does not read is refused by name, as llama.cpp refuses a file with a
 /// tensor it does not create: a bias llama.cpp would add (in any layer, not only the first),
 /// or a tensor no architecture has. The count of the others is given.

@@ -318,6 +318,7 @@ fn ftype_name(ft: u64) -> Option<&'static str> {
         25 => "IQ4_NL - 4.5 bpw",
         30 => "IQ4_XS - 4.25 bpw",
         32 => "BF16",
+        38 => "MXFP4 MoE",
         _ => return None,
     })
 }

@@ -76,6 +76,7 @@ const FORMATS: &[GgmlType] = &[
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
     GgmlType::F16,
     GgmlType::BF16,
 ];
@@ -100,6 +101,11 @@ fn random_matrix(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
         // Sign kept, exponent 126 or 127: values of magnitude 0.5..2.
         for k in (1..v.len()).step_by(2) {
             v[k] = (v[k] & 0x80) | 0x3F;
+        }
+    } else if ty == GgmlType::MXFP4 {
+        // An E8M0 exponent of 2^-8.
+        for b in v.chunks_exact_mut(block) {
+            b[0] = 120;
         }
     } else if ty != GgmlType::F16 {
         for b in v.chunks_exact_mut(block) {

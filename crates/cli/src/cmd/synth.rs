@@ -18,10 +18,9 @@ use synapse_gguf::{Array, GgmlType, GgufWriter, Value};
 #[derive(Args, Debug)]
 pub struct SynthArgs {
     /// The shapes to copy: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, qwen3-0.6b, qwen3-30b-a3b
-    /// (a mixture of experts), smollm3-3b, granite-3.3-2b, ministral-3-3b, gemma-2-2b,
-    /// gemma-3-270m,
-    /// smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2, tiny-qwen3, tiny-qwen3moe,
-    /// tiny-gemma3.
+    /// and gpt-oss-20b (mixtures of experts), smollm3-3b, granite-3.3-2b, ministral-3-3b,
+    /// gemma-2-2b, gemma-3-270m, smollm2-135m, or the small test shapes tiny-llama, tiny-qwen2,
+    /// tiny-qwen3, tiny-qwen3moe, tiny-gpt-oss, tiny-gemma3.
     pub shape: String,
     /// The GGUF file to write.
     #[arg(short = 'o', long)]
@@ -84,8 +83,12 @@ pub struct Shape {
     /// Granite's embedding, residual, attention and logit scales.
     pub granite_scales: Option<[f32; 4]>,
     /// YaRN RoPE scaling (factor, original context) and Llama 4's attention temperature
-    /// (Mistral 3).
+    /// (Mistral 3; 0 for none, and then no YaRN keys beyond the factor and context).
     pub yarn: Option<(f32, usize, f32)>,
+    /// gpt-oss's layer with this sliding window: biases on every attention projection and
+    /// expert product and on the router, attention sinks, `post_attention_norm` as the FFN's
+    /// norm.
+    pub gpt_oss: Option<usize>,
 }
 
 /// A mixture's experts: `n` of them, `used` a token, each `n_ff` wide.
@@ -118,6 +121,7 @@ const BASE: Shape = Shape {
     experts: None,
     granite_scales: None,
     yarn: None,
+    gpt_oss: None,
 };
 
 /// The named shapes (from each model's config.json).
@@ -216,6 +220,29 @@ pub const SHAPES: &[Shape] = &[
             used: 8,
             n_ff: 768,
         }),
+        ..BASE
+    },
+    Shape {
+        name: "gpt-oss-20b",
+        arch: "gpt-oss",
+        n_embd: 2880,
+        n_layer: 24,
+        n_head: 64,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_ff: 2880,
+        n_vocab: 201088,
+        n_ctx: 131072,
+        rope_base: 150000.0,
+        tied: false,
+        qkv_bias: true,
+        experts: Some(Experts {
+            n: 32,
+            used: 4,
+            n_ff: 2880,
+        }),
+        yarn: Some((32.0, 4096, 0.0)),
+        gpt_oss: Some(128),
         ..BASE
     },
     Shape {
@@ -357,6 +384,28 @@ pub const SHAPES: &[Shape] = &[
             used: 4,
             n_ff: 256,
         }),
+        ..BASE
+    },
+    Shape {
+        name: "tiny-gpt-oss",
+        arch: "gpt-oss",
+        n_embd: 256,
+        n_layer: 2,
+        n_head: 8,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_ff: 256,
+        n_vocab: 1024,
+        n_ctx: 256,
+        tied: false,
+        qkv_bias: true,
+        experts: Some(Experts {
+            n: 8,
+            used: 4,
+            n_ff: 256,
+        }),
+        yarn: Some((8.0, 64, 0.0)),
+        gpt_oss: Some(8),
         ..BASE
     },
     Shape {
@@ -565,10 +614,15 @@ pub fn build(
             key("rope.scaling.original_context_length"),
             Value::U32(orig as u32),
         );
-        w.set(key("rope.scaling.yarn_beta_fast"), Value::F32(32.0));
-        w.set(key("rope.scaling.yarn_beta_slow"), Value::F32(1.0));
-        w.set(key("rope.scaling.yarn_log_multiplier"), Value::F32(1.0));
-        w.set(key("attention.temperature_scale"), Value::F32(temp));
+        if temp != 0.0 {
+            w.set(key("rope.scaling.yarn_beta_fast"), Value::F32(32.0));
+            w.set(key("rope.scaling.yarn_beta_slow"), Value::F32(1.0));
+            w.set(key("rope.scaling.yarn_log_multiplier"), Value::F32(1.0));
+            w.set(key("attention.temperature_scale"), Value::F32(temp));
+        }
+    }
+    if let Some(window) = s.gpt_oss {
+        w.set(key("attention.sliding_window"), Value::U32(window as u32));
     }
     if let Some(e) = s.experts {
         w.set(key("expert_count"), Value::U32(e.n as u32));
@@ -670,10 +724,22 @@ pub fn build(
             norm(&mut w, "attn_k_norm.weight", s.head_dim)?;
         }
         matrix(&mut rng, &mut w, p("attn_output.weight"), q_dim, s.n_embd)?;
-        if s.gemma.is_some() {
+        let vector = |rng: &mut Rng, w: &mut GgufWriter, t: &str, n: &[usize]| -> Result<()> {
+            let b = rng.fill(n.iter().product());
+            let shape: Vec<u64> = n.iter().map(|&n| n as u64).collect();
+            w.add_tensor(p(t), GgmlType::F32, &shape, f32_bytes(&b))?;
+            Ok(())
+        };
+        if s.gpt_oss.is_some() {
+            vector(&mut rng, &mut w, "attn_output.bias", &[s.n_embd])?;
+            vector(&mut rng, &mut w, "attn_sinks.weight", &[s.n_head])?;
+        }
+        if s.gemma.is_some() || s.gpt_oss.is_some() {
             norm(&mut w, "post_attention_norm.weight", s.n_embd)?;
         }
-        norm(&mut w, "ffn_norm.weight", s.n_embd)?;
+        if s.gpt_oss.is_none() {
+            norm(&mut w, "ffn_norm.weight", s.n_embd)?;
+        }
         if let Some(e) = s.experts {
             // The router stays F32, as llama-quantize leaves it.
             let (d, f) = (s.n_embd, e.n_ff);
@@ -688,6 +754,12 @@ pub fn build(
             stack(&mut rng, &mut w, p("ffn_gate_exps.weight"), [d, f, e.n], ty)?;
             stack(&mut rng, &mut w, p("ffn_up_exps.weight"), [d, f, e.n], ty)?;
             stack(&mut rng, &mut w, p("ffn_down_exps.weight"), [f, d, e.n], ty)?;
+            if s.gpt_oss.is_some() {
+                vector(&mut rng, &mut w, "ffn_gate_inp.bias", &[e.n])?;
+                vector(&mut rng, &mut w, "ffn_gate_exps.bias", &[f, e.n])?;
+                vector(&mut rng, &mut w, "ffn_up_exps.bias", &[f, e.n])?;
+                vector(&mut rng, &mut w, "ffn_down_exps.bias", &[d, e.n])?;
+            }
         } else {
             matrix(&mut rng, &mut w, p("ffn_gate.weight"), s.n_embd, s.n_ff)?;
             matrix(&mut rng, &mut w, p("ffn_up.weight"), s.n_embd, s.n_ff)?;

@@ -48,7 +48,7 @@ mixes! {
     F16 = 1, F16; BF16 = 32, BF16; Q4_0 = 2, Q4_0; Q4_1 = 3, Q4_1; Q5_0 = 8, Q5_0; Q5_1 = 9, Q5_1;
     Q8_0 = 7, Q8_0; Q2_K = 10, Q2_K; Q2_K_S = 21, Q2_K; Q3_K_S = 11, Q3_K; Q3_K_M = 12, Q3_K;
     Q3_K_L = 13, Q3_K; Q4_K_S = 14, Q4_K; Q4_K_M = 15, Q4_K; Q5_K_S = 16, Q5_K; Q5_K_M = 17, Q5_K;
-    Q6_K = 18, Q6_K; IQ4_NL = 25, IQ4_NL; IQ4_XS = 30, IQ4_XS;
+    Q6_K = 18, Q6_K; IQ4_NL = 25, IQ4_NL; IQ4_XS = 30, IQ4_XS; MXFP4_MOE = 38, MXFP4;
 }
 
 use GgmlType as T;
@@ -658,12 +658,24 @@ impl Walk<'_> {
             // Only a tied embedding gets here with --output-tensor-type set.
             return Ok(if let Some(out) = self.opts.output_tensor_type {
                 out
-            } else if falcon || t.ne(0) % ty.block_len() as u64 != 0 {
+            } else if mix == M::MXFP4_MOE || falcon || t.ne(0) % ty.block_len() as u64 != 0 {
                 T::Q8_0
             } else if ty != T::Q8_0 {
                 T::Q6_K
             } else {
                 ty
+            });
+        }
+
+        // MXFP4_MOE: the experts (stacked, three dimensions) MXFP4, every other matrix Q8_0.
+        // (llama.cpp tells BailingMoE 3's experts from its other 3-D tensors by role.)
+        if mix == M::MXFP4_MOE {
+            let bailing_other = f.arch == "bailingmoe3"
+                && !matches!(cat, Category::FfnUp | Category::FfnGate | Category::FfnDown);
+            return Ok(if t.ne(2) > 1 && !bailing_other {
+                T::MXFP4
+            } else {
+                T::Q8_0
             });
         }
 
@@ -1009,7 +1021,7 @@ mod tests {
             (Mix::Q4_K_M.file_type(), Mix::Q2_K_S.default_type()),
             (15, T::Q2_K)
         );
-        for unsupported in ["IQ2_XXS", "f32", "COPY", "0", "38"] {
+        for unsupported in ["IQ2_XXS", "f32", "COPY", "0", "36"] {
             let e = Mix::parse(unsupported).unwrap_err();
             assert!(
                 matches!(e, RuleError::UnsupportedMix { .. }),
