@@ -331,7 +331,7 @@ static TABLE: &[Kernel] = &{
         tile!(BF16, VecDot, Avx2, bf16::gemm_avx2),
         tile!(F32, VecDot, Avx2, f16::gemm_avx2::<f32>),
     ];
-    concat::<103, 21, 124>(concat::<75, 28, 103>(ACCELERATED, PACKED), REFERENCE)
+    concat::<105, 21, 126>(concat::<75, 30, 105>(ACCELERATED, PACKED), REFERENCE)
 };
 
 /// A packed format.
@@ -354,7 +354,7 @@ macro_rules! packed {
 /// where the CPU has the AVX-VNNI tier (`Cpu::vnni256`), inside the one entry. Q8_0 is packed
 /// on AVX2 since its passes caught up (docs/perf-log.md, "Which kernels the table prefers").
 #[cfg(target_arch = "x86_64")]
-const PACKED: [Kernel; 28] = {
+const PACKED: [Kernel; 30] = {
     use crate::x86::avx2::packed as p2;
     use crate::x86::avx512::packed as p512;
     [
@@ -369,6 +369,7 @@ const PACKED: [Kernel; 28] = {
         packed!(Q4_0, VecDot, Avx512Vnni, p512::Q4_0),
         packed!(Q4_0, Rows8, Avx512Vnni, p512::Q4_0_ROWS8),
         packed!(IQ4_NL, Rows8, Avx512Vnni, p512::IQ4_NL_ROWS8),
+        packed!(MXFP4, Rows8, Avx512Vnni, p512::MXFP4_ROWS8),
         packed!(Q4_1, VecDot, Avx512Vnni, p512::Q4_1),
         packed!(Q5_1, VecDot, Avx512Vnni, p512::Q5_1),
         packed!(F16, VecDot, Avx512Vnni, p512::F16_PACKED),
@@ -383,6 +384,7 @@ const PACKED: [Kernel; 28] = {
         packed!(Q4_0, VecDot, Avx2, p2::Q4_0),
         packed!(Q4_0, Rows8, Avx2, p2::Q4_0_ROWS8),
         packed!(IQ4_NL, Rows8, Avx2, p2::IQ4_NL_ROWS8),
+        packed!(MXFP4, Rows8, Avx2, p2::MXFP4_ROWS8),
         packed!(Q4_1, VecDot, Avx2, p2::Q4_1),
         packed!(Q5_1, VecDot, Avx2, p2::Q5_1),
         packed!(Q8_0, VecDot, Avx2, p2::Q8_0),

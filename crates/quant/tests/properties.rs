@@ -763,10 +763,15 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
                     continue;
                 };
                 // Every packed row's bytes were handed back, once.
-                assert_eq!(*released.lock().unwrap(), p.bytes());
+                assert_eq!(*released.lock().unwrap(), p.rows() * row_bytes);
                 assert!(rows >= 16, "{ty}: {rows} rows packed");
                 assert_eq!(p.rows(), rows / 16 * 16);
-                assert_eq!(p.bytes(), p.rows() * row_bytes, "{ty}: packed size");
+                // The same bytes moved; MXFP4's 1-byte scales are held as F16 (17 -> 18).
+                let held = match ty {
+                    GgmlType::MXFP4 => p.rows() * row_bytes / 17 * 18,
+                    _ => p.rows() * row_bytes,
+                };
+                assert_eq!(p.bytes(), held, "{ty}: packed size");
                 packed_types.push((ty, repacked));
                 let x: Vec<f32> = (0..n_tok * n).map(|_| rng.gen_range(-3.0..3.0)).collect();
                 let a = quantize(act, &x).unwrap();
@@ -823,6 +828,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::Q4_0, false),
             (GgmlType::Q4_0, true),
             (GgmlType::IQ4_NL, true),
+            (GgmlType::MXFP4, true),
             (GgmlType::Q4_1, false),
             (GgmlType::Q5_1, false),
             (GgmlType::Q8_0, false),
@@ -848,6 +854,7 @@ fn packed_matrices_are_bit_identical_to_the_row_kernel() {
             (GgmlType::Q5_1, false),
             (GgmlType::Q4_0, true),
             (GgmlType::IQ4_NL, true),
+            (GgmlType::MXFP4, true),
             (GgmlType::Q5_K, false),
             (GgmlType::Q3_K, false),
             (GgmlType::IQ4_XS, false),
@@ -994,4 +1001,34 @@ fn kernels_from_env() {
     let (c, notes) = synapse_quant::KernelConfig::from_vars(|k| std::env::var(k).ok());
     assert!(notes.is_empty(), "{notes:?}");
     synapse_quant::configure(c).expect("one configuration for the whole test binary");
+}
+
+/// An MXFP4 matrix with a scale no F16 holds (beyond 2^15 or below 2^-24) stays unpacked: the
+/// packed kernels widen F16 scales, and an inexact one would change the bits. A block of zero
+/// levels is packed whatever its scale.
+#[test]
+fn mxfp4_scales_out_of_f16s_range_stay_unpacked() {
+    kernels_from_env();
+    let mut rng = StdRng::seed_from_u64(9);
+    let (rows, per_row) = (16, 9);
+    let row_bytes = per_row * 17;
+    let ok = random_weights(&mut rng, GgmlType::MXFP4, rows * per_row);
+    let release = |_: &[u8]| {};
+    let packs = |w: &[u8]| {
+        synapse_quant::pack_matrix(GgmlType::MXFP4, true, w, row_bytes, &release)
+            .unwrap()
+            .is_some()
+    };
+    if !packs(&ok) {
+        eprintln!("this CPU or configuration packs no MXFP4 matrix: nothing to decline");
+        return;
+    }
+    for e in [0u8, 103, 144, 254] {
+        let mut w = ok.clone();
+        w[5 * 17] = e;
+        assert!(!packs(&w), "exponent {e} packed");
+        // Zero levels (nibbles 0 and 8): any exponent.
+        w[5 * 17 + 1..6 * 17].copy_from_slice(&[0x80; 16]);
+        assert!(packs(&w), "a block of zeros with exponent {e} not packed");
+    }
 }

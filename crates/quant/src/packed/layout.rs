@@ -22,6 +22,11 @@ pub(crate) trait Pack: Pod + Send {
     type W: Pod + Sync;
     /// Block `b` of each of the sixteen rows (`rows[r]`).
     fn pack(rows: [&Self::W; ROWS]) -> Self;
+    /// Whether the layout holds this block exactly (a matrix with a block it does not hold
+    /// stays unpacked).
+    fn holds(_: &Self::W) -> bool {
+        true
+    }
 }
 
 /// The little-endian 4-byte word `i` of `bytes`.
@@ -529,6 +534,45 @@ impl Pack for IQ4NLPacked {
     }
 }
 
+/// One MXFP4 block of sixteen rows (288 bytes): IQ4_NL's layout, each block's E8M0 scale held
+/// as the F16 of the same value ([`mxfp4_scale_f16`]), which the packed kernels widen exactly.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct MXFP4Packed {
+    pub(crate) d: [u16; ROWS],
+    pub(crate) qs: [[u32; ROWS]; 4],
+}
+
+/// The bits of the F16 equal to an MXFP4 block's scale ([`e8m0_half`]), where one is: scales of
+/// 2^-24 to 2^15 (2^-128 to 2^127 in E8M0); 0 for a block whose levels are all zero (its
+/// products are 0 whatever the scale). Real weights' scales are far inside that range.
+pub(crate) fn mxfp4_scale_f16(x: &BlockMXFP4) -> Option<u16> {
+    let zero =
+        |q: u8| KVALUES_MXFP4[(q & 0xF) as usize] == 0 && KVALUES_MXFP4[(q >> 4) as usize] == 0;
+    if x.qs.iter().all(|&q| zero(q)) {
+        return Some(0);
+    }
+    let d = half::f16::from_f32(e8m0_half(x.e));
+    (d.to_f32() == e8m0_half(x.e)).then(|| d.to_bits())
+}
+
+impl Pack for MXFP4Packed {
+    type W = BlockMXFP4;
+    fn pack(rows: [&BlockMXFP4; ROWS]) -> Self {
+        let mut p = Self::zeroed();
+        for (r, x) in rows.into_iter().enumerate() {
+            for (m, qs) in p.qs.iter_mut().enumerate() {
+                qs[r] = word(&x.qs, m);
+            }
+            p.d[r] = mxfp4_scale_f16(x).expect("only blocks it holds are packed");
+        }
+        p
+    }
+    fn holds(x: &BlockMXFP4) -> bool {
+        mxfp4_scale_f16(x).is_some()
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Packed formats.
 
@@ -546,6 +590,8 @@ pub(crate) enum PackError {
     Quant(QuantError),
     /// No memory for the packed copy.
     Io(std::io::Error),
+    /// A block the layout does not hold ([`Pack::holds`]): the matrix stays unpacked.
+    Declined,
 }
 
 impl From<QuantError> for PackError {
@@ -620,6 +666,12 @@ macro_rules! packed_format {
                                 bytes: w.len(),
                             },
                         ));
+                    }
+                    let held = x[..groups * ROWS * per_row]
+                        .iter()
+                        .all(<$p as $crate::packed::layout::Pack>::holds);
+                    if !held {
+                        return Err($crate::packed::layout::PackError::Declined);
                     }
                     $crate::packed::layout::pack_groups::<$p>(x, per_row, groups, release)
                         .map_err($crate::packed::layout::PackError::Io)

@@ -85,14 +85,18 @@ pub fn pack_matrix(
             return Ok(None);
         }
         use layout::PackError;
-        let data = (format.pack)(w, row_bytes, groups, release).map_err(|e| match e {
-            PackError::Quant(e) => e,
-            PackError::Io(e) => QuantError::NoMemory {
-                ty,
-                bytes: groups * PACK_GROUP_ROWS * row_bytes,
-                reason: e.to_string(),
-            },
-        })?;
+        let data = match (format.pack)(w, row_bytes, groups, release) {
+            Ok(data) => data,
+            Err(PackError::Declined) => return Ok(None),
+            Err(PackError::Quant(e)) => return Err(e),
+            Err(PackError::Io(e)) => {
+                return Err(QuantError::NoMemory {
+                    ty,
+                    bytes: groups * PACK_GROUP_ROWS * row_bytes,
+                    reason: e.to_string(),
+                })
+            }
+        };
         Ok(Some(PackedMatrix {
             ty,
             rows: PACK_GROUP_ROWS * groups,

@@ -9,7 +9,8 @@ use std::cell::RefCell;
 
 use crate::blocks::*;
 use crate::packed::layout::{
-    IQ4NLPacked, Pack, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed, ROWS,
+    IQ4NLPacked, MXFP4Packed, Pack, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed,
+    ROWS,
 };
 use crate::x86::avx512::ktile::q8_k_pair_sums;
 use crate::x86::Ahead;
@@ -591,16 +592,19 @@ pack32_nibbles!(Q4_1Packed: BlockQ8_1, offset 0, min true, passes of 2 unpacked 
 pack32_nibbles!(Q5_0Packed: BlockQ8_0, offset 16, min false, passes of 3 unpacked from 3);
 pack32_nibbles!(Q5_1Packed: BlockQ8_1, offset 0, min true, passes of 2 unpacked from 5);
 
-/// The IQ4_NL levels plus 128, as unsigned bytes (looked up sixteen at a time by `vpshufb`).
-const IQ4NL_PLUS_128: [u8; 16] = {
+/// A table of levels plus 128, as unsigned bytes (looked up sixteen at a time by `vpshufb`).
+const fn plus_128(levels: &[i8; 16]) -> [u8; 16] {
     let mut t = [0u8; 16];
     let mut i = 0;
     while i < 16 {
-        t[i] = (KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        t[i] = (levels[i] as i16 + 128) as u8;
         i += 1;
     }
     t
-};
+}
+
+const IQ4NL_PLUS_128: [u8; 16] = plus_128(&KVALUES_IQ4NL);
+const MXFP4_PLUS_128: [u8; 16] = plus_128(&KVALUES_MXFP4);
 
 // The IQ4_XS kernels take a level's sign from bit 3 of its index: levels 0..8 are the negative
 // ones.
@@ -612,35 +616,43 @@ const _: () = {
     }
 };
 
-impl Pack32 for IQ4NLPacked {
-    type A = BlockQ8_0;
-    const OFFSET: i32 = 128;
-    const MIN: bool = false;
-    const LEVELS: bool = true;
-    #[inline(always)]
-    unsafe fn lane(&self, l: usize) -> __m512i {
-        // SAFETY: 16 readable bytes; the caller's features.
-        unsafe {
-            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_PLUS_128.as_ptr().cast()));
-            _mm512_shuffle_epi8(table, nibble_lane(&self.qs, None, l))
+/// The packed formats of levels looked up in a table (IQ4_NL, MXFP4): same layout, F16 scales.
+macro_rules! pack32_levels {
+    ($name:ident, $table:ident) => {
+        impl Pack32 for $name {
+            type A = BlockQ8_0;
+            const OFFSET: i32 = 128;
+            const MIN: bool = false;
+            const LEVELS: bool = true;
+            #[inline(always)]
+            unsafe fn lane(&self, l: usize) -> __m512i {
+                // SAFETY: 16 readable bytes; the caller's features.
+                unsafe {
+                    let table = _mm512_broadcast_i32x4(_mm_loadu_si128($table.as_ptr().cast()));
+                    _mm512_shuffle_epi8(table, nibble_lane(&self.qs, None, l))
+                }
+            }
+            #[inline(always)]
+            unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
+                // SAFETY: 16 readable bytes; the caller's features.
+                unsafe {
+                    let table =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128($table.as_ptr().cast()));
+                    _mm256_shuffle_epi8(table, nibble_lane8(&self.qs, None, l, h))
+                }
+            }
+            fn d(&self) -> &[u16; ROWS] {
+                &self.d
+            }
+            fn m(&self) -> &[u16; ROWS] {
+                &self.d
+            }
         }
-    }
-    #[inline(always)]
-    unsafe fn lane8(&self, l: usize, h: usize) -> __m256i {
-        // SAFETY: 16 readable bytes; the caller's features.
-        unsafe {
-            let table =
-                _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_PLUS_128.as_ptr().cast()));
-            _mm256_shuffle_epi8(table, nibble_lane8(&self.qs, None, l, h))
-        }
-    }
-    fn d(&self) -> &[u16; ROWS] {
-        &self.d
-    }
-    fn m(&self) -> &[u16; ROWS] {
-        &self.d
-    }
+    };
 }
+
+pack32_levels!(IQ4NLPacked, IQ4NL_PLUS_128);
+pack32_levels!(MXFP4Packed, MXFP4_PLUS_128);
 
 /// A packed 32-value block's eight lanes as bytes, with its heads.
 #[derive(Clone, Copy)]

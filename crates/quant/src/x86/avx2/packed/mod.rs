@@ -32,7 +32,7 @@ use crate::x86::packed_common::word_shuffle_bytes;
 pub(crate) use iq4_xs::IQ4_XS;
 pub(crate) use kpairs::{Q3_K, Q6_K};
 pub(crate) use kquants::{Q2_K_ROWS8, Q4_K_ROWS8, Q5_K};
-pub(crate) use legacy::{IQ4_NL_ROWS8, Q4_0, Q4_0_ROWS8, Q4_1, Q5_0, Q5_1, Q8_0};
+pub(crate) use legacy::{IQ4_NL_ROWS8, MXFP4_ROWS8, Q4_0, Q4_0_ROWS8, Q4_1, Q5_0, Q5_1, Q8_0};
 
 mod iq4_xs;
 mod kpairs;

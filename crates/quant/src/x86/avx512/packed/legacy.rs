@@ -4,7 +4,8 @@ use std::arch::x86_64::*;
 
 use crate::blocks::*;
 use crate::packed::layout::{
-    packed_format, IQ4NLPacked, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed, Q8_0Packed, ROWS,
+    packed_format, IQ4NLPacked, MXFP4Packed, Q4_0Packed, Q4_1Packed, Q5_0Packed, Q5_1Packed,
+    Q8_0Packed, ROWS,
 };
 use crate::x86::avx512::packed::{bcast4, hsum8, ld_f16, store_rows};
 use crate::x86::packed_common::{
@@ -270,4 +271,5 @@ packed_format!(Q4_0: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => la
 packed_format!(Q4_1: Q4_1Packed, BlockQ8_1, GgmlType::Q4_1, GgmlType::Q8_1 => lanes32::<Q4_1Packed, false>, LANES32_TILE_WEIGHTS);
 packed_format!(Q4_0_ROWS8: Q4_0Packed, BlockQ8_0, GgmlType::Q4_0, GgmlType::Q8_0 => lanes32::<Q4_0Packed, true>, LANES32_TILE_WEIGHTS);
 packed_format!(IQ4_NL_ROWS8: IQ4NLPacked, BlockQ8_0, GgmlType::IQ4_NL, GgmlType::Q8_0 => lanes32::<IQ4NLPacked, true>, LANES32_TILE_WEIGHTS);
+packed_format!(MXFP4_ROWS8: MXFP4Packed, BlockQ8_0, GgmlType::MXFP4, GgmlType::Q8_0 => lanes32::<MXFP4Packed, true>, LANES32_TILE_WEIGHTS);
 packed_format!(Q5_1: Q5_1Packed, BlockQ8_1, GgmlType::Q5_1, GgmlType::Q8_1 => lanes32::<Q5_1Packed, false>, LANES32_TILE_WEIGHTS);
