@@ -6,7 +6,8 @@
 #   - the quant crate's tests (NEON kernels against the reference, bit for bit) twice: `-cpu max`
 #     (NEON + FEAT_DotProd's sdot) and `-cpu cortex-a53` (ARMv8.0 NEON only);
 #   - the engine's tiny-model forward tests (every weight format against llama.cpp's logits, G1,
-#     D1), which must give llama.cpp's x86 bits on an ARM host too.
+#     D1; and the gpt-oss file, whose experts are MXFP4), which must give llama.cpp's x86 bits on
+#     an ARM host too.
 # Installs what it needs when missing (Debian: qemu-user, gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross; the rustup target) and fails loudly when it cannot.
 set -euo pipefail
@@ -60,3 +61,5 @@ cargo clippy -p synapse-quant -p synapse-engine --target "$target" --all-targets
 SYNAPSE_EXPECT_DOTPROD=1 run_with_cpu max -p synapse-quant
 run_with_cpu cortex-a53 -p synapse-quant
 run_with_cpu max -p synapse-engine --test forward every_weight_format
+# gpt-oss's MXFP4 experts (the NEON MXFP4 kernels in both orders) against llama.cpp's x86 bits.
+run_with_cpu max -p synapse-engine --test moe gpt_oss
