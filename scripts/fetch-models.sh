@@ -8,7 +8,8 @@
 #   scripts/fetch-models.sh            # both models
 #   scripts/fetch-models.sh smollm2    # only SmolLM2-135M-Instruct (Q4_1)
 #   scripts/fetch-models.sh gemma3     # only Gemma-3-270M (Q4_K_M)
-#   scripts/fetch-models.sh vocabs     # only llama.cpp's tokenizer suite (models/vocab/)
+#   scripts/fetch-models.sh vocabs     # only llama.cpp's tokenizer suite (models/vocab/) and
+#                                      # its chat templates (models/templates/)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -66,20 +67,28 @@ fetch_gemma3() {
 }
 
 # llama.cpp's tokenizer suite: the vocabulary-only GGUFs of its models/ directory with their
-# test inputs and expected ids (ggml-vocab-*.gguf, .inp, .out), from the llama-cpp-python sdist
-# (about 77 MB to download; only these files are kept).
+# test inputs and expected ids (ggml-vocab-*.gguf, .inp, .out), and its collection of real
+# models' chat templates (models/templates/*.jinja), from the llama-cpp-python sdist (about 77 MB
+# to download; only these files are kept).
 fetch_vocabs() {
-    local out="$models/vocab"
-    if [[ -s "$out/ggml-vocab-qwen35.gguf.out" ]]; then echo "have $out"; return; fi
-    echo "fetching llama.cpp's tokenizer suite (the llama-cpp-python sdist)" >&2
+    local out="$models/vocab" templates="$models/templates"
+    if [[ -s "$out/ggml-vocab-qwen35.gguf.out" && -s "$templates/openai-gpt-oss-120b.jinja" ]]; then
+        echo "have $out and $templates"
+        return
+    fi
+    echo "fetching llama.cpp's tokenizer suite and chat templates (the llama-cpp-python sdist)" >&2
     python3 -m pip download --quiet --no-deps --no-binary llama-cpp-python \
         --disable-pip-version-check -d "$tmp" llama-cpp-python
-    mkdir -p "$out.part"
+    mkdir -p "$out.part" "$templates.part"
     tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$out.part" --wildcards --strip-components=4 \
         '*/vendor/llama.cpp/models/ggml-vocab-*'
-    rm -rf "$out"
+    tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$templates.part" --wildcards \
+        --strip-components=5 '*/vendor/llama.cpp/models/templates/*.jinja'
+    rm -rf "$out" "$templates"
     mv "$out.part" "$out"
-    echo "wrote $out ($(ls "$out" | grep -c '\.gguf$') vocabularies)"
+    mv "$templates.part" "$templates"
+    echo "wrote $out ($(ls "$out" | grep -c '\.gguf$') vocabularies) and $templates" \
+        "($(ls "$templates" | grep -c '\.jinja$') templates)"
 }
 
 case "${1:-all}" in

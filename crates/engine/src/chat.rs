@@ -1,7 +1,11 @@
 //! Chat prompts: the GGUF's `tokenizer.chat_template` (Jinja) rendered with minijinja.
 //!
-//! Templates are written for Python's Jinja2 and call Python string methods (`.strip()`,
-//! `.startswith()`); minijinja-contrib's pycompat layer provides those.
+//! Templates are written for Python's Jinja2 as Hugging Face's `apply_chat_template` runs
+//! them, and llama.cpp runs them the same way. So the render gives them what those give:
+//! Python's string methods (`.strip()`, `.startswith()`, from minijinja-contrib's pycompat
+//! layer), `strftime_now(format)` (today's date, local time, as llama.cpp's), `tools` and
+//! `documents` set to none (and none not `iterable`, as in Python), and the `{% generation %}`
+//! block (which marks the assistant's text for training) as a plain block.
 
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 use synapse_gguf::Metadata;
@@ -78,7 +82,13 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
-        env.add_template_owned("chat", source.to_string())?;
+        env.add_function("strftime_now", strftime_now);
+        // Python's sense: none is not iterable (minijinja's test says it is), so that
+        // `tools is iterable and tools | length > 0` holds no surprise for `tools` none.
+        env.add_test("iterable", |v: Value| {
+            !(v.is_none() || v.is_undefined()) && v.try_iter().is_ok()
+        });
+        env.add_template_owned("chat", plain_generation_blocks(source))?;
         Ok(ChatTemplate {
             env,
             bos: bos.into(),
@@ -114,6 +124,8 @@ impl ChatTemplate {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos,
                 eos_token => self.eos,
+                tools => (),
+                documents => (),
             },
             &mut out,
         );
@@ -133,6 +145,51 @@ impl ChatTemplate {
         }
         Ok(text)
     }
+}
+
+/// Now, local time, in a C `strftime` format (`%Y-%m-%d`, `%d %b %Y`): what llama.cpp's
+/// templates are given as `strftime_now`. A format chrono cannot read is an error.
+fn strftime_now(format: String) -> Result<String, Error> {
+    use chrono::format::{Item, StrftimeItems};
+    use std::fmt::Write;
+    let bad = || {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: `{format}` is not a strftime format"),
+        )
+    };
+    if StrftimeItems::new(&format).any(|i| i == Item::Error) {
+        return Err(bad());
+    }
+    let mut out = String::new();
+    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| bad())?;
+    Ok(out)
+}
+
+/// `source` with each `{% generation %}` .. `{% endgeneration %}` (Hugging Face's mark of the
+/// assistant's text, for training masks) as `{% if true %}` .. `{% endif %}`: the same text, the
+/// same whitespace control.
+fn plain_generation_blocks(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find("{%") {
+        out.push_str(&rest[..at]);
+        let tag = &rest[at..];
+        let Some(close) = tag.find("%}") else {
+            // A tag cut short: left as it is (the template's parser names the error).
+            rest = tag;
+            break;
+        };
+        let end = close + 2;
+        match tag[2..close].trim_matches(['-', '+']).trim() {
+            "generation" => out.push_str(&tag[..end].replacen("generation", "if true", 1)),
+            "endgeneration" => out.push_str(&tag[..end].replacen("endgeneration", "endif", 1)),
+            _ => out.push_str(&tag[..end]),
+        }
+        rest = &tag[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A render's output, refused past `limit` bytes.
@@ -189,6 +246,38 @@ mod tests {
 
     /// Templates from a hostile file stop within their budgets with an error that names the
     /// template (each of these hung, grew without bound, or rendered nothing before).
+    #[test]
+    fn generation_blocks_render_their_text_with_their_whitespace_control() {
+        let src =
+            "A\n{%- generation -%}\n B {{ x }}\n{%- endgeneration %}\nC{% if true %}.{% endif %}";
+        assert_eq!(
+            plain_generation_blocks(src),
+            "A\n{%- if true -%}\n B {{ x }}\n{%- endif %}\nC{% if true %}.{% endif %}"
+        );
+        // A tag cut short is left as it is (the template's parser names the error).
+        for cut in ["x {% generation", "{% 日", "{%"] {
+            assert_eq!(plain_generation_blocks(cut), cut);
+        }
+        let t = ChatTemplate::new(
+            "{% for m in messages %}{%- generation -%}\n[{{ m.content }}]\n{%- endgeneration -%}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let out = t.render(&[Message::new("user", "hi")], false).unwrap();
+        assert_eq!(out, "[hi]");
+    }
+
+    #[test]
+    fn strftime_now_is_todays_date_and_bad_formats_are_errors() {
+        let t = ChatTemplate::new("{{ strftime_now('%Y-%m-%d') }}", "", "").unwrap();
+        let out = t.render(&[Message::new("user", "hi")], false).unwrap();
+        assert_eq!(out, chrono::Local::now().format("%Y-%m-%d").to_string());
+        let t = ChatTemplate::new("{{ strftime_now('%Q') }}", "", "").unwrap();
+        let e = t.render(&[Message::new("user", "hi")], false).unwrap_err();
+        assert!(e.to_string().contains("%Q"), "{e}");
+    }
+
     #[test]
     fn hostile_templates_stop_with_a_named_error() {
         let msgs: Vec<Message> = (0..3).map(|_| Message::new("user", "hi")).collect();
