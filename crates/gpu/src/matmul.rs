@@ -40,6 +40,7 @@ fn format_sources(ty: GgmlType) -> Option<&'static [&'static str]> {
         T::Q5_1 => &[BLOCK32, f!("q5_1.wgsl")],
         T::Q8_0 => &[BLOCK32, f!("q8_0.wgsl")],
         T::IQ4_NL => &[BLOCK32, IQ4, f!("iq4_nl.wgsl")],
+        T::MXFP4 => &[BLOCK32, f!("mxfp4.wgsl")],
         T::Q2_K => &[KQUANT, f!("q2_k.wgsl")],
         T::Q3_K => &[KQUANT, f!("q3_k.wgsl")],
         T::Q4_K => &[KQUANT, f!("q4_k.wgsl")],
