@@ -7,7 +7,7 @@
 
 use synapse_gguf::GgufFile;
 
-pub(crate) use super::common::{fused, matrix, optional_vector, output_matrix};
+pub(crate) use super::common::{add_bias_rows, fused, matrix, optional_vector, output_matrix};
 pub(crate) use super::ffn::{Activation, Ffn};
 use super::hparams::{Dims, MoeParams};
 use super::moe::Moe;
@@ -40,14 +40,6 @@ pub(crate) fn embed(tok_embd: &Matrix, tokens: &[u32], x: &mut [f32]) -> Result<
 #[inline(always)]
 pub(crate) fn norm_rows(x: &mut [f32], width: usize, n: usize, w: &[f32], eps: f32) {
     crate::ops::rms_norm_rows_inplace(&mut x[..n * width], w, eps, width);
-}
-
-/// Add a bias to each of the `n` rows of `x` (ggml's `ggml_add` of a broadcast vector).
-#[inline(always)]
-pub(crate) fn add_bias_rows(x: &mut [f32], b: &[f32], n: usize) {
-    for row in x[..n * b.len()].chunks_exact_mut(b.len()) {
-        add_inplace(row, b);
-    }
 }
 
 /// The weights of an attention block: `blk.{i}.attn_{q,k,v,output}.weight`, the Q/K/V biases

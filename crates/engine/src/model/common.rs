@@ -191,3 +191,11 @@ pub(crate) fn pass_over_blocks(file: &GgufFile, blocks: std::ops::Range<usize>) 
         }
     }
 }
+
+/// Add a bias to each of the `n` rows of `x` (ggml's `ggml_add` of a broadcast vector).
+#[inline(always)]
+pub(crate) fn add_bias_rows(x: &mut [f32], b: &[f32], n: usize) {
+    for row in x[..n * b.len()].chunks_exact_mut(b.len()) {
+        crate::ops::add_inplace(row, b);
+    }
+}

@@ -19,7 +19,7 @@
 
 use synapse_gguf::GgufFile;
 
-use super::common::{matrix, mm, packed};
+use super::common::{add_bias_rows, matrix, mm, packed};
 use super::ffn::{glu_rows, Activation, Ffn};
 use super::hparams::{Gating, MoeParams};
 use super::{MoeBuffers, Scratch};
@@ -192,7 +192,7 @@ impl<'a> Moe<'a> {
         );
         tap.rows("ffn_moe_logits", l, pos0, &b.logits[..n * n_expert], n);
         if let Some(bias) = &self.biases {
-            super::blocks::add_bias_rows(&mut b.logits, &bias.router, n);
+            add_bias_rows(&mut b.logits, &bias.router, n);
         }
         for t in 0..n {
             let logits = &b.logits[t * n_expert..(t + 1) * n_expert];
