@@ -175,7 +175,7 @@ fn plain_generation_blocks(source: &str) -> String {
     while let Some(at) = rest.find("{%") {
         out.push_str(&rest[..at]);
         let tag = &rest[at..];
-        let Some(close) = tag.find("%}") else {
+        let Some(close) = tag[2..].find("%}").map(|c| c + 2) else {
             // A tag cut short: left as it is (the template's parser names the error).
             rest = tag;
             break;
@@ -255,7 +255,7 @@ mod tests {
             "A\n{%- if true -%}\n B {{ x }}\n{%- endif %}\nC{% if true %}.{% endif %}"
         );
         // A tag cut short is left as it is (the template's parser names the error).
-        for cut in ["x {% generation", "{% 日", "{%"] {
+        for cut in ["x {% generation", "{% 日", "{%", "{%}", "{%}}"] {
             assert_eq!(plain_generation_blocks(cut), cut);
         }
         let t = ChatTemplate::new(
