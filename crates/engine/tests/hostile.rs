@@ -624,6 +624,12 @@ fn gpt_oss_keys_and_tensors_are_checked() {
     );
     let sinks = f32_tensor("blk.0.attn_sinks.weight", &[4], 0.0);
     load_error(&rewrite(&g, &[], &[sinks]), &["blk.0.attn_sinks.weight"]);
+    // An expert bias with the right count but transposed (experts first) is named too.
+    let bias = f32_tensor("blk.1.ffn_up_exps.bias", &[8, 256], 0.0);
+    load_error(
+        &rewrite(&g, &[], &[bias]),
+        &["blk.1.ffn_up_exps.bias", "[256, 8]"],
+    );
 }
 
 /// A tensor the loader does not read is refused by name, as llama.cpp refuses a file with a

@@ -119,8 +119,21 @@ impl<'a> Moe<'a> {
         };
         let biases = match p.biases {
             true => {
+                // Each expert's row of `n` values: `[n, n_expert]`, as llama.cpp requires.
                 let bias = |s: &str, n: usize| {
-                    super::vector(file, &format!("blk.{i}.{s}.bias"), n * p.n_expert)
+                    let name = format!("blk.{i}.{s}.bias");
+                    if let Ok(t) = file.tensor(&name) {
+                        let shape = &t.info.shape;
+                        let want: &[u64] = &[n as u64, p.n_expert as u64];
+                        if n > 1 && shape.as_slice() != want {
+                            return Err(ModelError::Shape {
+                                tensor: name,
+                                shape: shape.clone(),
+                                expected: format!("{want:?} of F32"),
+                            });
+                        }
+                    }
+                    super::vector(file, &name, n * p.n_expert)
                 };
                 Some(Biases {
                     router: bias("ffn_gate_inp", 1)?,
