@@ -523,15 +523,26 @@ const _: () = assert!(size_of::<IQ4NLPacked>() == ROWS * size_of::<BlockIQ4NL>()
 impl Pack for IQ4NLPacked {
     type W = BlockIQ4NL;
     fn pack(rows: [&BlockIQ4NL; ROWS]) -> Self {
-        let mut p = Self::zeroed();
-        for (r, x) in rows.into_iter().enumerate() {
-            for (m, qs) in p.qs.iter_mut().enumerate() {
-                qs[r] = word(&x.qs, m);
-            }
-            p.d[r] = x.d.to_bits();
-        }
-        p
+        let (d, qs) = pack_levels(rows, |x| (x.d.to_bits(), &x.qs));
+        IQ4NLPacked { d, qs }
     }
+}
+
+/// The packed layout of the formats of an F16 scale and 16 bytes of nibbles a block (IQ4_NL's,
+/// MXFP4's): the sixteen rows' scales, then their words of nibbles, word by word.
+fn pack_levels<W>(
+    rows: [&W; ROWS],
+    block: impl Fn(&W) -> (u16, &[u8; QK / 2]),
+) -> ([u16; ROWS], [[u32; ROWS]; 4]) {
+    let (mut d, mut qs) = ([0u16; ROWS], [[0u32; ROWS]; 4]);
+    for (r, x) in rows.into_iter().enumerate() {
+        let (scale, bytes) = block(x);
+        d[r] = scale;
+        for (m, words) in qs.iter_mut().enumerate() {
+            words[r] = word(bytes, m);
+        }
+    }
+    (d, qs)
 }
 
 /// One MXFP4 block of sixteen rows (288 bytes): IQ4_NL's layout, each block's E8M0 scale held
@@ -559,14 +570,11 @@ pub(crate) fn mxfp4_scale_f16(x: &BlockMXFP4) -> Option<u16> {
 impl Pack for MXFP4Packed {
     type W = BlockMXFP4;
     fn pack(rows: [&BlockMXFP4; ROWS]) -> Self {
-        let mut p = Self::zeroed();
-        for (r, x) in rows.into_iter().enumerate() {
-            for (m, qs) in p.qs.iter_mut().enumerate() {
-                qs[r] = word(&x.qs, m);
-            }
-            p.d[r] = mxfp4_scale_f16(x).expect("only blocks it holds are packed");
-        }
-        p
+        let (d, qs) = pack_levels(rows, |x| {
+            let d = mxfp4_scale_f16(x).expect("only blocks it holds are packed");
+            (d, &x.qs)
+        });
+        MXFP4Packed { d, qs }
     }
     fn holds(x: &BlockMXFP4) -> bool {
         mxfp4_scale_f16(x).is_some()

@@ -434,27 +434,52 @@ pub fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
 /// IQ4_NL in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_iq4_nl_q8_0_rows8`).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_iq4_nl_q8_0_rows8(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    let mut acc = 0.0f32;
-    for (x, y) in x.iter().zip(y) {
-        prefetch_ahead(x);
-        let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
-        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(x), head_f16x2(y)));
-        acc = (isum as f32).mul_add(d, acc);
-    }
-    acc
+    table_rows8(x, y, |x| iq4_values(&x.qs), |x, y| iq4_nl_d(x, y))
 }
 
 /// MXFP4 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_mxfp4_q8_0_rows8`).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_mxfp4_q8_0_rows8(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    table_rows8(x, y, |x| mxfp4_values(x), |x, y| mxfp4_d(x, y))
+}
+
+/// The repacked gemv's order for the formats of one scale and 32 table values a block
+/// (IQ4_NL, MXFP4): each block's exact sum fused by `d(x, y)`, the two blocks' scales' product.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn table_rows8<X>(
+    x: &[X],
+    y: &[BlockQ8_0],
+    values: impl Fn(&X) -> __m256i,
+    d: impl Fn(&X, &BlockQ8_0) -> f32,
+) -> f32 {
     let mut acc = 0.0f32;
     for (x, y) in x.iter().zip(y) {
         prefetch_ahead(x);
-        let q = table_values(&KVALUES_MXFP4, &x.qs);
-        let isum = hsum_i32(lanes_ss_i32(q, load32(&y.qs)));
-        acc = (isum as f32).mul_add(e8m0_half(x.e) * f32_of(y.d), acc);
+        let isum = hsum_i32(lanes_ss_i32(values(x), load32(&y.qs)));
+        acc = (isum as f32).mul_add(d(x, y), acc);
     }
     acc
+}
+
+/// An IQ4_NL block's `d` times the token block's, both widened by one F16C load each.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn iq4_nl_d(x: &BlockIQ4NL, y: &BlockQ8_0) -> f32 {
+    _mm_cvtss_f32(_mm_mul_ps(head_f16x2(y), head_f16x2(x)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mxfp4_values(x: &BlockMXFP4) -> __m256i {
+    table_values(&KVALUES_MXFP4, &x.qs)
+}
+
+/// An MXFP4 block's E8M0 scale times the token block's `d`.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn mxfp4_d(x: &BlockMXFP4, y: &BlockQ8_0) -> f32 {
+    f32_of(y.d) * e8m0_half(x.e)
 }
 
 /// Q4_0 in the order of llama.cpp's repacked gemv (`reference::dot::vec_dot_q4_0_q8_0_rows8`).
@@ -606,49 +631,38 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     hsum(acc)
 }
 
-/// IQ4_NL in `vec_dot` order (`reference::dot::vec_dot_iq4_nl_q8_0`): blocks in pairs, even
-/// blocks into one accumulator and odd into another, added lane by lane before the horizontal
-/// sum; a last odd block fused onto that sum.
+/// IQ4_NL in `vec_dot` order (`reference::dot::vec_dot_iq4_nl_q8_0`): see [`paired_table`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
-    let n = x.len().min(y.len());
-    let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut pairs = x[..n].chunks_exact(2).zip(y[..n].chunks_exact(2));
-    for (x, y) in &mut pairs {
-        prefetch_ahead(&x[0]);
-        prefetch_ahead(&x[1]);
-        let d0 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[0]), head_f16x2(&x[0])));
-        let d1 = _mm256_broadcastss_ps(_mm_mul_ps(head_f16x2(&y[1]), head_f16x2(&x[1])));
-        let l0 = lanes_ss_i32(iq4_values(&x[0].qs), load32(&y[0].qs));
-        let l1 = lanes_ss_i32(iq4_values(&x[1].qs), load32(&y[1].qs));
-        even = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(l0), even);
-        odd = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(l1), odd);
-    }
-    let mut sum = hsum(_mm256_add_ps(even, odd));
-    if n % 2 == 1 {
-        let (x, y) = (&x[n - 1], &y[n - 1]);
-        let isum = hsum_i32(lanes_ss_i32(iq4_values(&x.qs), load32(&y.qs)));
-        let d = _mm_cvtss_f32(_mm_mul_ps(head_f16x2(y), head_f16x2(x)));
-        sum = d.mul_add(isum as f32, sum);
-    }
-    sum
+    paired_table(x, y, |x| iq4_values(&x.qs), |x, y| iq4_nl_d(x, y))
 }
 
-/// MXFP4 in `vec_dot` order (`reference::dot::vec_dot_mxfp4_q8_0`): IQ4_NL's
-/// ([`vec_dot_iq4_nl_q8_0`]) with the block's E8M0 scale.
+/// MXFP4 in `vec_dot` order (`reference::dot::vec_dot_mxfp4_q8_0`): see [`paired_table`].
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn vec_dot_mxfp4_q8_0(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
+    paired_table(x, y, |x| mxfp4_values(x), |x, y| mxfp4_d(x, y))
+}
+
+/// ggml's x86 `vec_dot` order for the formats of one scale and 32 table values a block
+/// (IQ4_NL, MXFP4): blocks in pairs, even blocks into one accumulator and odd into another,
+/// added lane by lane before the horizontal sum; a last odd block fused onto that sum.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn paired_table<X>(
+    x: &[X],
+    y: &[BlockQ8_0],
+    values: impl Fn(&X) -> __m256i,
+    d: impl Fn(&X, &BlockQ8_0) -> f32,
+) -> f32 {
     let n = x.len().min(y.len());
     let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let lanes = |x: &BlockMXFP4, y: &BlockQ8_0| {
-        lanes_ss_i32(table_values(&KVALUES_MXFP4, &x.qs), load32(&y.qs))
-    };
+    let lanes = |x: &X, y: &BlockQ8_0| lanes_ss_i32(values(x), load32(&y.qs));
     let mut pairs = x[..n].chunks_exact(2).zip(y[..n].chunks_exact(2));
     for (x, y) in &mut pairs {
         prefetch_ahead(&x[0]);
         prefetch_ahead(&x[1]);
-        let d0 = _mm256_set1_ps(f32_of(y[0].d) * e8m0_half(x[0].e));
-        let d1 = _mm256_set1_ps(f32_of(y[1].d) * e8m0_half(x[1].e));
+        let d0 = _mm256_set1_ps(d(&x[0], &y[0]));
+        let d1 = _mm256_set1_ps(d(&x[1], &y[1]));
         even = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(lanes(&x[0], &y[0])), even);
         odd = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(lanes(&x[1], &y[1])), odd);
     }
@@ -656,7 +670,7 @@ pub fn vec_dot_mxfp4_q8_0(x: &[BlockMXFP4], y: &[BlockQ8_0]) -> f32 {
     if n % 2 == 1 {
         let (x, y) = (&x[n - 1], &y[n - 1]);
         let isum = hsum_i32(lanes(x, y));
-        sum = (f32_of(y.d) * e8m0_half(x.e)).mul_add(isum as f32, sum);
+        sum = d(x, y).mul_add(isum as f32, sum);
     }
     sum
 }
